@@ -1,0 +1,351 @@
+"""A Spark streaming checkpoint directory, read-only: logs, pinned confs, operators, stores.
+
+Which batch is "latest" follows Spark: the newest batch with a ``commits/N`` entry is the
+latest *committed* batch; a newer ``offsets/N`` without its commit is a batch Spark will re-run.
+State after committed batch B is state store version B+1.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from statectl.checkpoint.logs import (
+    CommitMetadata,
+    OffsetSeq,
+    batch_id_of,
+    parse_commit,
+    parse_offset_seq,
+    parse_source_log,
+    parse_stream_metadata,
+)
+from statectl.checkpoint.state_metadata import (
+    ColumnFamilySchema,
+    OperatorMetadata,
+    StoreInfo,
+    parse_operator_metadata,
+    parse_schema_file,
+)
+from statectl.errors import MissingFileError, NotACheckpointError, StatectlError, UnsupportedError
+from statectl.io import FileIO
+
+HDFS = "hdfs"
+ROCKSDB = "rocksdb"
+PROVIDER_CLASSES = {
+    HDFS: "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    ROCKSDB: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
+ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
+MERGE_OPERATOR_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
+ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
+
+
+def backend_of_provider(provider_class: str | None, path: str) -> str:
+    if provider_class is None:
+        # Spark's default provider when the conf was never pinned (very old checkpoints).
+        return HDFS
+    if provider_class.endswith("RocksDBStateStoreProvider"):
+        return ROCKSDB
+    if provider_class.endswith("HDFSBackedStateStoreProvider"):
+        return HDFS
+    raise UnsupportedError(f"unsupported state store provider {provider_class}", path)
+
+
+@dataclass
+class StoreDescription:
+    """One logical state store (or column family) of an operator, with its schemas."""
+
+    name: str
+    key_schema: str  # Spark JSON
+    value_schema: str  # Spark JSON
+    num_cols_prefix_key: int = 0
+    key_encoder_spec: dict[str, Any] = field(default_factory=dict)
+    key_schema_id: int = 0
+    value_schema_id: int = 0
+    user_key_schema: str | None = None
+    schema_file: str | None = None
+
+
+@dataclass
+class Operator:
+    """A stateful operator as it exists on disk for one batch."""
+
+    operator_id: int
+    name: str
+    num_partitions: int
+    metadata_version: int | None
+    # Physical stores (directories), in Spark's order, e.g. the four stores of a join v1/v2.
+    store_names: list[str]
+    # The schemas: one per physical store, or one per column family for CF-based operators.
+    schemas: list[StoreDescription]
+    properties: dict[str, Any] = field(default_factory=dict)
+    uses_column_families: bool = False
+
+    def schema(self, name: str) -> StoreDescription:
+        for s in self.schemas:
+            if s.name == name:
+                return s
+        raise StatectlError(
+            f"operator {self.operator_id} ({self.name}) has no store or state variable {name!r}; "
+            f"it has: {', '.join(s.name for s in self.schemas)}"
+        )
+
+
+class Checkpoint:
+    """A checkpoint directory opened read-only through a :class:`FileIO`."""
+
+    def __init__(self, io: FileIO, root: str) -> None:
+        self.io = io
+        self.root = root.rstrip("/")
+        if not io.is_dir(self.root):
+            if io.exists(self.root):
+                raise NotACheckpointError("is a file, not a checkpoint directory", self.root)
+            raise NotACheckpointError("no such directory", self.root)
+        if not io.exists(self.path("offsets")) and not io.exists(self.path("metadata")):
+            raise NotACheckpointError(
+                "not a Spark streaming checkpoint (no 'metadata' file and no 'offsets/' log)",
+                self.root,
+                "pass the directory given as checkpointLocation",
+            )
+        self._offsets: dict[int, OffsetSeq] = {}
+        self._commits: dict[int, CommitMetadata] = {}
+
+    @classmethod
+    def open(cls, url: str) -> Checkpoint:
+        io, root = FileIO.for_url(url)
+        return cls(io, root)
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def url(self) -> str:
+        return self.io.url(self.root)
+
+    # -- logs -----------------------------------------------------------------------------
+    @cached_property
+    def query_id(self) -> str | None:
+        p = self.path("metadata")
+        if not self.io.exists(p):
+            return None
+        return parse_stream_metadata(self.io.read_text(p), p)
+
+    def _batch_ids(self, log: str) -> list[int]:
+        ids = set()
+        for f in self.io.list_dir(self.path(log)):
+            if not f.is_dir and not f.name.startswith("."):
+                b = batch_id_of(f.name)
+                if b is not None and not f.name.endswith(".compact"):
+                    ids.add(b)
+        return sorted(ids)
+
+    @cached_property
+    def offset_batches(self) -> list[int]:
+        return self._batch_ids("offsets")
+
+    @cached_property
+    def commit_batches(self) -> list[int]:
+        return self._batch_ids("commits")
+
+    @property
+    def latest_committed_batch(self) -> int | None:
+        committed = set(self.commit_batches) & set(self.offset_batches)
+        return max(committed) if committed else None
+
+    @property
+    def uncommitted_batches(self) -> list[int]:
+        last = self.latest_committed_batch
+        return [b for b in self.offset_batches if last is None or b > last]
+
+    def resolve_batch(self, batch: int | None) -> int:
+        """The batch to read: ``batch`` if committed, else the latest committed one."""
+        latest = self.latest_committed_batch
+        if latest is None:
+            raise StatectlError(
+                "has no committed batch yet: there is no state to read", self.path("commits")
+            )
+        if batch is None:
+            return latest
+        if batch not in self.commit_batches or batch not in self.offset_batches:
+            have = self.commit_batches
+            span = f"{have[0]}..{have[-1]}" if have else "none"
+            raise StatectlError(
+                f"batch {batch} is not a committed batch of this checkpoint (committed: {span})",
+                self.root,
+            )
+        return batch
+
+    def offsets(self, batch: int) -> OffsetSeq:
+        if batch not in self._offsets:
+            p = self.path("offsets", str(batch))
+            if not self.io.exists(p):
+                raise MissingFileError(f"offset log entry for batch {batch} is missing", p)
+            self._offsets[batch] = parse_offset_seq(self.io.read_text(p), batch, p)
+        return self._offsets[batch]
+
+    def commit(self, batch: int) -> CommitMetadata:
+        if batch not in self._commits:
+            p = self.path("commits", str(batch))
+            if not self.io.exists(p):
+                raise MissingFileError(f"commit log entry for batch {batch} is missing", p)
+            self._commits[batch] = parse_commit(self.io.read_text(p), batch, p)
+        return self._commits[batch]
+
+    def source_log_dirs(self) -> list[str]:
+        return [f.name for f in self.io.list_dir(self.path("sources")) if f.is_dir]
+
+    def source_log(self, source: str, batch: int) -> list[dict[str, Any]]:
+        """File source entries of one source log entry (plain or compacted)."""
+        for name in (str(batch), f"{batch}.compact"):
+            p = self.path("sources", source, name)
+            if self.io.exists(p):
+                return parse_source_log(self.io.read_text(p), p)
+        raise MissingFileError(f"source log entry {batch} missing", self.path("sources", source))
+
+    # -- pinned configuration --------------------------------------------------------------
+    def backend(self, batch: int) -> str:
+        off = self.offsets(batch)
+        return backend_of_provider(off.pinned_conf(PROVIDER_CONF), off_path(self, batch))
+
+    def checkpoint_format_version(self, batch: int) -> int:
+        """Spark derives it from the commit log version: v1 -> 1, v2/v3 -> 2."""
+        return 1 if self.commit(batch).version == 1 else 2
+
+    def num_partitions(self, batch: int) -> int:
+        value = self.offsets(batch).pinned_conf(PARTITIONS_CONF)
+        if value is None:
+            raise StatectlError(
+                "the offset log does not pin spark.sql.shuffle.partitions", off_path(self, batch)
+            )
+        return int(value)
+
+    # -- operators -------------------------------------------------------------------------
+    def operator_ids(self) -> list[int]:
+        return sorted(
+            int(f.name) for f in self.io.list_dir(self.path("state")) if f.is_dir and f.name.isdigit()
+        )
+
+    def operator(self, operator_id: int, batch: int) -> Operator:
+        return load_operator(self, operator_id, batch)
+
+    def operators(self, batch: int) -> list[Operator]:
+        return [self.operator(op, batch) for op in self.operator_ids()]
+
+
+def off_path(ckpt: Checkpoint, batch: int) -> str:
+    return ckpt.path("offsets", str(batch))
+
+
+_V2_NAME = re.compile(r"^\d+$")
+
+
+def _operator_metadata(ckpt: Checkpoint, op: int, batch: int) -> OperatorMetadata | None:
+    """v2 metadata (the newest file at or below the batch) wins over v1."""
+    meta_dir = ckpt.path("state", str(op), "_metadata")
+    v2 = [
+        int(f.name)
+        for f in ckpt.io.list_dir(posixpath.join(meta_dir, "v2"))
+        if _V2_NAME.match(f.name)
+    ]
+    eligible = [b for b in v2 if b <= batch] or v2
+    if eligible:
+        p = posixpath.join(meta_dir, "v2", str(max(eligible)))
+        return parse_operator_metadata(ckpt.io.read_text(p), p)
+    p = posixpath.join(meta_dir, "metadata")
+    if ckpt.io.exists(p):
+        return parse_operator_metadata(ckpt.io.read_text(p), p)
+    return None
+
+
+def relocate_schema_path(ckpt: Checkpoint, op: int, recorded: str) -> str:
+    """Spark records absolute schema paths; resolve them inside *this* checkpoint's directory."""
+    marker = f"/state/{op}/"
+    idx = recorded.rfind(marker)
+    if idx < 0:
+        return recorded
+    return ckpt.path("state", str(op), recorded[idx + len(marker) :])
+
+
+def _store_dir_names(ckpt: Checkpoint, op: int) -> tuple[int, list[str]]:
+    """(partition count, physical store names) by listing ``state/<op>/``."""
+    parts = [f for f in ckpt.io.list_dir(ckpt.path("state", str(op))) if f.is_dir and f.name.isdigit()]
+    if not parts:
+        return 0, []
+    stores = [
+        f.name
+        for f in ckpt.io.list_dir(ckpt.path("state", str(op), "0"))
+        if f.is_dir and not f.name.startswith("_") and f.name not in ("SSTs", "logs")
+    ]
+    return len(parts), stores or ["default"]
+
+
+def store_dir(ckpt: Checkpoint, op: int, partition: int, store: str) -> str:
+    """``StateStoreId.storeCheckpointLocation``: "default" lives in the partition directory."""
+    base = ckpt.path("state", str(op), str(partition))
+    return base if store == "default" else posixpath.join(base, store)
+
+
+def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
+    meta = _operator_metadata(ckpt, op, batch)
+    listed_partitions, listed_stores = _store_dir_names(ckpt, op)
+    try:
+        partitions = ckpt.num_partitions(batch)
+    except StatectlError:
+        partitions = listed_partitions
+    if meta is not None and meta.stores:
+        infos = meta.stores
+    else:
+        infos = [StoreInfo(s, 0, partitions) for s in listed_stores]
+    schemas: list[StoreDescription] = []
+    uses_cf = False
+    for info in infos:
+        if info.schema_file_paths:
+            uses_cf = True
+            p = relocate_schema_path(ckpt, op, info.schema_file_paths[-1])
+            _, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+            schemas.extend(_describe(f, p) for f in families)
+            continue
+        p = posixpath.join(store_dir(ckpt, op, 0, info.store_name), "_metadata", "schema")
+        if not ckpt.io.exists(p):
+            raise MissingFileError(
+                f"state schema file of operator {op} store {info.store_name!r} is missing", p
+            )
+        version, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+        if version == 3:
+            uses_cf = True
+            schemas.extend(_describe(f, p) for f in families)
+        else:
+            f = families[0]
+            schemas.append(
+                StoreDescription(info.store_name, f.key_schema, f.value_schema,
+                                 info.num_cols_prefix_key, schema_file=p)
+            )
+    return Operator(
+        operator_id=op,
+        name=meta.operator_name if meta else "unknown",
+        num_partitions=partitions,
+        metadata_version=meta.version if meta else None,
+        store_names=[i.store_name for i in infos],
+        schemas=schemas,
+        properties=meta.properties if meta else {},
+        uses_column_families=uses_cf,
+    )
+
+
+def _describe(f: ColumnFamilySchema, path: str) -> StoreDescription:
+    return StoreDescription(
+        name=f.name,
+        key_schema=f.key_schema,
+        value_schema=f.value_schema,
+        num_cols_prefix_key=int(f.key_encoder_spec.get("numColsPrefixKey", 0)),
+        key_encoder_spec=f.key_encoder_spec,
+        key_schema_id=f.key_schema_id,
+        value_schema_id=f.value_schema_id,
+        user_key_schema=f.user_key_schema,
+        schema_file=path,
+    )

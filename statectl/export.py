@@ -1,0 +1,110 @@
+"""Use case ``export``: write one selection of state to Parquet, JSON lines or CSV."""
+
+from __future__ import annotations
+
+import io as _io
+import json
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from statectl.checkpoint.model import Checkpoint
+from statectl.errors import StatectlError
+from statectl.io import FileIO
+from statectl.state import Selection, read_state
+
+# Parquet and Arrow's writers reject duplicate field names, which aggregation buffers have
+# (count, sum, count ...). Renamed fields get a "_<n>" suffix; the original names are kept in the
+# field metadata under this key so a reader can restore them.
+ORIGINAL_NAME_KEY = b"statectl.original_name"
+
+
+def dedupe_field_names(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(t):
+        seen: dict[str, int] = {}
+        fields = []
+        for i in range(t.num_fields):
+            f = t.field(i)
+            ftype = dedupe_field_names(f.type)
+            name = f.name
+            if name in seen:
+                seen[name] += 1
+                new = f"{name}_{seen[name]}"
+                meta = dict(f.metadata or {})
+                meta[ORIGINAL_NAME_KEY] = name.encode()
+                fields.append(pa.field(new, ftype, f.nullable, meta))
+            else:
+                seen[name] = 0
+                fields.append(pa.field(name, ftype, f.nullable, f.metadata))
+        return pa.struct(fields)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(dedupe_field_names(t.value_type))
+    if pa.types.is_map(t):
+        return pa.map_(dedupe_field_names(t.key_type), dedupe_field_names(t.item_type))
+    return t
+
+
+def exportable(table: pa.Table) -> pa.Table:
+    schema = pa.schema(
+        [pa.field(f.name, dedupe_field_names(f.type), f.nullable, f.metadata) for f in table.schema]
+    )
+    if schema.equals(table.schema):
+        return table
+    cols = [c.combine_chunks().view(f.type) if c.type != f.type else c for c, f in zip(table.columns, schema, strict=True)]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _flatten_all(table: pa.Table) -> pa.Table:
+    while any(pa.types.is_struct(f.type) for f in table.schema):
+        table = table.flatten()
+    return table
+
+
+def _json_default(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.hex()
+    return str(v)
+
+
+def encode_table(table: pa.Table, fmt: str) -> bytes:
+    table = exportable(table)
+    buf = _io.BytesIO()
+    if fmt == "parquet":
+        pq.write_table(table, buf)
+    elif fmt == "jsonl":
+        for row in table.to_pylist():
+            buf.write(json.dumps(row, default=_json_default, ensure_ascii=False).encode() + b"\n")
+    elif fmt == "csv":
+        flat = _flatten_all(table)
+        nested = [f.name for f in flat.schema if pa.types.is_nested(f.type)]
+        for name in nested:
+            idx = flat.schema.get_field_index(name)
+            as_text = pa.array(
+                [None if v is None else json.dumps(v, default=_json_default) for v in flat.column(name).to_pylist()],
+                pa.string(),
+            )
+            flat = flat.set_column(idx, name, as_text)
+        pacsv.write_csv(flat, buf)
+    else:
+        raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+    return buf.getvalue()
+
+
+def format_of(path: str) -> str:
+    lower = path.lower()
+    for suffix, fmt in ((".parquet", "parquet"), (".pq", "parquet"), (".jsonl", "jsonl"),
+                        (".json", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv")):
+        if lower.endswith(suffix):
+            return fmt
+    raise StatectlError(f"cannot tell the output format from {path!r}; end it in .parquet, .jsonl or .csv")
+
+
+def export_state(source: Checkpoint, sel: Selection, out_url: str, overwrite: bool = False) -> dict[str, Any]:
+    fmt = format_of(out_url)
+    table = read_state(source, sel)
+    io, out = FileIO.for_url(out_url)
+    io.write_atomic(out, encode_table(table, fmt), overwrite=overwrite)
+    return {"path": io.url(out), "format": fmt, "rows": table.num_rows,
+            "columns": [f.name for f in table.schema]}

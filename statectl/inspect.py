@@ -1,0 +1,224 @@
+"""Use cases ``inspect`` and ``list``: describe checkpoints as plain, JSON-ready dictionaries.
+
+The CLI renders these dictionaries for people (rich) or prints them as JSON; both show the
+same data.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+import numpy as np
+
+from statectl.backends.hdfs import files_for_version
+from statectl.backends.rocksdb import _chain_v1, list_version_files
+from statectl.checkpoint.model import (
+    HDFS,
+    PARTITIONS_CONF,
+    PROVIDER_CONF,
+    Checkpoint,
+    Operator,
+    store_dir,
+)
+from statectl.errors import StatectlError
+from statectl.io import FileIO
+from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
+
+SAMPLE_ROWS = 5
+
+
+def type_string(t: Any) -> str:
+    """A Spark JSON data type in Spark's DDL-like short form, e.g. struct<key:string,count:bigint>."""
+    if isinstance(t, str):
+        return {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}.get(t, t)
+    kind = t.get("type")
+    if kind == "struct":
+        return "struct<" + ",".join(f"{f['name']}:{type_string(f['type'])}" for f in t["fields"]) + ">"
+    if kind == "array":
+        return f"array<{type_string(t['elementType'])}>"
+    if kind == "map":
+        return f"map<{type_string(t['keyType'])},{type_string(t['valueType'])}>"
+    if kind == "udt":
+        return type_string(t.get("sqlType", "udt"))
+    return str(kind)
+
+
+def schema_string(schema_json: str) -> str:
+    return type_string(json.loads(schema_json))
+
+
+def _store_row_counts(ckpt: Checkpoint, op: Operator, batch: int, enc: StoreEncoding) -> dict[str, int]:
+    """Live entries per store (or per column family), summed over partitions."""
+    counts: dict[str, int] = {}
+    for p in range(op.num_partitions):
+        for store in op.store_names:
+            raw = load_raw(ckpt, op, store, p, batch, enc)
+            if op.uses_column_families:
+                if len(raw.keys) == 0:
+                    continue
+                ids = read_le_int(raw.keys, 0, 2)
+                by_id = {v: k for k, v in raw.cf_ids.items()}
+                uniq, n = np.unique(ids, return_counts=True)
+                for cf_id, c in zip(uniq.tolist(), n.tolist(), strict=True):
+                    name = by_id.get(cf_id, f"cf#{cf_id}")
+                    counts[name] = counts.get(name, 0) + c
+            else:
+                counts[store] = counts.get(store, 0) + len(raw)
+    return counts
+
+
+def describe_operator(ckpt: Checkpoint, op: Operator, batch: int, *, rows: bool = True) -> dict[str, Any]:
+    enc = StoreEncoding.of(ckpt, batch)
+    counts = _store_row_counts(ckpt, op, batch, enc) if rows else {}
+    stores = []
+    for s in op.schemas:
+        entry: dict[str, Any] = {
+            "name": s.name,
+            "key_schema": schema_string(s.key_schema),
+            "value_schema": schema_string(s.value_schema),
+            "rows": counts.get(s.name, 0) if rows else None,
+        }
+        if op.uses_column_families:
+            entry["kind"] = (
+                "internal" if s.name.startswith("$") else state_variable_type(op, s.name)
+            )
+        if s.key_encoder_spec:
+            entry["key_encoder"] = s.key_encoder_spec.get("keyStateEncoderType")
+        stores.append(entry)
+    return {
+        "id": op.operator_id,
+        "name": op.name,
+        "partitions": op.num_partitions,
+        "metadata_version": op.metadata_version,
+        "stores": stores,
+        "properties": op.properties,
+        "bytes": ckpt.io.du(ckpt.path("state", str(op.operator_id))),
+    }
+
+
+def inspect_checkpoint(ckpt: Checkpoint, batch: int | None = None, *, rows: bool = True) -> dict[str, Any]:
+    b = ckpt.resolve_batch(batch)
+    off = ckpt.offsets(b)
+    commit = ckpt.commit(b)
+    confs = dict(sorted(off.conf.items()))
+    return {
+        "kind": "checkpoint",
+        "path": ckpt.url(),
+        "query_id": ckpt.query_id,
+        "batch": b,
+        "latest_committed_batch": ckpt.latest_committed_batch,
+        "offset_batches": _span(ckpt.offset_batches),
+        "commit_batches": _span(ckpt.commit_batches),
+        "uncommitted_batches": ckpt.uncommitted_batches,
+        "batch_timestamp_ms": off.batch_timestamp_ms,
+        "batch_watermark_ms": off.batch_watermark_ms,
+        "next_batch_watermark_ms": commit.next_batch_watermark_ms,
+        "backend": ckpt.backend(b),
+        "partitions": ckpt.num_partitions(b),
+        "checkpoint_format_version": ckpt.checkpoint_format_version(b),
+        "offset_log_version": off.version,
+        "commit_log_version": commit.version,
+        "source_offsets": {k: _maybe_json(v) for k, v in off.offsets.items()},
+        "pinned_confs": confs,
+        "operators": [describe_operator(ckpt, op, b, rows=rows) for op in ckpt.operators(b)],
+    }
+
+
+def _span(ids: list[int]) -> dict[str, int] | None:
+    return {"first": ids[0], "last": ids[-1], "count": len(ids)} if ids else None
+
+
+def _maybe_json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+# -- list ----------------------------------------------------------------------------------
+def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
+    """Directories under ``root`` that look like checkpoints (they hold ``offsets/``)."""
+    found: list[str] = []
+
+    def visit(path: str, depth: int) -> None:
+        entries = io.list_dir(path)
+        names = {e.name for e in entries if e.is_dir}
+        if "offsets" in names or "commits" in names:
+            found.append(path)
+            return
+        if depth >= max_depth:
+            return
+        for e in entries:
+            if e.is_dir and not e.name.startswith((".", "_")):
+                visit(e.path, depth + 1)
+
+    visit(root, 0)
+    return found
+
+
+def store_health(ckpt: Checkpoint, op: Operator, batch: int) -> list[str]:
+    """Problems that would stop Spark from loading the state of ``batch`` (files only, no decode)."""
+    problems = []
+    backend = ckpt.backend(batch)
+    for p in range(op.num_partitions):
+        for store in op.store_names:
+            d = store_dir(ckpt, op.operator_id, p, store)
+            try:
+                if backend == HDFS:
+                    files_for_version(ckpt.io, d, batch + 1)
+                elif ckpt.checkpoint_format_version(batch) == 1:
+                    base, _ = _chain_v1(list_version_files(ckpt.io, d), batch + 1, d)
+                    if base is None and op.uses_column_families and batch >= 0:
+                        problems.append(f"{d}: no snapshot zip for a column-family store")
+            except StatectlError as e:
+                problems.append(str(e))
+    return problems
+
+
+def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
+    """One line of ``statectl list``: never raises for a damaged checkpoint, reports it."""
+    entry: dict[str, Any] = {"kind": "checkpoint", "path": ckpt.url(), "problems": []}
+    try:
+        entry["query_id"] = ckpt.query_id
+        entry["latest_committed_batch"] = ckpt.latest_committed_batch
+        if ckpt.uncommitted_batches:
+            entry["problems"].append(
+                f"uncommitted batch {ckpt.uncommitted_batches[-1]} (Spark re-runs it on restart)"
+            )
+        b = ckpt.latest_committed_batch
+        if b is None:
+            entry["problems"].append("no committed batch")
+        else:
+            off = ckpt.offsets(b)
+            entry["backend"] = ckpt.backend(b)
+            entry["partitions"] = int(off.conf.get(PARTITIONS_CONF, 0)) or None
+            entry["provider"] = off.conf.get(PROVIDER_CONF)
+            ops = ckpt.operators(b)
+            entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
+            for op in ops:
+                entry["problems"].extend(store_health(ckpt, op, b))
+    except StatectlError as e:
+        entry["problems"].append(str(e))
+    entry["bytes"] = ckpt.io.du(ckpt.root)
+    entry["health"] = "ok" if not entry["problems"] else "damaged"
+    if entry["problems"] and all(p.startswith("uncommitted") for p in entry["problems"]):
+        entry["health"] = "uncommitted"
+    return entry
+
+
+def list_dir(url: str) -> list[dict[str, Any]]:
+    io, root = FileIO.for_url(url)
+    if not io.is_dir(root):
+        raise StatectlError("no such directory", root)
+    out = []
+    for path in find_checkpoints(io, root):
+        try:
+            out.append(summarize_checkpoint(Checkpoint(io, path)))
+        except StatectlError as e:
+            out.append({"kind": "checkpoint", "path": io.url(path), "health": "damaged",
+                        "problems": [str(e)], "bytes": io.du(path)})
+    return sorted(out, key=lambda e: posixpath.basename(e["path"]))

@@ -1,0 +1,111 @@
+"""Shared fixtures: the bundled checkpoints, one session-scoped SparkSession, and comparisons."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import pathlib
+import shutil
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "checkpoints"
+MANIFEST = ROOT / "fixtures" / "manifest.json"
+
+
+def load_manifest() -> list[dict[str, Any]]:
+    if not MANIFEST.exists():
+        return []
+    data = json.loads(MANIFEST.read_text())
+    return data["fixtures"] if isinstance(data, dict) else data
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] SparkSession shared by every Spark test (JVM start is ~10 s)."""
+    pyspark = pytest.importorskip("pyspark")
+    del pyspark
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", shutil.which("python") or "python")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("statectl-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def fixture_copy(tmp_path):
+    """Copy a bundled checkpoint into a temp dir (tests never touch the committed files)."""
+
+    def copy(name: str) -> pathlib.Path:
+        dst = tmp_path / name
+        shutil.copytree(FIXTURES / name, dst)
+        return dst
+
+    return copy
+
+
+# -- comparing our Arrow tables with Spark rows, by position (duplicate field names exist) ----
+def normalize(v: Any) -> Any:
+    if isinstance(v, float) and v != v:
+        return "NaN"
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return v.isoformat()
+    if isinstance(v, (dt.date, decimal.Decimal)):
+        return str(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    if isinstance(v, dict):
+        return tuple(sorted((normalize(k), normalize(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(normalize(x) for x in v)
+    return v
+
+
+def arrow_rows(table: pa.Table) -> list[tuple]:
+    """Rows as nested tuples by field position, so duplicate struct field names survive."""
+
+    def column_values(arr: pa.Array) -> list[Any]:
+        if pa.types.is_struct(arr.type):
+            children = [column_values(arr.field(i)) for i in range(arr.type.num_fields)]
+            valid = arr.is_valid().to_pylist()
+            return [
+                tuple(c[i] for c in children) if valid[i] else None for i in range(len(arr))
+            ]
+        if pa.types.is_map(arr.type):
+            return [None if m is None else dict(m) for m in arr.to_pylist()]
+        return arr.to_pylist()
+
+    cols = [column_values(c.combine_chunks()) for c in table.columns]
+    return sorted((normalize(tuple(r)) for r in zip(*cols, strict=True)), key=repr)
+
+
+def spark_rows(df) -> list[tuple]:
+    def conv(v: Any) -> Any:
+        from pyspark.sql import Row
+
+        if isinstance(v, Row):
+            return tuple(conv(x) for x in v)
+        if isinstance(v, list):
+            return [conv(x) for x in v]
+        if isinstance(v, dict):
+            return {conv(k): conv(x) for k, x in v.items()}
+        return v
+
+    return sorted((normalize(conv(r)) for r in df.collect()), key=repr)
