@@ -221,26 +221,50 @@ def _cf_entries(raw: RawState, name: str, path: str) -> tuple[pa.Array, pa.Array
     return slice_bytes(pc.filter(raw.keys, mask), 2), pc.filter(raw.values, mask)
 
 
-def split_list_values(values: pa.Array, delimiter: bytes, path: str) -> tuple[np.ndarray, pa.LargeBinaryArray]:
-    """Split merged list values into elements: (owner index per element, element bytes)."""
+def _split_list_blob(blob: bytes, path: str) -> list[bytes]:
+    """Elements of one merged list value: ``int32 LE n, n bytes`` each, optionally ``,``-separated.
+
+    Spark joins merge operands with "," (mergeOperatorVersion 1) or nothing (2), and the RocksDB
+    binding we read snapshots with joins unmerged operands with ",". A comma is therefore skipped
+    between elements; when an element length could itself start with 0x2C (Avro rows; UnsafeRow
+    element lengths are always 1 mod 8 and cannot), both readings are tried.
+    """
+
+    def parse(pos: int) -> list[bytes] | None:
+        out: list[bytes] = []
+        while pos < len(blob):
+            if pos + 4 > len(blob):
+                return None
+            n = int.from_bytes(blob[pos : pos + 4], "little", signed=True)
+            if n < 0 or pos + 4 + n > len(blob):
+                return None
+            out.append(blob[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+            if pos < len(blob) and blob[pos] == 0x2C:
+                rest = parse(pos + 1)
+                if rest is not None:
+                    return out + rest
+        return out
+
+    elements = parse(0)
+    if elements is None:
+        raise StatectlError("list-state value does not split into length-prefixed elements", path)
+    return elements
+
+
+def split_list_values(values: pa.Array, path: str) -> tuple[np.ndarray, pa.LargeBinaryArray]:
+    """Split merged list values into elements: (owner index per element, element bytes).
+
+    A Python loop over keys: list state is the one shape whose row count is not the key count.
+    """
     owners: list[int] = []
     elements: list[bytes] = []
-    dlen = len(delimiter)
     for i, blob in enumerate(values.to_pylist()):
         if blob is None:
             continue
-        pos = 0
-        while pos < len(blob):
-            if pos + 4 > len(blob):
-                raise StatectlError("truncated list-state value", path)
-            n = int.from_bytes(blob[pos : pos + 4], "little", signed=True)
-            if n < 0 or pos + 4 + n > len(blob):
-                raise StatectlError(f"invalid list element length {n}", path)
-            elements.append(blob[pos + 4 : pos + 4 + n])
-            owners.append(i)
-            pos += 4 + n
-            if dlen and blob[pos : pos + dlen] == delimiter:
-                pos += dlen
+        parts = _split_list_blob(blob, path)
+        elements.extend(parts)
+        owners.extend([i] * len(parts))
     return np.array(owners, dtype=np.int64), pa.array(elements, type=pa.large_binary())
 
 
@@ -263,9 +287,9 @@ def read_partition(
         kind = state_variable_type(op, name)
         k = decode_key(keys, desc, enc, where)
         if kind == "ListState":
-            owners, elems = split_list_values(values, enc.merge_delimiter, where)
+            owners, elems = split_list_values(values, where)
             v = decode_rows(elems, desc.value_schema, enc, where)
-            return _table(k.take(pa.array(owners)), "value", v, partition)
+            return _table(k.take(pa.array(owners)), "list_element", v, partition)
         v = decode_rows(values, desc.value_schema, enc, where)
         if kind == "MapState":
             return pa.Table.from_arrays(
@@ -285,7 +309,15 @@ def read_partition(
         join_key = pa.StructArray.from_arrays(
             [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
         )
-        return _table(join_key, "value", t.column("value").combine_chunks(), partition)
+        value = t.column("value").combine_chunks()
+        # Join state format 2 appends `matched` to the buffered row; a join side hides it.
+        m = value.type.num_fields
+        if m and value.type.field(m - 1).name == "matched" and pa.types.is_boolean(value.type.field(m - 1).type):
+            value = pa.StructArray.from_arrays(
+                [value.field(i) for i in range(m - 1)], fields=[value.type.field(i) for i in range(m - 1)],
+                mask=value.is_null(),
+            )
+        return _table(join_key, "value", value, partition)
     store = sel.store or "default"
     if store not in op.store_names:
         raise StatectlError(

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from statectl.checkpoint.javaio import DataReader, DataWriter
+from statectl.codecs.javaio import DataReader, DataWriter
 from statectl.checkpoint.logs import parse_version_line
 from statectl.errors import CorruptFileError
 

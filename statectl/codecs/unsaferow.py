@@ -1,0 +1,249 @@
+"""Spark's UnsafeRow (and UnsafeArrayData / UnsafeMapData) decoded to Arrow, column by column.
+
+Layout (all little-endian): a null bitset of ceil(n/64) 8-byte words, one 8-byte slot per field,
+then a variable-length region. Fixed-width values live in their slot; variable-length ones
+(string, binary, decimal with precision > 18, struct, array, map, interval) store
+``offset << 32 | size`` with the offset relative to the start of the enclosing row or array.
+
+Every function here works on all rows at once: positions are numpy int64 arrays into one uint8
+buffer, so the cost is a handful of numpy operations per field, not per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from statectl.codecs.sparktypes import (
+    atomic_name,
+    decimal_of,
+    is_interval_dt,
+    is_interval_ym,
+    parse_schema,
+    to_arrow_field,
+    to_arrow_type,
+)
+from statectl.errors import CorruptFileError, UnsupportedError
+
+_FIXED = {
+    "boolean": (1, np.bool_),
+    "byte": (1, np.int8),
+    "short": (2, np.dtype("<i2")),
+    "integer": (4, np.dtype("<i4")),
+    "date": (4, np.dtype("<i4")),
+    "float": (4, np.dtype("<f4")),
+    "long": (8, np.dtype("<i8")),
+    "timestamp": (8, np.dtype("<i8")),
+    "timestamp_ntz": (8, np.dtype("<i8")),
+    "double": (8, np.dtype("<f8")),
+}
+
+
+class _Buf:
+    """The byte buffer plus bounds-safe gathers (invalid rows point at harmless positions)."""
+
+    def __init__(self, data: np.ndarray, path: str | None) -> None:
+        # 16 zero bytes of padding so clipped reads of null rows never fall off the end.
+        self.data = np.concatenate([data, np.zeros(16, np.uint8)])
+        self.size = len(data)
+        self.path = path
+
+    def read(self, pos: np.ndarray, width: int, dtype: Any, valid: np.ndarray) -> np.ndarray:
+        if len(pos) == 0:
+            return np.zeros(0, dtype=dtype)
+        bad = valid & ((pos < 0) | (pos + width > self.size))
+        if bad.any():
+            raise CorruptFileError(
+                f"row data points outside its buffer (at byte {int(pos[bad][0])}); the state file is corrupt",
+                self.path,
+            )
+        safe = np.where(valid, pos, 0)
+        cols = self.data[safe[:, None] + np.arange(width)]
+        return np.ascontiguousarray(cols).view(dtype).reshape(-1)
+
+    def gather(self, starts: np.ndarray, sizes: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(int64 offsets, bytes) of the ranges of the valid rows; invalid rows are empty."""
+        sizes = np.where(valid, sizes, 0)
+        bad = valid & ((starts < 0) | (sizes < 0) | (starts + sizes > self.size))
+        if bad.any():
+            raise CorruptFileError("a variable-length value points outside its row; the state file is corrupt", self.path)
+        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        total = int(offsets[-1])
+        if total == 0:
+            return offsets, np.zeros(0, np.uint8)
+        idx = np.repeat(starts - offsets[:-1], sizes) + np.arange(total, dtype=np.int64)
+        return offsets, self.data[idx]
+
+
+def _validity(valid: np.ndarray) -> pa.Buffer | None:
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _null_bit(buf: _Buf, bitset_start: np.ndarray, index: np.ndarray | int, valid: np.ndarray) -> np.ndarray:
+    byte = buf.read(bitset_start + (np.asarray(index) >> 3), 1, np.uint8, valid)
+    return ((byte >> (np.asarray(index) & 7)) & 1).astype(bool)
+
+
+def _decimal_from_int64(values: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
+    words = np.empty((len(values), 2), dtype=np.int64)
+    words[:, 0] = values
+    words[:, 1] = values >> 63
+    return pa.Array.from_buffers(t, len(values), [_validity(valid), pa.py_buffer(words)])
+
+
+def _decimal_from_bytes(buf: _Buf, starts: np.ndarray, sizes: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
+    """BigInteger.toByteArray (big-endian two's complement, <= 16 bytes) -> decimal128."""
+    n = len(starts)
+    sizes = np.where(valid, sizes, 0)
+    if np.any(sizes > 16):
+        raise CorruptFileError("decimal value longer than 16 bytes", buf.path)
+    first = buf.read(starts, 1, np.uint8, valid & (sizes > 0))
+    negative = valid & (sizes > 0) & (first >= 0x80)
+    be = np.where(negative[:, None], np.uint8(0xFF), np.uint8(0)).astype(np.uint8).repeat(16, axis=1)
+    for j in range(16):
+        have = valid & (j >= 16 - sizes)
+        if have.any():
+            col = buf.read(starts + sizes - 16 + j, 1, np.uint8, have)
+            be[have, j] = col[have]
+    le = np.ascontiguousarray(be[:, ::-1])
+    return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(le)])
+
+
+def _decode_value(buf: _Buf, slot: np.ndarray, rel_base: np.ndarray, t: Any, valid: np.ndarray) -> pa.Array:
+    """Values of Spark type ``t`` whose slots (or array elements) start at ``slot``."""
+    n = len(slot)
+    arrow_t = to_arrow_type(t)
+    dec = decimal_of(t)
+    name = atomic_name(t)
+    if name == "void":
+        return pa.nulls(n)
+    if dec and dec[0] <= 18:
+        return _decimal_from_int64(buf.read(slot, 8, np.dtype("<i8"), valid), valid, arrow_t)
+    if name in _FIXED or (name is not None and is_interval_ym(name)):
+        width, dtype = _FIXED.get(name, (4, np.dtype("<i4")))
+        values = buf.read(slot, width, dtype, valid)
+        if name in ("date", "timestamp", "timestamp_ntz") or is_interval_ym(name):
+            return pa.Array.from_buffers(arrow_t, n, [_validity(valid), pa.py_buffer(np.ascontiguousarray(values))])
+        return pa.array(values, type=arrow_t, mask=~valid if not valid.all() else None)
+    if name is not None and is_interval_dt(name):
+        values = buf.read(slot, 8, np.dtype("<i8"), valid)
+        return pa.Array.from_buffers(arrow_t, n, [_validity(valid), pa.py_buffer(values)])
+    # Variable-length: offset/size in the slot, offset relative to the enclosing row/array.
+    word = buf.read(slot, 8, np.dtype("<i8"), valid)
+    start = rel_base + (word >> 32)
+    size = word & 0xFFFFFFFF
+    if dec:
+        return _decimal_from_bytes(buf, start, size, valid, arrow_t)
+    if name in ("string", "binary"):
+        offsets, data = buf.gather(start, size, valid)
+        large = pa.large_string() if name == "string" else pa.large_binary()
+        arr = pa.Array.from_buffers(large, n, [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
+        try:
+            return arr.cast(arrow_t)
+        except pa.ArrowInvalid as e:
+            raise CorruptFileError(f"invalid string data in state row ({e})", buf.path) from None
+    if name == "calendarinterval":
+        months = buf.read(start, 4, np.dtype("<i4"), valid)
+        days = buf.read(start + 4, 4, np.dtype("<i4"), valid)
+        micros = buf.read(start + 8, 8, np.dtype("<i8"), valid)
+        return pa.StructArray.from_arrays(
+            [pa.array(months), pa.array(days), pa.array(micros)],
+            fields=list(arrow_t), mask=pa.array(~valid) if not valid.all() else None,
+        )
+    if name is not None:
+        raise UnsupportedError(f"Spark type {t!r} is not supported in state by statectl", buf.path)
+    kind = t.get("type")
+    if kind == "udt":
+        return _decode_value(buf, slot, rel_base, t["sqlType"], valid)
+    if kind == "struct":
+        return _decode_struct(buf, start, t["fields"], valid)
+    if kind == "array":
+        return _decode_array(buf, start, t["elementType"], valid)
+    if kind == "map":
+        key_bytes = buf.read(start, 8, np.dtype("<i8"), valid)
+        keys = _decode_array(buf, start + 8, t["keyType"], valid)
+        items = _decode_array(buf, start + 16 + key_bytes, t["valueType"], valid)
+        if not np.array_equal(np.asarray(keys.offsets), np.asarray(items.offsets)):
+            raise CorruptFileError("map with different key and value counts", buf.path)
+        return pa.MapArray.from_arrays(
+            keys.offsets, keys.flatten(), items.flatten(), type=arrow_t,
+            mask=pa.array(~valid) if not valid.all() else None,
+        )
+    raise UnsupportedError(f"Spark type {kind!r} is not supported in state by statectl", buf.path)
+
+
+def _element_size(t: Any) -> int:
+    name = atomic_name(t)
+    if name in ("boolean", "byte"):
+        return 1
+    if name == "short":
+        return 2
+    if name in ("integer", "float", "date") or (name is not None and is_interval_ym(name)):
+        return 4
+    return 8
+
+
+def _decode_array(buf: _Buf, start: np.ndarray, elem: Any, valid: np.ndarray) -> pa.ListArray:
+    counts = np.where(valid, buf.read(start, 8, np.dtype("<i8"), valid), 0)
+    if np.any(counts < 0) or np.any(counts > buf.size):
+        raise CorruptFileError("array with an invalid element count", buf.path)
+    header = 8 + ((counts + 63) // 64) * 8
+    esize = _element_size(elem)
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    total = int(offsets[-1])
+    owner = np.repeat(np.arange(len(counts)), counts)
+    j = np.arange(total, dtype=np.int64) - offsets[:-1][owner]
+    arr_start = start[owner]
+    all_valid = np.ones(total, dtype=bool)
+    null = _null_bit(buf, arr_start + 8, j, all_valid)
+    slots = arr_start + header[owner] + j * esize
+    values = _decode_value(buf, slots, arr_start, elem, ~null)
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), values,
+        type=pa.list_(pa.field("element", to_arrow_type(elem), True)),
+        mask=pa.array(~valid) if not valid.all() else None,
+    )
+
+
+def _decode_struct(buf: _Buf, base: np.ndarray, fields: list[dict], valid: np.ndarray) -> pa.StructArray:
+    bitset_width = ((len(fields) + 63) // 64) * 8
+    children = []
+    for i, f in enumerate(fields):
+        is_null = _null_bit(buf, base, i, valid)
+        child_valid = valid & ~is_null
+        children.append(_decode_value(buf, base + bitset_width + 8 * i, base, f["type"], child_valid))
+    arrow_fields = [to_arrow_field(f) for f in fields]
+    if not fields:
+        return pa.StructArray.from_arrays([], fields=[], mask=pa.array(~valid)) if len(base) else pa.array([], pa.struct([]))
+    return pa.StructArray.from_arrays(
+        children, fields=arrow_fields, mask=pa.array(~valid) if not valid.all() else None
+    )
+
+
+def decode_unsafe_rows(rows: pa.Array, schema: str | dict, path: str | None = None) -> pa.StructArray:
+    """One UnsafeRow per element of ``rows`` (a null element gives a null struct)."""
+    struct = parse_schema(schema)
+    if rows.type != pa.large_binary():
+        rows = rows.cast(pa.large_binary())
+    n = len(rows)
+    validity, off_buf, data_buf = rows.buffers()
+    offsets = np.frombuffer(off_buf, dtype=np.int64)[rows.offset : rows.offset + n + 1]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    valid = np.asarray(rows.is_valid().to_numpy(zero_copy_only=False), dtype=bool) if validity is not None else np.ones(n, bool)
+    fields = struct["fields"]
+    need = ((len(fields) + 63) // 64) * 8 + 8 * len(fields)
+    lengths = np.diff(offsets)
+    short = valid & (lengths < need)
+    if short.any():
+        i = int(np.nonzero(short)[0][0])
+        raise CorruptFileError(
+            f"state row {i} has {int(lengths[i])} bytes, the schema needs at least {need}: "
+            "the schema does not match the data (or the file is corrupt)",
+            path,
+        )
+    buf = _Buf(data, path)
+    return _decode_struct(buf, offsets[:-1].copy(), fields, valid)
