@@ -89,7 +89,7 @@ def spark_in_process(ckpts: dict[str, Path], work: Path) -> dict[str, float]:
     line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
     import json
 
-    return json.loads(line[len("RESULT"):])
+    return json.loads(line[len("RESULT") :])
 
 
 def spark_cold(ck: Path, dst: Path) -> float:
@@ -130,8 +130,17 @@ def main() -> None:
         cold = spark_cold(ck, work / f"spark-cold-{backend}")
         rows.append((backend, n, e2e, read_s, cold, warm[backend]))
 
-    header = ("backend", "rows", "statectl e2e s", "statectl read s", "read rows/s",
-              "spark e2e s (JVM start)", "spark s (warm JVM)", "speed-up e2e", "speed-up warm")
+    header = (
+        "backend",
+        "rows",
+        "statectl e2e s",
+        "statectl read s",
+        "read rows/s",
+        "spark e2e s (JVM start)",
+        "spark s (warm JVM)",
+        "speed-up e2e",
+        "speed-up warm",
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for backend, n, e2e, read_s, cold, warm_s in rows:

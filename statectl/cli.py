@@ -85,18 +85,26 @@ def list_(
 @app.command()
 def export(
     path: Annotated[str, typer.Argument(help="Checkpoint directory (local path or URL).")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output file: .parquet, .jsonl or .csv.")],
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="Output file: .parquet, .jsonl or .csv.")
+    ],
     operator: Annotated[int, typer.Option("--operator", help="Stateful operator id.")] = 0,
-    store: Annotated[str | None, typer.Option("--store", help="Store name (statestore storeName).")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Store name (statestore storeName).")
+    ] = None,
     join_side: Annotated[
         str | None, typer.Option("--join-side", help="left or right: a stream-stream join side.")
     ] = None,
     state_var: Annotated[
         str | None, typer.Option("--state-var", help="transformWithState variable name.")
     ] = None,
-    timers: Annotated[bool, typer.Option("--timers", help="Read transformWithState timers.")] = False,
+    timers: Annotated[
+        bool, typer.Option("--timers", help="Read transformWithState timers.")
+    ] = False,
     batch: BatchOpt = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output file.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing output file.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""

@@ -46,13 +46,41 @@ def dedupe_field_names(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _retype(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """The same data under a type that differs only in struct field names."""
+    if arr.type == t:
+        return arr
+    if pa.types.is_struct(t):
+        children = [_retype(arr.field(i), t.field(i).type) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(
+            children, fields=list(t), mask=arr.is_null() if arr.null_count else None
+        )
+    if pa.types.is_list(t):
+        return pa.ListArray.from_arrays(
+            arr.offsets,
+            _retype(arr.values, t.value_type),
+            type=t,
+            mask=arr.is_null() if arr.null_count else None,
+        )
+    if pa.types.is_map(t):
+        return pa.MapArray.from_arrays(
+            arr.offsets,
+            _retype(arr.keys, t.key_type),
+            _retype(arr.items, t.item_type),
+            type=t,
+            mask=arr.is_null() if arr.null_count else None,
+        )
+    return arr
+
+
 def exportable(table: pa.Table) -> pa.Table:
+    """Rename repeated struct field names so Parquet (and Arrow's writers) accept the table."""
     schema = pa.schema(
         [pa.field(f.name, dedupe_field_names(f.type), f.nullable, f.metadata) for f in table.schema]
     )
     if schema.equals(table.schema):
         return table
-    cols = [c.combine_chunks().view(f.type) if c.type != f.type else c for c, f in zip(table.columns, schema, strict=True)]
+    cols = [_retype(c.combine_chunks(), f.type) for c, f in zip(table.columns, schema, strict=True)]
     return pa.Table.from_arrays(cols, schema=schema)
 
 
@@ -82,7 +110,10 @@ def encode_table(table: pa.Table, fmt: str) -> bytes:
         for name in nested:
             idx = flat.schema.get_field_index(name)
             as_text = pa.array(
-                [None if v is None else json.dumps(v, default=_json_default) for v in flat.column(name).to_pylist()],
+                [
+                    None if v is None else json.dumps(v, default=_json_default)
+                    for v in flat.column(name).to_pylist()
+                ],
                 pa.string(),
             )
             flat = flat.set_column(idx, name, as_text)
@@ -94,17 +125,31 @@ def encode_table(table: pa.Table, fmt: str) -> bytes:
 
 def format_of(path: str) -> str:
     lower = path.lower()
-    for suffix, fmt in ((".parquet", "parquet"), (".pq", "parquet"), (".jsonl", "jsonl"),
-                        (".json", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv")):
+    for suffix, fmt in (
+        (".parquet", "parquet"),
+        (".pq", "parquet"),
+        (".jsonl", "jsonl"),
+        (".json", "jsonl"),
+        (".ndjson", "jsonl"),
+        (".csv", "csv"),
+    ):
         if lower.endswith(suffix):
             return fmt
-    raise StatectlError(f"cannot tell the output format from {path!r}; end it in .parquet, .jsonl or .csv")
+    raise StatectlError(
+        f"cannot tell the output format from {path!r}; end it in .parquet, .jsonl or .csv"
+    )
 
 
-def export_state(source: Checkpoint, sel: Selection, out_url: str, overwrite: bool = False) -> dict[str, Any]:
+def export_state(
+    source: Checkpoint, sel: Selection, out_url: str, overwrite: bool = False
+) -> dict[str, Any]:
     fmt = format_of(out_url)
     table = read_state(source, sel)
     io, out = FileIO.for_url(out_url)
     io.write_atomic(out, encode_table(table, fmt), overwrite=overwrite)
-    return {"path": io.url(out), "format": fmt, "rows": table.num_rows,
-            "columns": [f.name for f in table.schema]}
+    return {
+        "path": io.url(out),
+        "format": fmt,
+        "rows": table.num_rows,
+        "columns": [f.name for f in table.schema],
+    }

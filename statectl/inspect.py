@@ -32,10 +32,14 @@ SAMPLE_ROWS = 5
 def type_string(t: Any) -> str:
     """A Spark JSON data type in Spark's DDL-like short form, e.g. struct<key:string,count:bigint>."""
     if isinstance(t, str):
-        return {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}.get(t, t)
+        return {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}.get(
+            t, t
+        )
     kind = t.get("type")
     if kind == "struct":
-        return "struct<" + ",".join(f"{f['name']}:{type_string(f['type'])}" for f in t["fields"]) + ">"
+        return (
+            "struct<" + ",".join(f"{f['name']}:{type_string(f['type'])}" for f in t["fields"]) + ">"
+        )
     if kind == "array":
         return f"array<{type_string(t['elementType'])}>"
     if kind == "map":
@@ -49,7 +53,9 @@ def schema_string(schema_json: str) -> str:
     return type_string(json.loads(schema_json))
 
 
-def _store_row_counts(ckpt: Checkpoint, op: Operator, batch: int, enc: StoreEncoding) -> dict[str, int]:
+def _store_row_counts(
+    ckpt: Checkpoint, op: Operator, batch: int, enc: StoreEncoding
+) -> dict[str, int]:
     """Live entries per store (or per column family), summed over partitions."""
     counts: dict[str, int] = {}
     for p in range(op.num_partitions):
@@ -69,7 +75,9 @@ def _store_row_counts(ckpt: Checkpoint, op: Operator, batch: int, enc: StoreEnco
     return counts
 
 
-def describe_operator(ckpt: Checkpoint, op: Operator, batch: int, *, rows: bool = True) -> dict[str, Any]:
+def describe_operator(
+    ckpt: Checkpoint, op: Operator, batch: int, *, rows: bool = True
+) -> dict[str, Any]:
     enc = StoreEncoding.of(ckpt, batch)
     counts = _store_row_counts(ckpt, op, batch, enc) if rows else {}
     stores = []
@@ -98,7 +106,9 @@ def describe_operator(ckpt: Checkpoint, op: Operator, batch: int, *, rows: bool 
     }
 
 
-def inspect_checkpoint(ckpt: Checkpoint, batch: int | None = None, *, rows: bool = True) -> dict[str, Any]:
+def inspect_checkpoint(
+    ckpt: Checkpoint, batch: int | None = None, *, rows: bool = True
+) -> dict[str, Any]:
     b = ckpt.resolve_batch(batch)
     off = ckpt.offsets(b)
     commit = ckpt.commit(b)
@@ -219,6 +229,13 @@ def list_dir(url: str) -> list[dict[str, Any]]:
         try:
             out.append(summarize_checkpoint(Checkpoint(io, path)))
         except StatectlError as e:
-            out.append({"kind": "checkpoint", "path": io.url(path), "health": "damaged",
-                        "problems": [str(e)], "bytes": io.du(path)})
+            out.append(
+                {
+                    "kind": "checkpoint",
+                    "path": io.url(path),
+                    "health": "damaged",
+                    "problems": [str(e)],
+                    "bytes": io.du(path),
+                }
+            )
     return sorted(out, key=lambda e: posixpath.basename(e["path"]))

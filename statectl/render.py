@@ -36,10 +36,16 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
         ("batch", f"{info['batch']} (latest committed: {info.get('latest_committed_batch')})"),
         ("uncommitted", ", ".join(map(str, info.get("uncommitted_batches") or [])) or "none"),
         ("batch time", human_ms(info.get("batch_timestamp_ms"))),
-        ("watermark", f"batch {human_ms(info.get('batch_watermark_ms'))}, "
-                      f"next {human_ms(info.get('next_batch_watermark_ms'))}"),
-        ("backend", f"{info['backend']}, {info['partitions']} partitions, "
-                    f"checkpoint format v{info.get('checkpoint_format_version')}"),
+        (
+            "watermark",
+            f"batch {human_ms(info.get('batch_watermark_ms'))}, "
+            f"next {human_ms(info.get('next_batch_watermark_ms'))}",
+        ),
+        (
+            "backend",
+            f"{info['backend']}, {info['partitions']} partitions, "
+            f"checkpoint format v{info.get('checkpoint_format_version')}",
+        ),
     ]
     for source, offset in (info.get("source_offsets") or {}).items():
         rows.append((f"source {source}", str(offset)))
@@ -47,26 +53,32 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
         head.add_row(k, str(v))
     console.print(head)
     confs = Table(title="Pinned confs", show_header=False, title_justify="left")
+    confs.add_column(overflow="fold")
+    confs.add_column(overflow="fold")
     for k, v in (info.get("pinned_confs") or {}).items():
         confs.add_row(k, v)
     console.print(confs)
     for op in info.get("operators", []):
         t = Table(
             title=f"Operator {op['id']}: {op['name']} ({op['partitions']} partitions, "
-                  f"{human_bytes(op.get('bytes'))})",
+            f"{human_bytes(op.get('bytes'))})",
             title_justify="left",
         )
         t.add_column("store / variable")
         if any("kind" in s for s in op["stores"]):
             t.add_column("kind")
-        t.add_column("key schema")
-        t.add_column("value schema")
+        t.add_column("key schema", overflow="fold")
+        t.add_column("value schema", overflow="fold")
         t.add_column("rows", justify="right")
         for s in op["stores"]:
             cells = [s["name"]]
             if any("kind" in x for x in op["stores"]):
                 cells.append(s.get("kind", ""))
-            cells += [s["key_schema"], s["value_schema"], "-" if s["rows"] is None else str(s["rows"])]
+            cells += [
+                s["key_schema"],
+                s["value_schema"],
+                "-" if s["rows"] is None else str(s["rows"]),
+            ]
             t.add_row(*cells)
         console.print(t)
 
@@ -77,7 +89,7 @@ def render_list(console: Console, entries: list[dict[str, Any]]) -> None:
         return
     t = Table()
     for col in ("path", "backend", "batch", "operators", "size", "health"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for e in entries:
         health = e.get("health", "?")
         style = {"ok": "green", "uncommitted": "yellow"}.get(health, "red")

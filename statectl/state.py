@@ -8,6 +8,7 @@ state flattened, timers).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from statectl.checkpoint.model import (
     store_dir,
 )
 from statectl.codecs.compression import normalize_codec
-from statectl.codecs.sparktypes import parse_schema
+from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
 from statectl.codecs.unsaferow import decode_unsafe_rows
 from statectl.errors import StatectlError, UnsupportedError
 
@@ -94,8 +95,12 @@ def load_raw(
                 ckpt.path("commits", str(batch)),
             ) from None
     return read_rocksdb_store(
-        ckpt.io, directory, version, enc.codec,
-        unique_id=unique_id, merge_delimiter=enc.merge_delimiter,
+        ckpt.io,
+        directory,
+        version,
+        enc.codec,
+        unique_id=unique_id,
+        merge_delimiter=enc.merge_delimiter,
     )
 
 
@@ -105,11 +110,15 @@ def _parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
     _, off_buf, data_buf = arr.buffers()
     offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
     return data, offsets
 
 
-def slice_bytes(arr: pa.Array, start: int | np.ndarray, end: np.ndarray | None = None) -> pa.LargeBinaryArray:
+def slice_bytes(
+    arr: pa.Array, start: int | np.ndarray, end: np.ndarray | None = None
+) -> pa.LargeBinaryArray:
     """Element-wise ``b[start:end]`` (end defaults to the element's end)."""
     data, offsets = _parts(arr)
     begin = offsets[:-1] + start
@@ -137,14 +146,10 @@ def read_le_int(arr: pa.Array, at: int, width: int, signed: bool = True) -> np.n
 
 
 def _struct_fields(schema_json: str) -> list[dict]:
-    import json
-
     return json.loads(schema_json)["fields"]
 
 
 def _sub_schema(fields: list[dict]) -> str:
-    import json
-
     return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
 
 
@@ -157,7 +162,9 @@ def decode_rows(rows: pa.Array, schema_json: str, enc: StoreEncoding, path: str)
     return decode_unsafe_rows(slice_bytes(rows, 1), parse_schema(schema_json), path)
 
 
-def decode_key(keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path: str) -> pa.StructArray:
+def decode_key(
+    keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path: str
+) -> pa.StructArray:
     """RocksDB key bytes (prefix already stripped) -> the key struct."""
     spec = desc.key_encoder_spec.get("keyStateEncoderType", "NoPrefixKeyStateEncoderSpec")
     n_prefix = desc.num_cols_prefix_key
@@ -172,7 +179,9 @@ def decode_key(keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path:
             # The prefix part of an Avro prefix-scan key carries no schema id.
             from statectl.codecs.avro import decode_avro_rows
 
-            head = decode_avro_rows(slice_bytes(prefix, 1), parse_schema(_sub_schema(fields[:n_prefix])), path)
+            head = decode_avro_rows(
+                slice_bytes(prefix, 1), parse_schema(_sub_schema(fields[:n_prefix])), path
+            )
         else:
             head = decode_rows(prefix, _sub_schema(fields[:n_prefix]), enc, path)
         tail = decode_rows(rest, _sub_schema(fields[n_prefix:]), enc, path)
@@ -183,6 +192,15 @@ def decode_key(keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path:
     raise UnsupportedError(f"key encoder {spec} is not supported yet", path)
 
 
+def check_schema(desc: StoreDescription) -> None:
+    """Fail early, naming the schema file, on a type statectl cannot decode."""
+    for text in (desc.key_schema, desc.value_schema):
+        try:
+            to_arrow_schema(text)
+        except StatectlError as e:
+            raise UnsupportedError(str(e), desc.schema_file) from None
+
+
 # -- per-operator shapes -------------------------------------------------------------------
 def _table(key: pa.Array, value_name: str, value: pa.Array, partition: int) -> pa.Table:
     return pa.Table.from_arrays(
@@ -191,8 +209,11 @@ def _table(key: pa.Array, value_name: str, value: pa.Array, partition: int) -> p
     )
 
 
-def _kv_rows(raw: RawState, desc: StoreDescription, enc: StoreEncoding, partition: int, path: str) -> pa.Table:
+def _kv_rows(
+    raw: RawState, desc: StoreDescription, enc: StoreEncoding, partition: int, path: str
+) -> pa.Table:
     keys, values = raw.keys, raw.values
+    check_schema(desc)
     if enc.backend == HDFS:
         if enc.row_checksum:
             values = slice_bytes(values, 4)
@@ -283,6 +304,7 @@ def read_partition(
             return _table(k, "value", decode_rows(values, desc.value_schema, enc, where), partition)
         name = sel.state_var or sel.store or "default"
         desc = op.schema(name)
+        check_schema(desc)
         keys, values = _cf_entries(raw, name, where)
         kind = state_variable_type(op, name)
         k = decode_key(keys, desc, enc, where)
@@ -293,8 +315,12 @@ def read_partition(
         v = decode_rows(values, desc.value_schema, enc, where)
         if kind == "MapState":
             return pa.Table.from_arrays(
-                [k.field("key"), k.field("userKey"), v,
-                 pa.array(np.full(len(k), partition, dtype=np.int32))],
+                [
+                    k.field("key"),
+                    k.field("userKey"),
+                    v,
+                    pa.array(np.full(len(k), partition, dtype=np.int32)),
+                ],
                 names=["key", "user_map_key", "user_map_value", "partition_id"],
             )
         return _table(k, "value", v, partition)
@@ -312,9 +338,14 @@ def read_partition(
         value = t.column("value").combine_chunks()
         # Join state format 2 appends `matched` to the buffered row; a join side hides it.
         m = value.type.num_fields
-        if m and value.type.field(m - 1).name == "matched" and pa.types.is_boolean(value.type.field(m - 1).type):
+        if (
+            m
+            and value.type.field(m - 1).name == "matched"
+            and pa.types.is_boolean(value.type.field(m - 1).type)
+        ):
             value = pa.StructArray.from_arrays(
-                [value.field(i) for i in range(m - 1)], fields=[value.type.field(i) for i in range(m - 1)],
+                [value.field(i) for i in range(m - 1)],
+                fields=[value.type.field(i) for i in range(m - 1)],
                 mask=value.is_null(),
             )
         return _table(join_key, "value", value, partition)
@@ -323,7 +354,11 @@ def read_partition(
         raise StatectlError(
             f"operator {op.operator_id} ({op.name}) has no store {store!r}; "
             f"stores: {', '.join(op.store_names)}"
-            + ("; use --join-side left|right or --store NAME" if op.name == "symmetricHashJoin" else "")
+            + (
+                "; use --join-side left|right or --store NAME"
+                if op.name == "symmetricHashJoin"
+                else ""
+            )
         )
     raw = load_raw(ckpt, op, store, partition, batch, enc)
     return _kv_rows(raw, op.schema(store), enc, partition, where)

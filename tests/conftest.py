@@ -85,9 +85,7 @@ def arrow_rows(table: pa.Table) -> list[tuple]:
         if pa.types.is_struct(arr.type):
             children = [column_values(arr.field(i)) for i in range(arr.type.num_fields)]
             valid = arr.is_valid().to_pylist()
-            return [
-                tuple(c[i] for c in children) if valid[i] else None for i in range(len(arr))
-            ]
+            return [tuple(c[i] for c in children) if valid[i] else None for i in range(len(arr))]
         if pa.types.is_map(arr.type):
             return [None if m is None else dict(m) for m in arr.to_pylist()]
         return arr.to_pylist()

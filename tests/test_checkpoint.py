@@ -43,7 +43,11 @@ def test_uncommitted_last_batch_is_not_latest():
 
 
 def test_offset_log_versions():
-    v1 = parse_offset_seq('v1\n{"batchWatermarkMs":5,"batchTimestampMs":7,"conf":{"a":"b"}}\n{"logOffset":3}\n-', 3, "x")
+    v1 = parse_offset_seq(
+        'v1\n{"batchWatermarkMs":5,"batchTimestampMs":7,"conf":{"a":"b"}}\n{"logOffset":3}\n-',
+        3,
+        "x",
+    )
     assert v1.batch_watermark_ms == 5 and v1.conf == {"a": "b"}
     assert v1.offsets == {"0": '{"logOffset":3}', "1": None}
     v2 = parse_offset_seq('v2\n{"batchWatermarkMs":0,"batchTimestampMs":1}\nsrc1:{"x":1}', 0, "x")
@@ -55,7 +59,9 @@ def test_offset_log_versions():
 
 
 def test_commit_log_versions():
-    c = parse_commit('v2\n{"nextBatchWatermarkMs":9,"stateUniqueIds":{"0":[["u1"],["u2"]]}}', 1, "c")
+    c = parse_commit(
+        'v2\n{"nextBatchWatermarkMs":9,"stateUniqueIds":{"0":[["u1"],["u2"]]}}', 1, "c"
+    )
     assert c.next_batch_watermark_ms == 9 and c.state_unique_ids == {"0": [["u1"], ["u2"]]}
     assert parse_commit("v1", 0, "c").next_batch_watermark_ms == 0
     with pytest.raises(UnsupportedError):
@@ -68,9 +74,15 @@ def test_schema_files_round_trip():
     version, (cf,) = parse_schema_file(write_schema_file_v2(key, value), "s")
     assert version == 2 and (cf.key_schema, cf.value_schema) == (key, value)
     fams = [
-        ColumnFamilySchema("mp", key, value, 0, 0,
-                           {"keyStateEncoderType": "PrefixKeyScanStateEncoderSpec", "numColsPrefixKey": 1},
-                           value),
+        ColumnFamilySchema(
+            "mp",
+            key,
+            value,
+            0,
+            0,
+            {"keyStateEncoderType": "PrefixKeyScanStateEncoderSpec", "numColsPrefixKey": 1},
+            value,
+        ),
         ColumnFamilySchema("cnt", key, value),
     ]
     version, back = parse_schema_file(write_schema_file_v3(fams), "s")

@@ -73,7 +73,11 @@ def test_list_reports_a_missing_delta(fixture_copy):
 @pytest.mark.parametrize("ext", ["parquet", "jsonl", "csv"])
 def test_export_formats(tmp_path, ext):
     out = tmp_path / f"state.{ext}"
-    res = json.loads(run("export", str(FIXTURES / "agg-hdfs"), "--operator", "0", "-o", str(out), "--json").stdout)
+    res = json.loads(
+        run(
+            "export", str(FIXTURES / "agg-hdfs"), "--operator", "0", "-o", str(out), "--json"
+        ).stdout
+    )
     assert res["rows"] > 0 and out.exists()
     if ext == "parquet":
         assert pq.read_table(out).num_rows == res["rows"]
@@ -93,11 +97,15 @@ def test_export_refuses_to_overwrite(tmp_path):
 
 # -- bad input: one line naming the file, exit code 2, no traceback --------------------------
 def test_not_a_checkpoint(tmp_path):
-    assert_one_line_error(run("inspect", str(tmp_path), check_rc=None), str(tmp_path), "not a Spark")
+    assert_one_line_error(
+        run("inspect", str(tmp_path), check_rc=None), str(tmp_path), "not a Spark"
+    )
 
 
 def test_missing_path(tmp_path):
-    assert_one_line_error(run("inspect", str(tmp_path / "nope"), check_rc=None), "no such directory")
+    assert_one_line_error(
+        run("inspect", str(tmp_path / "nope"), check_rc=None), "no such directory"
+    )
 
 
 def test_missing_delta_file(fixture_copy):
@@ -148,7 +156,9 @@ def test_unsupported_type_in_schema(fixture_copy):
 
     p = ck / "state" / "0" / "0" / "_metadata" / "schema"
     _, (cf,) = parse_schema_file(p.read_bytes(), str(p))
-    p.write_bytes(write_schema_file_v2(cf.key_schema.replace('"string"', '"variant"'), cf.value_schema))
+    p.write_bytes(
+        write_schema_file_v2(cf.key_schema.replace('"string"', '"variant"'), cf.value_schema)
+    )
     proc = run("export", str(ck), "-o", str(ck.parent / "o.parquet"), check_rc=None)
     assert_one_line_error(proc, "variant")
 
@@ -156,6 +166,7 @@ def test_unsupported_type_in_schema(fixture_copy):
 def test_debug_shows_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "statectl.cli", "--debug", "inspect", str(tmp_path)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr

@@ -18,8 +18,12 @@ from statectl.state import Selection, read_state
 from tests.conftest import FIXTURES, arrow_rows, load_manifest, spark_rows
 
 READS = [
-    pytest.param(fx, read, id=f"{fx['name']}-op{read['operatorId']}-" + "-".join(
-        f"{v}" for k, v in sorted(read.get("options", {}).items()) if k != "operatorId") )
+    pytest.param(
+        fx,
+        read,
+        id=f"{fx['name']}-op{read['operatorId']}-"
+        + "-".join(f"{v}" for k, v in sorted(read.get("options", {}).items()) if k != "operatorId"),
+    )
     for fx in load_manifest()
     for read in fx.get("reads", [])
 ]

@@ -70,14 +70,20 @@ def test_cli_list_and_export_on_s3(bucket, s3_endpoint, tmp_path):
     env = {**os.environ, **s3_endpoint}
     out = subprocess.run(
         [sys.executable, "-m", "statectl.cli", "list", bucket, "--json"],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     entries = json.loads(out.stdout)
     assert sorted(e["path"].rsplit("/", 1)[-1] for e in entries) == ["agg-hdfs", "agg-rocksdb"]
     target = f"{bucket}/exports/agg.parquet"
     subprocess.run(
         [sys.executable, "-m", "statectl.cli", "export", f"{bucket}/agg-hdfs", "-o", target],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     import pyarrow.parquet as pq
     import s3fs

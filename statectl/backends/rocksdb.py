@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import io as _io
 import json
+import os
 import posixpath
 import re
-import os
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -64,7 +64,9 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as e:
-        raise CorruptFileError(f"invalid RocksDB checkpoint metadata JSON ({e.msg})", path) from None
+        raise CorruptFileError(
+            f"invalid RocksDB checkpoint metadata JSON ({e.msg})", path
+        ) from None
     return SnapshotMetadata(
         sst_files=obj.get("sstFiles") or [],
         log_files=obj.get("logFiles") or [],
@@ -131,7 +133,9 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
     return state, meta
 
 
-def _chain_v1(files: list[VersionFile], version: int, store_dir: str) -> tuple[VersionFile | None, list[VersionFile]]:
+def _chain_v1(
+    files: list[VersionFile], version: int, store_dir: str
+) -> tuple[VersionFile | None, list[VersionFile]]:
     zips = {f.version: f for f in files if f.kind == "zip" and f.unique_id is None}
     logs = {f.version: f for f in files if f.kind == "changelog" and f.unique_id is None}
     base = max((v for v in zips if v <= version), default=0)
@@ -160,8 +164,15 @@ def _chain_v2(
             f"neither {version}_{unique_id}.zip nor .changelog exists for the id in the commit log",
             store_dir,
         )
-    parsed = {(version, unique_id): parse_changelog(decompress_stream(codec, io.read_bytes(top.path), top.path), top.path)}
-    lineage = [(int(e["version"]), str(e["checkpointUniqueId"])) for e in parsed[(version, unique_id)].lineage or []]
+    parsed = {
+        (version, unique_id): parse_changelog(
+            decompress_stream(codec, io.read_bytes(top.path), top.path), top.path
+        )
+    }
+    lineage = [
+        (int(e["version"]), str(e["checkpointUniqueId"]))
+        for e in parsed[(version, unique_id)].lineage or []
+    ]
     lineage.sort()
     base = None
     for v, u in reversed(lineage):
@@ -215,7 +226,9 @@ def read_rocksdb_store(
     for f in chain:
         cached = parsed.get((f.version, f.unique_id or ""))
         if cached is None:
-            cached = parse_changelog(decompress_stream(codec, io.read_bytes(f.path), f.path), f.path)
+            cached = parse_changelog(
+                decompress_stream(codec, io.read_bytes(f.path), f.path), f.path
+            )
         batches.append(cached)
     keys, values = last_writer_wins(batches, merge_delimiter=merge_delimiter)
     return RawState(keys, values, cf_ids=state.cf_ids, files=state.files + [f.path for f in chain])
@@ -223,7 +236,9 @@ def read_rocksdb_store(
 
 def latest_snapshot_cf_ids(io: FileIO, store_dir: str, version: int) -> dict[str, int]:
     """The column family ids of the newest zip at or below ``version`` (for changelog-only reads)."""
-    zips = [f for f in list_version_files(io, store_dir) if f.kind == "zip" and f.version <= version]
+    zips = [
+        f for f in list_version_files(io, store_dir) if f.kind == "zip" and f.version <= version
+    ]
     if not zips:
         return {}
     newest = max(zips, key=lambda f: f.version)
@@ -234,4 +249,3 @@ def latest_snapshot_cf_ids(io: FileIO, store_dir: str, version: int) -> dict[str
     except (zipfile.BadZipFile, KeyError):
         raise CorruptFileError("snapshot zip is corrupt or has no metadata", newest.path) from None
     return parse_snapshot_metadata(text, newest.path).cf_ids
-

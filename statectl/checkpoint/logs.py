@@ -110,7 +110,9 @@ def parse_offset_seq(text: str, batch_id: int, path: str) -> OffsetSeq:
         else:
             source_id, sep, offset = line.partition(":")
             if not sep:
-                raise CorruptFileError(f"v2 offset line without 'sourceId:' prefix: {line[:40]!r}", path)
+                raise CorruptFileError(
+                    f"v2 offset line without 'sourceId:' prefix: {line[:40]!r}", path
+                )
             offsets[source_id] = None if offset == "-" else offset
     known = {"batchWatermarkMs", "batchTimestampMs", "conf"}
     return OffsetSeq(

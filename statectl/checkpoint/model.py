@@ -227,7 +227,9 @@ class Checkpoint:
     # -- operators -------------------------------------------------------------------------
     def operator_ids(self) -> list[int]:
         return sorted(
-            int(f.name) for f in self.io.list_dir(self.path("state")) if f.is_dir and f.name.isdigit()
+            int(f.name)
+            for f in self.io.list_dir(self.path("state"))
+            if f.is_dir and f.name.isdigit()
         )
 
     def operator(self, operator_id: int, batch: int) -> Operator:
@@ -273,7 +275,9 @@ def relocate_schema_path(ckpt: Checkpoint, op: int, recorded: str) -> str:
 
 def _store_dir_names(ckpt: Checkpoint, op: int) -> tuple[int, list[str]]:
     """(partition count, physical store names) by listing ``state/<op>/``."""
-    parts = [f for f in ckpt.io.list_dir(ckpt.path("state", str(op))) if f.is_dir and f.name.isdigit()]
+    parts = [
+        f for f in ckpt.io.list_dir(ckpt.path("state", str(op))) if f.is_dir and f.name.isdigit()
+    ]
     if not parts:
         return 0, []
     stores = [
@@ -322,8 +326,13 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
         else:
             f = families[0]
             schemas.append(
-                StoreDescription(info.store_name, f.key_schema, f.value_schema,
-                                 info.num_cols_prefix_key, schema_file=p)
+                StoreDescription(
+                    info.store_name,
+                    f.key_schema,
+                    f.value_schema,
+                    info.num_cols_prefix_key,
+                    schema_file=p,
+                )
             )
     return Operator(
         operator_id=op,

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from statectl.codecs.javaio import DataReader, DataWriter
 from statectl.checkpoint.logs import parse_version_line
+from statectl.codecs.javaio import DataReader, DataWriter
 from statectl.errors import CorruptFileError
 
 MAX_OPERATOR_METADATA_VERSION = 2
@@ -113,7 +113,12 @@ def parse_schema_file(data: bytes, path: str) -> tuple[int, list[ColumnFamilySch
             raise CorruptFileError(f"invalid key encoder spec for {name!r}", path) from None
         families.append(
             ColumnFamilySchema(
-                name, key, value, key_id, value_id, spec,
+                name,
+                key,
+                value,
+                key_id,
+                value_id,
+                spec,
                 None if user_key.strip() in ("", "{}") else user_key,
             )
         )

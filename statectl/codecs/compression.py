@@ -31,7 +31,9 @@ def normalize_codec(name: str) -> str:
         return key
     if key in _CLASS_NAMES:
         return _CLASS_NAMES[key]
-    raise UnsupportedError(f"unsupported state store compression codec {name!r} (supported: {', '.join(CODECS)})")
+    raise UnsupportedError(
+        f"unsupported state store compression codec {name!r} (supported: {', '.join(CODECS)})"
+    )
 
 
 def _zstd_decompress(data: bytes, path: str | None) -> bytes:
@@ -62,7 +64,9 @@ def _snappy_decompress(data: bytes, path: str | None) -> bytes:
         try:
             out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + n])))
         except Exception:
-            raise CorruptFileError(f"snappy chunk at byte {pos} does not decompress", path) from None
+            raise CorruptFileError(
+                f"snappy chunk at byte {pos} does not decompress", path
+            ) from None
         pos += n
     return b"".join(out)
 
@@ -89,9 +93,15 @@ def _lzf_decompress(data: bytes, path: str | None) -> bytes:
             (dlen,) = struct.unpack_from(">H", data, pos + 5)
             chunk = data[pos + 7 : pos + 7 + clen]
             try:
-                out.append(bytes(cramjam.lzf.decompress(chunk, output_len=dlen)) if hasattr(cramjam, "lzf") else _lzf_raw(chunk, dlen))
+                out.append(
+                    bytes(cramjam.lzf.decompress(chunk, output_len=dlen))
+                    if hasattr(cramjam, "lzf")
+                    else _lzf_raw(chunk, dlen)
+                )
             except Exception:
-                raise CorruptFileError(f"LZF chunk at byte {pos} does not decompress", path) from None
+                raise CorruptFileError(
+                    f"LZF chunk at byte {pos} does not decompress", path
+                ) from None
             pos += 7 + clen
         else:
             raise CorruptFileError(f"unknown LZF chunk type {kind} at byte {pos}", path)

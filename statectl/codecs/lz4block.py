@@ -41,16 +41,27 @@ def decode_lz4_block_stream(data: bytes | memoryview, path: str | None = None) -
     n = len(view)
     while pos < n:
         if n - pos < HEADER_SIZE:
-            raise CorruptFileError(f"truncated: stream ends inside an LZ4 block header at byte {pos}", path)
+            raise CorruptFileError(
+                f"truncated: stream ends inside an LZ4 block header at byte {pos}", path
+            )
         magic, token, clen, dlen, check = HEADER.unpack_from(view, pos)
         if magic != MAGIC:
-            raise CorruptFileError(f"bad LZ4 block magic at byte {pos} (not an LZ4 state file?)", path)
+            raise CorruptFileError(
+                f"bad LZ4 block magic at byte {pos} (not an LZ4 state file?)", path
+            )
         method = token & 0xF0
-        if clen < 0 or dlen < 0 or (method == METHOD_RAW and clen != dlen) or method not in (METHOD_RAW, METHOD_LZ4):
+        if (
+            clen < 0
+            or dlen < 0
+            or (method == METHOD_RAW and clen != dlen)
+            or method not in (METHOD_RAW, METHOD_LZ4)
+        ):
             raise CorruptFileError(f"invalid LZ4 block header at byte {pos}", path)
         start = pos + HEADER_SIZE
         if start + clen > n:
-            raise CorruptFileError(f"truncated: LZ4 block at byte {pos} needs {clen} bytes, {n - start} left", path)
+            raise CorruptFileError(
+                f"truncated: LZ4 block at byte {pos} needs {clen} bytes, {n - start} left", path
+            )
         if dlen == 0:
             ended = True  # end mark; Spark's reader keeps reading if more streams follow
             pos = start + clen
@@ -63,11 +74,15 @@ def decode_lz4_block_stream(data: bytes | memoryview, path: str | None = None) -
             try:
                 raw = lz4.block.decompress(payload, uncompressed_size=dlen)
             except lz4.block.LZ4BlockError:
-                raise CorruptFileError(f"LZ4 block at byte {pos} does not decompress", path) from None
+                raise CorruptFileError(
+                    f"LZ4 block at byte {pos} does not decompress", path
+                ) from None
             if len(raw) != dlen:
                 raise CorruptFileError(f"LZ4 block at byte {pos}: wrong decompressed length", path)
         if checksum(raw) != (check & 0x0FFFFFFF) or check < 0:
-            raise CorruptFileError(f"LZ4 block at byte {pos}: checksum mismatch (file corrupt)", path)
+            raise CorruptFileError(
+                f"LZ4 block at byte {pos}: checksum mismatch (file corrupt)", path
+            )
         out.append(raw)
         pos = start + clen
     if not ended:
@@ -84,10 +99,14 @@ def encode_lz4_block_stream(raw: bytes, block_size: int = DEFAULT_BLOCK_SIZE) ->
         chunk = bytes(view[off : off + block_size])
         comp = lz4.block.compress(chunk, store_size=False)
         if len(comp) >= len(chunk):
-            parts.append(HEADER.pack(MAGIC, METHOD_RAW | level, len(chunk), len(chunk), checksum(chunk)))
+            parts.append(
+                HEADER.pack(MAGIC, METHOD_RAW | level, len(chunk), len(chunk), checksum(chunk))
+            )
             parts.append(chunk)
         else:
-            parts.append(HEADER.pack(MAGIC, METHOD_LZ4 | level, len(comp), len(chunk), checksum(chunk)))
+            parts.append(
+                HEADER.pack(MAGIC, METHOD_LZ4 | level, len(comp), len(chunk), checksum(chunk))
+            )
             parts.append(comp)
     parts.append(HEADER.pack(MAGIC, METHOD_RAW | level, 0, 0, 0))
     return b"".join(parts)

@@ -42,7 +42,9 @@ class RecordBatch:
         return len(self.ops)
 
 
-def gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = None) -> pa.LargeBinaryArray:
+def gather(
+    buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = None
+) -> pa.LargeBinaryArray:
     """Byte ranges ``buf[s:s+l]`` as one Arrow large_binary array, without per-row slicing.
 
     The ranges must not overlap. A +1/-1 mark at every range start/end and a running sum give a
@@ -74,7 +76,9 @@ def _be_int32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return np.where(v >= 1 << 31, v - (1 << 32), v)
 
 
-def _constant_stride(arr: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+def _constant_stride(
+    arr: np.ndarray, start: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     """Fast path: every record has the first record's key and value sizes (fixed-width rows)."""
     size = len(arr)
     if size - start < 8:
@@ -91,14 +95,18 @@ def _constant_stride(arr: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarra
         return None
     n = body // stride
     rec = start + stride * np.arange(n, dtype=np.int64)
-    if not (np.all(_be_int32_at(arr, rec) == klen) and np.all(_be_int32_at(arr, rec + 4 + klen) == vlen)):
+    if not (
+        np.all(_be_int32_at(arr, rec) == klen) and np.all(_be_int32_at(arr, rec + 4 + klen) == vlen)
+    ):
         return None
     if _INT.unpack_from(arr, size - 4)[0] != -1:
         return None
     return rec + 4, np.full(n, klen, np.int64), np.full(n, vlen, np.int64), size
 
 
-def _scan_v1(data: bytes, start: int, path: str | None) -> tuple[list[int], list[int], list[int], int]:
+def _scan_v1(
+    data: bytes, start: int, path: str | None
+) -> tuple[list[int], list[int], list[int], int]:
     unpack = _INT.unpack_from
     kstarts: list[int] = []
     klens: list[int] = []
@@ -122,7 +130,9 @@ def _scan_v1(data: bytes, start: int, path: str | None) -> tuple[list[int], list
         ) from None
 
 
-def _scan_typed(data: bytes, start: int, path: str | None) -> tuple[list[int], list[int], list[int], list[int], int]:
+def _scan_typed(
+    data: bytes, start: int, path: str | None
+) -> tuple[list[int], list[int], list[int], list[int], int]:
     unpack = _INT.unpack_from
     types: list[int] = []
     kstarts: list[int] = []
@@ -135,7 +145,9 @@ def _scan_typed(data: bytes, start: int, path: str | None) -> tuple[list[int], l
             if t == 0:
                 return types, kstarts, klens, vlens, pos + 1
             if t not in _TYPE_TO_OP:
-                raise CorruptFileError(f"unknown changelog record type 0x{t:02x} at byte {pos}", path)
+                raise CorruptFileError(
+                    f"unknown changelog record type 0x{t:02x} at byte {pos}", path
+                )
             (k,) = unpack(data, pos + 1)
             if k < 0:
                 raise CorruptFileError(f"invalid key size {k} at byte {pos}", path)
@@ -151,8 +163,18 @@ def _scan_typed(data: bytes, start: int, path: str | None) -> tuple[list[int], l
         ) from None
 
 
-def _build(data: bytes, ops: np.ndarray, kstarts: np.ndarray, klens: np.ndarray, vlens: np.ndarray,
-           end: int, path: str | None, allow_deletes: bool, lineage: list[dict] | None, version: int) -> RecordBatch:
+def _build(
+    data: bytes,
+    ops: np.ndarray,
+    kstarts: np.ndarray,
+    klens: np.ndarray,
+    vlens: np.ndarray,
+    end: int,
+    path: str | None,
+    allow_deletes: bool,
+    lineage: list[dict] | None,
+    version: int,
+) -> RecordBatch:
     arr = np.frombuffer(data, dtype=np.uint8)
     if end > len(data):
         raise CorruptFileError("truncated: the last record runs past the end of the data", path)
@@ -171,8 +193,15 @@ def _build(data: bytes, ops: np.ndarray, kstarts: np.ndarray, klens: np.ndarray,
     return RecordBatch(ops, keys, values, lineage, version)
 
 
-def parse_state_records(raw: bytes, path: str | None = None, *, allow_deletes: bool = True,
-                        start: int = 0, lineage: list[dict] | None = None, version: int = 1) -> RecordBatch:
+def parse_state_records(
+    raw: bytes,
+    path: str | None = None,
+    *,
+    allow_deletes: bool = True,
+    start: int = 0,
+    lineage: list[dict] | None = None,
+    version: int = 1,
+) -> RecordBatch:
     """A v1 record stream: HDFS delta/snapshot or changelog v1/v3 body."""
     arr = np.frombuffer(raw, dtype=np.uint8)
     fast = _constant_stride(arr, start)
@@ -189,7 +218,7 @@ def changelog_version(raw: bytes) -> tuple[int, int, list[dict] | None]:
     """(version, body start, lineage) the way ``StateStoreChangelogReaderFactory`` decides."""
     if len(raw) >= 2:
         (n,) = struct.unpack_from(">H", raw, 0)
-        if 0 < n and 2 + n <= len(raw) and raw[2:3] == b"v":
+        if n > 0 and 2 + n <= len(raw) and raw[2:3] == b"v":
             r = DataReader(raw)
             head = r.read_utf()
             if head in ("v2", "v3", "v4"):
@@ -222,7 +251,9 @@ def _as_list(a: pa.Array | list) -> list:
     return a.to_pylist() if isinstance(a, pa.Array) else list(a)
 
 
-def write_state_records(keys: pa.Array | list[bytes], values: pa.Array | list[bytes | None]) -> bytes:
+def write_state_records(
+    keys: pa.Array | list[bytes], values: pa.Array | list[bytes | None]
+) -> bytes:
     """A v1 record stream (None value = removal) with the end marker."""
     parts: list[bytes] = []
     pack = _INT.pack
@@ -238,8 +269,13 @@ def write_state_records(keys: pa.Array | list[bytes], values: pa.Array | list[by
     return b"".join(parts)
 
 
-def write_changelog(version: int, ops: np.ndarray | list[int], keys: pa.Array | list[bytes],
-                    values: pa.Array | list[bytes | None], lineage: list[dict] | None = None) -> bytes:
+def write_changelog(
+    version: int,
+    ops: np.ndarray | list[int],
+    keys: pa.Array | list[bytes],
+    values: pa.Array | list[bytes | None],
+    lineage: list[dict] | None = None,
+) -> bytes:
     head = b""
     if version >= 2:
         tag = f"v{version}".encode()
@@ -259,7 +295,9 @@ def write_changelog(version: int, ops: np.ndarray | list[int], keys: pa.Array | 
 
 
 # -- replay --------------------------------------------------------------------------------
-def last_writer_wins(batches: list[RecordBatch], merge_delimiter: bytes = b"") -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
+def last_writer_wins(
+    batches: list[RecordBatch], merge_delimiter: bytes = b""
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
     """Apply batches in order (snapshot first): the live keys and their final values.
 
     Vectorized: dictionary-encode all keys, keep each key's last record, drop removals. Keys
@@ -271,10 +309,14 @@ def last_writer_wins(batches: list[RecordBatch], merge_delimiter: bytes = b"") -
         empty = pa.array([], type=pa.large_binary())
         return empty, empty
     keys = pa.concat_arrays([b.keys for b in batches]) if len(batches) > 1 else batches[0].keys
-    values = pa.concat_arrays([b.values for b in batches]) if len(batches) > 1 else batches[0].values
+    values = (
+        pa.concat_arrays([b.values for b in batches]) if len(batches) > 1 else batches[0].values
+    )
     ops = np.concatenate([b.ops for b in batches])
     n = len(ops)
-    idx = np.asarray(pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    idx = np.asarray(
+        pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False), dtype=np.int64
+    )
     _, first_in_reversed = np.unique(idx[::-1], return_index=True)
     last = np.sort(n - 1 - first_in_reversed)
     merged: dict[int, bytes | None] = {}
@@ -304,8 +346,12 @@ def last_writer_wins(batches: list[RecordBatch], merge_delimiter: bytes = b"") -
         for j, key_id in enumerate(ids.tolist()):
             if key_id in merged:
                 vals[j] = merged[key_id]
-            live.append(vals[j] is not None and not (key_id not in merged and ops[keep[j]] == OP_DELETE))
+            live.append(
+                vals[j] is not None and not (key_id not in merged and ops[keep[j]] == OP_DELETE)
+            )
         mask = np.array(live, dtype=bool)
         out_keys = out_keys.filter(pa.array(mask))
-        out_values = pa.array([v for v, m in zip(vals, live, strict=True) if m], type=pa.large_binary())
+        out_values = pa.array(
+            [v for v, m in zip(vals, live, strict=True) if m], type=pa.large_binary()
+        )
     return out_keys, out_values

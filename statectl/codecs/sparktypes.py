@@ -31,7 +31,9 @@ ATOMIC_TO_ARROW: dict[str, pa.DataType] = {
     "timestamp": pa.timestamp("us", tz="UTC"),
     "timestamp_ntz": pa.timestamp("us"),
     "void": pa.null(),
-    "calendarinterval": pa.struct([("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())]),
+    "calendarinterval": pa.struct(
+        [("months", pa.int32()), ("days", pa.int32()), ("microseconds", pa.int64())]
+    ),
 }
 METADATA_KEY = b"spark.metadata"
 
@@ -62,11 +64,21 @@ def decimal_of(t: SparkType) -> tuple[int, int] | None:
 
 
 def is_interval_ym(t: SparkType) -> bool:
-    return isinstance(t, str) and t.startswith("interval") and ("year" in t or "month" in t) and "day" not in t
+    return (
+        isinstance(t, str)
+        and t.startswith("interval")
+        and ("year" in t or "month" in t)
+        and "day" not in t
+    )
 
 
 def is_interval_dt(t: SparkType) -> bool:
-    return isinstance(t, str) and t.startswith("interval") and not is_interval_ym(t) and t != "interval"
+    return (
+        isinstance(t, str)
+        and t.startswith("interval")
+        and not is_interval_ym(t)
+        and t != "interval"
+    )
 
 
 def to_arrow_type(t: SparkType) -> pa.DataType:
@@ -86,9 +98,14 @@ def to_arrow_type(t: SparkType) -> pa.DataType:
     if kind == "struct":
         return pa.struct([to_arrow_field(f) for f in t["fields"]])
     if kind == "array":
-        return pa.list_(pa.field("element", to_arrow_type(t["elementType"]), t.get("containsNull", True)))
+        return pa.list_(
+            pa.field("element", to_arrow_type(t["elementType"]), t.get("containsNull", True))
+        )
     if kind == "map":
-        return pa.map_(to_arrow_type(t["keyType"]), pa.field("value", to_arrow_type(t["valueType"]), t.get("valueContainsNull", True)))
+        return pa.map_(
+            to_arrow_type(t["keyType"]),
+            pa.field("value", to_arrow_type(t["valueType"]), t.get("valueContainsNull", True)),
+        )
     if kind == "udt":
         return to_arrow_type(t["sqlType"])
     raise UnsupportedError(f"Spark type {json.dumps(t)[:80]} is not supported in state by statectl")
@@ -97,7 +114,9 @@ def to_arrow_type(t: SparkType) -> pa.DataType:
 def to_arrow_field(f: dict) -> pa.Field:
     meta = f.get("metadata") or {}
     return pa.field(
-        f["name"], to_arrow_type(f["type"]), bool(f.get("nullable", True)),
+        f["name"],
+        to_arrow_type(f["type"]),
+        bool(f.get("nullable", True)),
         {METADATA_KEY: json.dumps(meta, separators=(",", ":")).encode()} if meta else None,
     )
 
@@ -119,18 +138,34 @@ def from_arrow_type(t: pa.DataType) -> SparkType:
     if pa.types.is_decimal(t):
         return f"decimal({t.precision},{t.scale})"
     if pa.types.is_struct(t):
-        return {"type": "struct", "fields": [from_arrow_field(t.field(i)) for i in range(t.num_fields)]}
+        return {
+            "type": "struct",
+            "fields": [from_arrow_field(t.field(i)) for i in range(t.num_fields)],
+        }
     if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return {"type": "array", "elementType": from_arrow_type(t.value_type), "containsNull": t.value_field.nullable}
+        return {
+            "type": "array",
+            "elementType": from_arrow_type(t.value_type),
+            "containsNull": t.value_field.nullable,
+        }
     if pa.types.is_map(t):
-        return {"type": "map", "keyType": from_arrow_type(t.key_type), "valueType": from_arrow_type(t.item_type),
-                "valueContainsNull": t.item_field.nullable}
+        return {
+            "type": "map",
+            "keyType": from_arrow_type(t.key_type),
+            "valueType": from_arrow_type(t.item_type),
+            "valueContainsNull": t.item_field.nullable,
+        }
     raise UnsupportedError(f"Arrow type {t} has no Spark equivalent in state")
 
 
 def from_arrow_field(f: pa.Field) -> dict:
     meta = json.loads((f.metadata or {}).get(METADATA_KEY, b"{}"))
-    return {"name": f.name, "type": from_arrow_type(f.type), "nullable": f.nullable, "metadata": meta}
+    return {
+        "name": f.name,
+        "type": from_arrow_type(f.type),
+        "nullable": f.nullable,
+        "metadata": meta,
+    }
 
 
 def to_json(struct: dict) -> str:
