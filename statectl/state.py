@@ -157,7 +157,8 @@ def decode_rows(rows: pa.Array, schema_json: str, enc: StoreEncoding, path: str)
     if enc.avro:
         from statectl.codecs.avro import decode_avro_rows
 
-        # avro rows: 0x00 version byte, int16 schema id, then the Avro record.
+        # Avro rows: 0x00 version byte, int16 schema id, then the Avro record. A NullType-only
+        # schema (e.g. timers' `__dummy__`) encodes to nothing after the prefix.
         return decode_avro_rows(slice_bytes(rows, 3), parse_schema(schema_json), path)
     return decode_unsafe_rows(slice_bytes(rows, 1), parse_schema(schema_json), path)
 
@@ -299,9 +300,14 @@ def read_partition(
             time_mode = op.properties.get("timeMode", "")
             name = TIMER_CFS[0] if time_mode == "EventTime" else TIMER_CFS[1]
             desc = op.schema(name)
-            keys, values = _cf_entries(raw, name, where)
+            keys, _ = _cf_entries(raw, name, where)
+            # Key {key: grouping key, expiryTimestampMs}; Spark shows the two as columns.
             k = decode_key(keys, desc, enc, where)
-            return _table(k, "value", decode_rows(values, desc.value_schema, enc, where), partition)
+            return pa.Table.from_arrays(
+                [k.field("key"), k.field("expiryTimestampMs"),
+                 pa.array(np.full(len(k), partition, dtype=np.int32))],
+                names=["key", "expiration_timestamp_ms", "partition_id"],
+            )
         name = sel.state_var or sel.store or "default"
         desc = op.schema(name)
         check_schema(desc)

@@ -107,3 +107,28 @@ def spark_rows(df) -> list[tuple]:
         return v
 
     return sorted((normalize(conv(r)) for r in df.collect()), key=repr)
+
+
+def arrow_names(t) -> object:
+    """Field names, nested, of an Arrow type or schema."""
+    if isinstance(t, pa.Schema):
+        return [(f.name, arrow_names(f.type)) for f in t]
+    if pa.types.is_struct(t):
+        return [(t.field(i).name, arrow_names(t.field(i).type)) for i in range(t.num_fields)]
+    if pa.types.is_list(t):
+        return arrow_names(t.value_type)
+    if pa.types.is_map(t):
+        return (arrow_names(t.key_type), arrow_names(t.item_type))
+    return None
+
+
+def spark_names(t) -> object:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(t, StructType):
+        return [(f.name, spark_names(f.dataType)) for f in t.fields]
+    if isinstance(t, ArrayType):
+        return spark_names(t.elementType)
+    if isinstance(t, MapType):
+        return (spark_names(t.keyType), spark_names(t.valueType))
+    return None

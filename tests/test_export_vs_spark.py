@@ -15,7 +15,7 @@ import pytest
 from statectl.checkpoint.model import Checkpoint
 from statectl.export import export_state
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, arrow_rows, load_manifest, spark_rows
+from tests.conftest import FIXTURES, arrow_names, arrow_rows, load_manifest, spark_names, spark_rows
 
 READS = [
     pytest.param(
@@ -53,6 +53,7 @@ def test_export_equals_statestore_reader(spark, tmp_path, fx, read):
     out = tmp_path / "state.parquet"
     export_state(Checkpoint.open(path), selection(read), str(out))
     ours = arrow_rows(pq.read_table(out))
+    table = read_state(Checkpoint.open(path), selection(read))
 
     reader = spark.read.format("statestore").option("operatorId", read["operatorId"])
     for k, v in read.get("options", {}).items():
@@ -62,8 +63,11 @@ def test_export_equals_statestore_reader(spark, tmp_path, fx, read):
     key = "spark.sql.streaming.stateStore.checkpointFormatVersion"
     spark.conf.set(key, "2" if v2 else "1")
     try:
-        theirs = spark_rows(reader.load(path))
+        df = reader.load(path)
+        theirs = spark_rows(df)
     finally:
         spark.conf.unset(key)
+    # Same columns, same nested field names (before Parquet's renaming of duplicates).
+    assert arrow_names(table.schema) == spark_names(df.schema)
     assert len(ours) == len(theirs) == read["rows"]
     assert ours == theirs
