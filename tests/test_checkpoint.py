@@ -109,3 +109,22 @@ def test_batch_that_is_not_committed(fixture_copy):
     ckpt = Checkpoint.open(str(fixture_copy("agg-hdfs")))
     with pytest.raises(StatectlError, match="not a committed batch"):
         ckpt.resolve_batch(999)
+
+
+def test_spark_v3_schema_file_bytes_round_trip():
+    """transformWithState's schema v3 file, rewritten by us, is byte-identical to Spark's."""
+    (path,) = (FIXTURES / "tws-rocksdb" / "state" / "0" / "_stateSchema" / "default").glob("0_*[!c]")
+    data = path.read_bytes()
+    version, families = parse_schema_file(data, str(path))
+    assert version == 3
+    assert {f.name for f in families} >= {"cnt", "lst", "mp", "$rowCounter_lst"}
+    assert write_schema_file_v3(families) == data
+
+
+def test_transform_with_state_operator():
+    ckpt = Checkpoint.open(str(FIXTURES / "tws-rocksdb"))
+    op = ckpt.operator(0, ckpt.latest_committed_batch)
+    assert op.uses_column_families and op.metadata_version == 2
+    assert op.name == "transformWithStateInPandasExec"
+    assert op.schema("mp").num_cols_prefix_key == 1
+    assert {v["stateName"] for v in op.properties["stateVariables"]} >= {"cnt", "lst", "mp"}

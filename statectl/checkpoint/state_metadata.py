@@ -119,7 +119,7 @@ def parse_schema_file(data: bytes, path: str) -> tuple[int, list[ColumnFamilySch
                 key_id,
                 value_id,
                 spec,
-                None if user_key.strip() in ("", "{}") else user_key,
+                None if "".join(user_key.split()) in ("", "{}") else user_key,
             )
         )
     return 3, families
