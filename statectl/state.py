@@ -222,7 +222,8 @@ def _kv_rows(
         v = decode_unsafe_rows(values, parse_schema(desc.value_schema), path)
     else:
         if enc.row_checksum:
-            values = slice_bytes(values, 4)
+            # Observed (4.3.0): int32 checksum, int32 LE length, then the encoded value.
+            values = slice_bytes(values, 8)
         k = decode_key(keys, desc, enc, path)
         v = decode_rows(values, desc.value_schema, enc, path)
     return _table(k, "value", v, partition)
