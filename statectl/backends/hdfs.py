@@ -60,5 +60,6 @@ def read_hdfs_store(io: FileIO, store_dir: str, version: int, codec: str) -> Raw
     for p in files:
         raw = decompress_stream(codec, io.read_bytes(p), p)
         batches.append(parse_state_records(raw, p, allow_deletes=not p.endswith(".snapshot")))
-    keys, values = last_writer_wins(batches)
+    # A lone snapshot holds each key once: no replay needed.
+    keys, values = last_writer_wins(batches, unique=files[0].endswith(".snapshot"))
     return RawState(keys, values, files=files)

@@ -41,8 +41,15 @@ def _avro_type(t: Any, name: str, namespace: str, counter: list[int]) -> Any:
     if dec:
         counter[0] += 1
         size = max(1, (dec[0] * 3322 // 1000 + 8) // 8 + 1)  # Spark's minBytesForPrecision
-        return {"type": "fixed", "name": f"{name}_fixed{counter[0]}", "namespace": namespace,
-                "size": min(size, 16), "logicalType": "decimal", "precision": dec[0], "scale": dec[1]}
+        return {
+            "type": "fixed",
+            "name": f"{name}_fixed{counter[0]}",
+            "namespace": namespace,
+            "size": min(size, 16),
+            "logicalType": "decimal",
+            "precision": dec[0],
+            "scale": dec[1],
+        }
     a = atomic_name(t)
     if a == "void":
         return "null"
@@ -54,14 +61,28 @@ def _avro_type(t: Any, name: str, namespace: str, counter: list[int]) -> Any:
     if kind == "struct":
         child_ns = f"{namespace}.{name}" if namespace else name
         return {
-            "type": "record", "name": name, "namespace": namespace,
-            "fields": [{"name": f["name"], "type": _nullable(_avro_type(f["type"], f["name"], child_ns, counter)),
-                        "default": None} for f in t["fields"]],
+            "type": "record",
+            "name": name,
+            "namespace": namespace,
+            "fields": [
+                {
+                    "name": f["name"],
+                    "type": _nullable(_avro_type(f["type"], f["name"], child_ns, counter)),
+                    "default": None,
+                }
+                for f in t["fields"]
+            ],
         }
     if kind == "array":
-        return {"type": "array", "items": _nullable(_avro_type(t["elementType"], name, namespace, counter))}
+        return {
+            "type": "array",
+            "items": _nullable(_avro_type(t["elementType"], name, namespace, counter)),
+        }
     if kind == "map":
-        return {"type": "map", "values": _nullable(_avro_type(t["valueType"], name, namespace, counter))}
+        return {
+            "type": "map",
+            "values": _nullable(_avro_type(t["valueType"], name, namespace, counter)),
+        }
     raise UnsupportedError(f"Spark type {kind!r} is not supported in Avro-encoded state")
 
 
@@ -88,7 +109,9 @@ def decode_avro_rows(rows: pa.Array, schema: str | dict, path: str | None = None
         try:
             out.append(fastavro.schemaless_reader(io.BytesIO(blob), parsed, None))
         except Exception as e:  # fastavro raises several types for malformed input
-            raise CorruptFileError(f"Avro state row {i} does not decode ({type(e).__name__})", path) from None
+            raise CorruptFileError(
+                f"Avro state row {i} does not decode ({type(e).__name__})", path
+            ) from None
     arrow_type = to_arrow_type(struct)
     return pa.array(out, type=arrow_type)
 

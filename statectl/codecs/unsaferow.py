@@ -435,12 +435,17 @@ def encode_unsafe_rows(data: pa.StructArray | pa.Table, schema: str | dict) -> p
     """UnsafeRow bytes for every row (a null struct gives a null element)."""
     fields = parse_schema(schema)["fields"]
     if isinstance(data, pa.Table):
-        data = pa.StructArray.from_arrays(data.columns, names=data.column_names) if data.num_columns else data
+        data = (
+            pa.StructArray.from_arrays(data.columns, names=data.column_names)
+            if data.num_columns
+            else data
+        )
     columns = [data.field(i) for i in range(data.type.num_fields)]
     pylists = [_pylist(c) for c in columns]
     valid = data.is_valid().to_pylist()
     out = [
-        encode_row(fields, [col[r] for col in pylists]) if valid[r] else None for r in range(len(data))
+        encode_row(fields, [col[r] for col in pylists]) if valid[r] else None
+        for r in range(len(data))
     ]
     return pa.array(out, type=pa.large_binary())
 
@@ -451,7 +456,11 @@ def _pylist(arr: pa.Array) -> list[Any]:
         children = [_pylist(arr.field(i)) for i in range(arr.type.num_fields)]
         valid = arr.is_valid().to_pylist()
         return [[c[r] for c in children] if valid[r] else None for r in range(len(arr))]
-    if pa.types.is_timestamp(arr.type) or pa.types.is_duration(arr.type) or pa.types.is_date(arr.type):
+    if (
+        pa.types.is_timestamp(arr.type)
+        or pa.types.is_duration(arr.type)
+        or pa.types.is_date(arr.type)
+    ):
         storage = arr.cast(pa.int64() if not pa.types.is_date32(arr.type) else pa.int32())
         return storage.to_pylist()
     if pa.types.is_map(arr.type):
