@@ -1,0 +1,120 @@
+"""The canonical savepoint format, version 1: ``_metadata`` (JSON) plus Parquet data files.
+
+See docs/format.md for the specification. Every path in ``_metadata`` is relative to the
+savepoint directory, so a savepoint can be copied anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from statectl.errors import CorruptFileError, NotACheckpointError, UnsupportedError
+
+FORMAT_NAME = "statectl-savepoint"
+FORMAT_VERSION = 1
+METADATA_FILE = "_metadata"
+
+
+@dataclass
+class DataFile:
+    path: str  # relative to the savepoint directory
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class StateTable:
+    """One store or state variable of an operator: its schemas and its data files."""
+
+    name: str  # "default", a join store, a transformWithState variable, or "$timers"
+    kind: str  # "store" | "join-store" | "ValueState" | "ListState" | "MapState" | "timers"
+    key_schema: str  # Spark JSON schema of the key
+    value_schema: str  # Spark JSON schema of the value (or element, or user map value)
+    columns: list[str]  # column names of the data files, in order
+    rows: int
+    files: list[DataFile]
+    user_key_schema: str | None = None  # MapState user key
+    encoder: dict[str, Any] = field(default_factory=dict)  # key encoder spec, schema ids
+
+
+@dataclass
+class OperatorState:
+    uid: str
+    operator_id: int
+    name: str
+    partitions: int
+    properties: dict[str, Any]
+    store_names: list[str]
+    metadata_version: int | None
+    tables: list[StateTable]
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+
+@dataclass
+class SavepointMetadata:
+    query_id: str | None
+    batch_id: int
+    batch_timestamp_ms: int
+    batch_watermark_ms: int
+    next_batch_watermark_ms: int
+    offsets: dict[str, str | None]  # the batch's source offsets, verbatim (Spark's JSON text)
+    offset_log_version: int
+    offset_metadata_extra: dict[str, Any]
+    pinned_confs: dict[str, str]
+    source_logs: dict[str, list[dict[str, Any]]]  # source -> entries a restart needs
+    source_checkpoint: dict[str, Any]  # backend, partitions, format versions (informational)
+    operators: list[OperatorState]
+    created_at: str
+    statectl_version: str
+    spark_version: str | None
+    savepoint_type: str = "canonical"
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+
+    def operator(self, uid: str) -> OperatorState:
+        for op in self.operators:
+            if op.uid == uid:
+                return op
+        raise KeyError(uid)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=False) + "\n"
+
+
+def _build(cls: type, obj: dict[str, Any]) -> Any:
+    names = {f for f in cls.__dataclass_fields__}
+    return cls(**{k: v for k, v in obj.items() if k in names})
+
+
+def parse_metadata(text: str, path: str) -> SavepointMetadata:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CorruptFileError(f"savepoint metadata is not valid JSON ({e.msg})", path) from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
+        raise NotACheckpointError("not a statectl savepoint metadata file", path)
+    version = obj.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        raise UnsupportedError(
+            f"savepoint format version {version!r} is not supported (this statectl reads up to "
+            f"{FORMAT_VERSION})",
+            path,
+            "upgrade statectl",
+        )
+    try:
+        ops = []
+        for o in obj["operators"]:
+            tables = [
+                _build(StateTable, {**t, "files": [_build(DataFile, f) for f in t["files"]]})
+                for t in o["tables"]
+            ]
+            ops.append(_build(OperatorState, {**o, "tables": tables}))
+        return _build(SavepointMetadata, {**obj, "operators": ops})
+    except (KeyError, TypeError) as e:
+        raise CorruptFileError(f"savepoint metadata is incomplete ({e})", path) from None
