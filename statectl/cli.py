@@ -52,11 +52,10 @@ def inspect(
     as_json: JsonOpt = False,
     rows: Annotated[bool, typer.Option(help="Count state rows (reads all state files).")] = True,
 ) -> None:
-    """Show a checkpoint: query, batches, watermark, offsets, pinned confs, operators and stores."""
-    from statectl.checkpoint.model import Checkpoint
-    from statectl.inspect import inspect_checkpoint
+    """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
+    from statectl.inspect import inspect_path
 
-    info = inspect_checkpoint(Checkpoint.open(path), batch, rows=rows)
+    info = inspect_path(path, batch, rows=rows)
     if as_json:
         _print_json(info)
         return
@@ -88,7 +87,9 @@ def export(
     output: Annotated[
         str, typer.Option("--output", "-o", help="Output file: .parquet, .jsonl or .csv.")
     ],
-    operator: Annotated[int, typer.Option("--operator", help="Stateful operator id.")] = 0,
+    operator: Annotated[
+        str, typer.Option("--operator", help="Operator id (or uid, for a savepoint).")
+    ] = "0",
     store: Annotated[
         str | None, typer.Option("--store", help="Store name (statestore storeName).")
     ] = None,
@@ -108,21 +109,125 @@ def export(
     as_json: JsonOpt = False,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""
-    from statectl.checkpoint.model import Checkpoint
     from statectl.errors import StatectlError
     from statectl.export import export_state
-    from statectl.state import Selection
 
     if join_side not in (None, "left", "right"):
         raise StatectlError(f"--join-side must be left or right, not {join_side!r}")
     if sum(x is not None for x in (store, join_side, state_var)) + timers > 1:
         raise StatectlError("give at most one of --store, --join-side, --state-var, --timers")
-    sel = Selection(operator, store, join_side, state_var, timers, batch)
-    result = export_state(Checkpoint.open(path), sel, output, overwrite=overwrite)
+    result = export_state(
+        path, operator, store, join_side, state_var, timers, batch, output, overwrite
+    )
     if as_json:
         _print_json(result)
     else:
         _console().print(f"Wrote {result['rows']} rows to {result['path']}")
+
+
+def _parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
+    from statectl.errors import StatectlError
+
+    out = {}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not k or not v:
+            raise StatectlError(f"{what} must look like KEY=VALUE, got {p!r}")
+        out[k] = v
+    return out
+
+
+@app.command()
+def savepoint(
+    checkpoint: Annotated[str, typer.Argument(help="Checkpoint directory (local path or URL).")],
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="Parent directory (default: $STATECTL_SAVEPOINT_DIR or statectl.toml)."
+        ),
+    ] = None,
+    batch: BatchOpt = None,
+    kind: Annotated[str, typer.Option("--type", help="canonical (native: not yet).")] = "canonical",
+    uid: Annotated[
+        list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
+    from statectl.errors import UnsupportedError
+    from statectl.savepoint.create import take_savepoint
+
+    if kind != "canonical":
+        raise UnsupportedError(f"--type {kind} is not implemented yet; use --type canonical")
+    pairs = _parse_pairs(uid or [], "--uid")
+    uids = {}
+    for k, v in pairs.items():
+        if not k.isdigit():
+            from statectl.errors import StatectlError
+
+            raise StatectlError(f"--uid wants OPERATOR_ID=UID with a numeric id, got {k!r}")
+        uids[int(k)] = v
+    progress = None if as_json or not sys.stderr.isatty() else _progress_printer()
+    url, meta = take_savepoint(checkpoint, target, batch=batch, uids=uids, progress=progress)
+    result = {
+        "path": url,
+        "batch": meta.batch_id,
+        "query_id": meta.query_id,
+        "operators": {op.uid: op.rows for op in meta.operators},
+    }
+    if as_json:
+        _print_json(result)
+    else:
+        print(url)
+
+
+def _progress_printer():  # type: ignore[no-untyped-def]
+    console = _console()
+    return lambda what: console.print(f"[dim]wrote {what}[/dim]", highlight=False)
+
+
+@app.command()
+def dispose(
+    path: Annotated[str, typer.Argument(help="Savepoint directory.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete a savepoint; refuses checkpoints and anything that is not a statectl savepoint."""
+    from statectl.render import human_bytes
+    from statectl.savepoint.store import dispose as do_dispose
+    from statectl.savepoint.store import dispose_plan
+
+    io, root, files, size = dispose_plan(path)
+    plan = {"path": io.url(root), "files": len(files), "bytes": size, "deleted": False}
+    if dry_run:
+        _print_json(plan) if as_json else print(
+            f"Would delete {io.url(root)}: {len(files)} files, {human_bytes(size)}"
+        )
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            from statectl.errors import StatectlError
+
+            raise StatectlError("refusing to delete without confirmation; pass --yes", root)
+        typer.confirm(
+            f"Delete {io.url(root)} ({len(files)} files, {human_bytes(size)})?", abort=True
+        )
+    result = do_dispose(path)
+    _print_json(result) if as_json else print(f"Deleted {result['path']}")
+
+
+@app.command()
+def relabel(
+    path: Annotated[str, typer.Argument(help="Savepoint directory.")],
+    mapping: Annotated[list[str], typer.Argument(help="OLD_UID=NEW_UID, one or more.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Rename operator uids in a savepoint without touching its data."""
+    from statectl.savepoint.store import relabel as do_relabel
+
+    changed = do_relabel(path, _parse_pairs(mapping, "mapping"))
+    _print_json(changed) if as_json else [print(f"{a} -> {b}") for a, b in changed.items()]
 
 
 def main() -> None:

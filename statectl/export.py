@@ -141,10 +141,31 @@ def format_of(path: str) -> str:
 
 
 def export_state(
-    source: Checkpoint, sel: Selection, out_url: str, overwrite: bool = False
+    path: str,
+    operator: str | int = 0,
+    store: str | None = None,
+    join_side: str | None = None,
+    state_var: str | None = None,
+    timers: bool = False,
+    batch: int | None = None,
+    out_url: str = "",
+    overwrite: bool = False,
 ) -> dict[str, Any]:
+    """Export from a checkpoint (operator id) or a savepoint (uid or original operator id)."""
+    from statectl.savepoint.store import Savepoint, is_savepoint_dir
+
     fmt = format_of(out_url)
-    table = read_state(source, sel)
+    src_io, src_root = FileIO.for_url(path)
+    if is_savepoint_dir(src_io, src_root):
+        sp = Savepoint(src_io, src_root)
+        if batch is not None and batch != sp.metadata.batch_id:
+            raise StatectlError(f"a savepoint holds batch {sp.metadata.batch_id} only", src_root)
+        table = sp.read(Selection(0, store, join_side, state_var, timers), operator)
+    else:
+        if not str(operator).isdigit():
+            raise StatectlError(f"--operator for a checkpoint is a number, got {operator!r}")
+        sel = Selection(int(operator), store, join_side, state_var, timers, batch)
+        table = read_state(Checkpoint(src_io, src_root), sel)
     io, out = FileIO.for_url(out_url)
     io.write_atomic(out, encode_table(table, fmt), overwrite=overwrite)
     return {

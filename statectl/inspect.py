@@ -157,7 +157,11 @@ def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
     def visit(path: str, depth: int) -> None:
         entries = io.list_dir(path)
         names = {e.name for e in entries if e.is_dir}
+        files = {e.name for e in entries if not e.is_dir}
         if "offsets" in names or "commits" in names:
+            found.append(path)
+            return
+        if "_metadata" in files or posixpath.basename(path).startswith("savepoint-"):
             found.append(path)
             return
         if depth >= max_depth:
@@ -224,8 +228,15 @@ def list_dir(url: str) -> list[dict[str, Any]]:
     io, root = FileIO.for_url(url)
     if not io.is_dir(root):
         raise StatectlError("no such directory", root)
+    from statectl.savepoint.store import summarize_savepoint
+
     out = []
     for path in find_checkpoints(io, root):
+        if not io.exists(posixpath.join(path, "offsets")) and not io.exists(
+            posixpath.join(path, "commits")
+        ):
+            out.append(summarize_savepoint(io, path))
+            continue
         try:
             out.append(summarize_checkpoint(Checkpoint(io, path)))
         except StatectlError as e:
@@ -239,3 +250,16 @@ def list_dir(url: str) -> list[dict[str, Any]]:
                 }
             )
     return sorted(out, key=lambda e: posixpath.basename(e["path"]))
+
+
+def inspect_path(url: str, batch: int | None = None, *, rows: bool = True) -> dict[str, Any]:
+    """``inspect`` for a checkpoint or a savepoint (the same keys where they mean the same)."""
+    from statectl.savepoint.store import Savepoint, describe_savepoint, is_savepoint_dir
+
+    io, root = FileIO.for_url(url)
+    if is_savepoint_dir(io, root):
+        sp = Savepoint(io, root)
+        if batch is not None and batch != sp.metadata.batch_id:
+            raise StatectlError(f"a savepoint holds batch {sp.metadata.batch_id} only", root)
+        return describe_savepoint(sp)
+    return inspect_checkpoint(Checkpoint(io, root), batch, rows=rows)

@@ -59,8 +59,9 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
         confs.add_row(k, v)
     console.print(confs)
     for op in info.get("operators", []):
+        uid = f" uid {op['uid']}" if op.get("uid") else ""
         t = Table(
-            title=f"Operator {op['id']}: {op['name']} ({op['partitions']} partitions, "
+            title=f"Operator {op['id']}{uid}: {op['name']} ({op['partitions']} partitions, "
             f"{human_bytes(op.get('bytes'))})",
             title_justify="left",
         )
@@ -88,13 +89,14 @@ def render_list(console: Console, entries: list[dict[str, Any]]) -> None:
         console.print("No checkpoints found.")
         return
     t = Table()
-    for col in ("path", "backend", "batch", "operators", "size", "health"):
+    for col in ("path", "kind", "backend", "batch", "operators", "size", "health"):
         t.add_column(col, overflow="fold")
     for e in entries:
         health = e.get("health", "?")
-        style = {"ok": "green", "uncommitted": "yellow"}.get(health, "red")
+        style = {"ok": "green", "uncommitted": "yellow", "incomplete": "yellow"}.get(health, "red")
         t.add_row(
             e["path"],
+            e.get("kind", "checkpoint"),
             str(e.get("backend", "-")),
             str(e.get("latest_committed_batch", "-")),
             ", ".join(e.get("operators", [])),

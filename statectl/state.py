@@ -338,27 +338,7 @@ def read_partition(
         store = f"{sel.join_side}-keyWithIndexToValue"
         desc = op.schema(store)
         raw = load_raw(ckpt, op, store, partition, batch, enc)
-        t = _kv_rows(raw, desc, enc, partition, where)
-        key = t.column("key").combine_chunks()
-        # The store's key is the join key plus `index`; a join side shows the join key only.
-        n = key.type.num_fields - 1
-        join_key = pa.StructArray.from_arrays(
-            [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
-        )
-        value = t.column("value").combine_chunks()
-        # Join state format 2 appends `matched` to the buffered row; a join side hides it.
-        m = value.type.num_fields
-        if (
-            m
-            and value.type.field(m - 1).name == "matched"
-            and pa.types.is_boolean(value.type.field(m - 1).type)
-        ):
-            value = pa.StructArray.from_arrays(
-                [value.field(i) for i in range(m - 1)],
-                fields=[value.type.field(i) for i in range(m - 1)],
-                mask=value.is_null(),
-            )
-        return _table(join_key, "value", value, partition)
+        return join_side_view(_kv_rows(raw, desc, enc, partition, where))
     store = sel.store or "default"
     if store not in op.store_names:
         raise StatectlError(
@@ -372,6 +352,28 @@ def read_partition(
         )
     raw = load_raw(ckpt, op, store, partition, batch, enc)
     return _kv_rows(raw, op.schema(store), enc, partition, where)
+
+
+def join_side_view(t: pa.Table) -> pa.Table:
+    """A ``keyWithIndexToValue`` store shown as a join side, as Spark's ``joinSide`` option does:
+    the key without ``index``, the value without format 2's ``matched`` flag."""
+    key = t.column("key").combine_chunks()
+    n = key.type.num_fields - 1
+    join_key = pa.StructArray.from_arrays(
+        [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
+    )
+    value = t.column("value").combine_chunks()
+    m = value.type.num_fields
+    last = value.type.field(m - 1) if m else None
+    if last is not None and last.name == "matched" and pa.types.is_boolean(last.type):
+        value = pa.StructArray.from_arrays(
+            [value.field(i) for i in range(m - 1)],
+            fields=[value.type.field(i) for i in range(m - 1)],
+            mask=value.is_null() if value.null_count else None,
+        )
+    return pa.Table.from_arrays(
+        [join_key, value, t.column("partition_id")], names=["key", "value", "partition_id"]
+    )
 
 
 def state_variable_type(op: Operator, name: str) -> str:
@@ -396,4 +398,3 @@ def read_state(ckpt: Checkpoint, sel: Selection) -> pa.Table:
     # (bench/read.py, 1M keys, 2 cores) at no gain, the results' transfer eating the saving.
     tables = [read_partition(ckpt, op, sel, p, batch, enc) for p in range(op.num_partitions)]
     return pa.concat_tables(tables)
-

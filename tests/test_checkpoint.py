@@ -113,7 +113,9 @@ def test_batch_that_is_not_committed(fixture_copy):
 
 def test_spark_v3_schema_file_bytes_round_trip():
     """transformWithState's schema v3 file, rewritten by us, is byte-identical to Spark's."""
-    (path,) = (FIXTURES / "tws-rocksdb" / "state" / "0" / "_stateSchema" / "default").glob("0_*[!c]")
+    (path,) = (FIXTURES / "tws-rocksdb" / "state" / "0" / "_stateSchema" / "default").glob(
+        "0_*[!c]"
+    )
     data = path.read_bytes()
     version, families = parse_schema_file(data, str(path))
     assert version == 3

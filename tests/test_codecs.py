@@ -29,16 +29,20 @@ from statectl.errors import CorruptFileError, UnsupportedError
 
 # Spark 4.3.0 test vectors (shared/docs/spark-state-format.md §13.1, §8)
 ONE_RECORD_DELTA = bytes.fromhex(
-    "4c5a34426c6f636b2526000000" "3c000000c1186e07"
+    "4c5a34426c6f636b2526000000"
+    "3c000000c1186e07"
     "53000000180001009301000000100000006110000c1c000002000024008000000000ffffffff"
     "4c5a34426c6f636b15000000000000000000000000"
 )
 EMPTY_DELTA = bytes.fromhex(
-    "4c5a34426c6f636b1504000000040000" "00db804d08ffffffff" "4c5a34426c6f636b15000000000000000000000000"
+    "4c5a34426c6f636b150400000004000000db804d08ffffffff4c5a34426c6f636b15000000000000000000000000"
 )
-KEY_A = bytes.fromhex("0000000000000000" "0100000010000000" "6100000000000000")
-VALUE_1_1 = bytes.fromhex("0000000000000000" "0100000000000000" "0100000000000000")
-KEY_SCHEMA = {"type": "struct", "fields": [{"name": "k", "type": "string", "nullable": True, "metadata": {}}]}
+KEY_A = bytes.fromhex("000000000000000001000000100000006100000000000000")
+VALUE_1_1 = bytes.fromhex("000000000000000001000000000000000100000000000000")
+KEY_SCHEMA = {
+    "type": "struct",
+    "fields": [{"name": "k", "type": "string", "nullable": True, "metadata": {}}],
+}
 VALUE_SCHEMA = {
     "type": "struct",
     "fields": [
@@ -64,7 +68,10 @@ def test_unsaferow_vectors():
     values = decode_unsafe_rows(pa.array([VALUE_1_1], pa.large_binary()), VALUE_SCHEMA)
     assert keys.to_pylist() == [{"k": "a"}] and values.to_pylist() == [{"count": 1, "sum": 1}]
     assert encode_row(KEY_SCHEMA["fields"], ["a"]) == KEY_A
-    big = {"type": "struct", "fields": [{"name": "d", "type": "decimal(38,3)", "nullable": True, "metadata": {}}]}
+    big = {
+        "type": "struct",
+        "fields": [{"name": "d", "type": "decimal(38,3)", "nullable": True, "metadata": {}}],
+    }
     row = encode_row(big["fields"], [decimal.Decimal("-12345678901234567890.123")])
     assert row[16:26] == bytes.fromhex("fd62bd49b1898ebdbb35") and len(row) == 32
     assert decode_unsafe_rows(pa.array([row], pa.large_binary()), big).to_pylist() == [
@@ -103,7 +110,8 @@ def test_codec_names():
 
 
 records = st.lists(
-    st.tuples(st.binary(min_size=1, max_size=40), st.one_of(st.none(), st.binary(max_size=60))), max_size=60
+    st.tuples(st.binary(min_size=1, max_size=40), st.one_of(st.none(), st.binary(max_size=60))),
+    max_size=60,
 )
 
 
@@ -155,7 +163,9 @@ def test_last_writer_wins_matches_a_dict(files):
                 expected.pop(k, None)
             else:
                 expected[k] = v
-        batches.append(parse_state_records(write_state_records([k for k, _ in recs], [v for _, v in recs])))
+        batches.append(
+            parse_state_records(write_state_records([k for k, _ in recs], [v for _, v in recs]))
+        )
     keys, values = last_writer_wins(batches)
     assert dict(zip(keys.to_pylist(), values.to_pylist(), strict=True)) == expected
     assert len(keys) == len(expected)
@@ -163,12 +173,23 @@ def test_last_writer_wins_matches_a_dict(files):
 
 def test_merge_operands_are_appended():
     def batch(ops, keys, values):
-        return RecordBatch(np.array(ops, np.uint8), pa.array(keys, pa.large_binary()), pa.array(values, pa.large_binary()))
+        return RecordBatch(
+            np.array(ops, np.uint8),
+            pa.array(keys, pa.large_binary()),
+            pa.array(values, pa.large_binary()),
+        )
 
     b1 = batch([OP_PUT, OP_PUT], [b"a", b"b"], [b"1", b"x"])
-    b2 = batch([OP_MERGE, OP_MERGE, OP_DELETE, OP_MERGE], [b"a", b"a", b"b", b"c"], [b"2", b"3", None, b"9"])
+    b2 = batch(
+        [OP_MERGE, OP_MERGE, OP_DELETE, OP_MERGE],
+        [b"a", b"a", b"b", b"c"],
+        [b"2", b"3", None, b"9"],
+    )
     keys, values = last_writer_wins([b1, b2], merge_delimiter=b",")
-    assert dict(zip(keys.to_pylist(), values.to_pylist(), strict=True)) == {b"a": b"1,2,3", b"c": b"9"}
+    assert dict(zip(keys.to_pylist(), values.to_pylist(), strict=True)) == {
+        b"a": b"1,2,3",
+        b"c": b"9",
+    }
 
 
 # -- UnsafeRow round trips over random schemas and data -------------------------------------
@@ -197,15 +218,23 @@ def spark_types(depth: int = 2):
     return st.one_of(
         atomic,
         st.builds(lambda t: {"type": "array", "elementType": t, "containsNull": True}, inner),
-        st.builds(lambda k, v: {"type": "map", "keyType": k, "valueType": v, "valueContainsNull": True},
-                  st.sampled_from(["string", "integer", "long"]), inner),
+        st.builds(
+            lambda k, v: {"type": "map", "keyType": k, "valueType": v, "valueContainsNull": True},
+            st.sampled_from(["string", "integer", "long"]),
+            inner,
+        ),
         st.lists(inner, min_size=1, max_size=3).map(struct_of),
     )
 
 
 def struct_of(types):
-    return {"type": "struct", "fields": [{"name": f"f{i}", "type": t, "nullable": True, "metadata": {}}
-                                         for i, t in enumerate(types)]}
+    return {
+        "type": "struct",
+        "fields": [
+            {"name": f"f{i}", "type": t, "nullable": True, "metadata": {}}
+            for i, t in enumerate(types)
+        ],
+    }
 
 
 def values_of(t):
@@ -214,14 +243,20 @@ def values_of(t):
     if t["type"] == "array":
         return st.one_of(st.none(), st.lists(values_of(t["elementType"]), max_size=4))
     if t["type"] == "map":
-        return st.one_of(st.none(), st.dictionaries(ATOMIC[t["keyType"]], values_of(t["valueType"]), max_size=3))
+        return st.one_of(
+            st.none(), st.dictionaries(ATOMIC[t["keyType"]], values_of(t["valueType"]), max_size=3)
+        )
     return st.one_of(st.none(), st.tuples(*[values_of(f["type"]) for f in t["fields"]]).map(list))
 
 
 @st.composite
 def schema_and_rows(draw):
     schema = struct_of(draw(st.lists(spark_types(), min_size=1, max_size=6)))
-    rows = draw(st.lists(st.tuples(*[values_of(f["type"]) for f in schema["fields"]]).map(list), max_size=12))
+    rows = draw(
+        st.lists(
+            st.tuples(*[values_of(f["type"]) for f in schema["fields"]]).map(list), max_size=12
+        )
+    )
     return schema, rows
 
 
@@ -244,7 +279,12 @@ def test_unsaferow_round_trip(case):
     # Re-encoding what we decoded gives the same bytes: decode is exact and lossless.
     assert encode_unsafe_rows(decoded, schema).to_pylist() == encoded.to_pylist()
     got = [[d[f["name"]] for f in schema["fields"]] for d in decoded.to_pylist()]
-    assert _canon(got) == _canon([[_as_arrow_py(f["type"], v) for f, v in zip(schema["fields"], r, strict=True)] for r in rows])
+    assert _canon(got) == _canon(
+        [
+            [_as_arrow_py(f["type"], v) for f, v in zip(schema["fields"], r, strict=True)]
+            for r in rows
+        ]
+    )
 
 
 def _as_arrow_py(t, v):

@@ -51,7 +51,17 @@ def test_row_count_matches_spark_at_generation(fx, read):
 def test_export_equals_statestore_reader(spark, tmp_path, fx, read):
     path = str(FIXTURES / fx["name"])
     out = tmp_path / "state.parquet"
-    export_state(Checkpoint.open(path), selection(read), str(out))
+    sel = selection(read)
+    export_state(
+        path,
+        sel.operator_id,
+        sel.store,
+        sel.join_side,
+        sel.state_var,
+        sel.registered_timers,
+        None,
+        str(out),
+    )
     ours = arrow_rows(pq.read_table(out))
     table = read_state(Checkpoint.open(path), selection(read))
 

@@ -1,0 +1,305 @@
+"""Use case ``savepoint``: a consistent, relocatable snapshot of a committed batch's state.
+
+It reads only committed, immutable files and never writes into the checkpoint, so the query
+may keep running. Data files are written first; ``_metadata`` last, atomically: a savepoint
+without ``_metadata`` is incomplete by definition.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import posixpath
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tomllib
+
+import statectl
+from statectl.checkpoint.model import Checkpoint, Operator
+from statectl.errors import MissingFileError, StatectlError
+from statectl.export import exportable
+from statectl.io import FileIO
+from statectl.savepoint.format import (
+    METADATA_FILE,
+    DataFile,
+    OperatorState,
+    SavepointMetadata,
+    StateTable,
+)
+from statectl.state import Selection, read_state, state_variable_type
+
+TIMERS = "$timers"
+ENV_TARGET = "STATECTL_SAVEPOINT_DIR"
+RETRIES = 3
+
+
+def default_uid(op: Operator) -> str:
+    """Stable across runs of the same query: what the operator is, not where it sits."""
+    ident = json.dumps(
+        [op.name, sorted(op.store_names), sorted((s.name, s.key_schema) for s in op.schemas)],
+        sort_keys=True,
+    )
+    return f"{op.name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}"
+
+
+def assign_uids(ops: list[Operator], explicit: dict[int, str]) -> dict[int, str]:
+    """Explicit uids win; equal default uids (twin operators) get -2, -3 in operator id order."""
+    uids: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for op in sorted(ops, key=lambda o: o.operator_id):
+        uid = explicit.get(op.operator_id) or default_uid(op)
+        if uid in seen and op.operator_id not in explicit:
+            seen[uid] += 1
+            uid = f"{uid}-{seen[uid]}"
+        seen.setdefault(uid, 1)
+        uids[op.operator_id] = uid
+    if len(set(uids.values())) != len(uids):
+        raise StatectlError(f"operator uids must be unique, got {sorted(uids.values())}")
+    return uids
+
+
+def resolve_target(target: str | None) -> str:
+    """The argument, else $STATECTL_SAVEPOINT_DIR, else [savepoint] dir in ./statectl.toml."""
+    if target:
+        return target
+    if os.environ.get(ENV_TARGET):
+        return os.environ[ENV_TARGET]
+    if os.path.exists("statectl.toml"):
+        with open("statectl.toml", "rb") as f:
+            conf = tomllib.load(f)
+        value = conf.get("savepoint", {}).get("dir")
+        if value:
+            return str(value)
+    raise StatectlError(
+        "no savepoint target directory: pass TARGET_DIR, set STATECTL_SAVEPOINT_DIR, "
+        "or set [savepoint] dir in statectl.toml"
+    )
+
+
+@dataclass
+class TableTask:
+    """One unit of conversion: one operator's store or state variable (all partitions)."""
+
+    operator_id: int
+    name: str
+    kind: str
+    selection: Selection
+
+
+def table_tasks(op: Operator) -> list[TableTask]:
+    if op.uses_column_families:
+        tasks = []
+        for var in op.properties.get("stateVariables", []) or []:
+            name = var.get("stateName", "")
+            if name.startswith("$"):
+                continue  # internal column families are derived (row counters, TTL indexes)
+            kind = state_variable_type(op, name)
+            tasks.append(
+                TableTask(op.operator_id, name, kind, Selection(op.operator_id, state_var=name))
+            )
+        if op.properties.get("timeMode", "NoTime") not in ("NoTime", "None"):
+            tasks.append(
+                TableTask(
+                    op.operator_id,
+                    TIMERS,
+                    "timers",
+                    Selection(op.operator_id, registered_timers=True),
+                )
+            )
+        return tasks
+    kind = "join-store" if op.name == "symmetricHashJoin" else "store"
+    return [
+        TableTask(op.operator_id, s, kind, Selection(op.operator_id, store=s))
+        for s in op.store_names
+    ]
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", name) or "_"
+
+
+def _write_table(io: FileIO, root: str, rel: str, table: pa.Table) -> DataFile:
+    import io as _io
+
+    buf = _io.BytesIO()
+    pq.write_table(exportable(table), buf, compression="zstd")
+    data = buf.getvalue()
+    io.write_atomic(posixpath.join(root, rel), data)
+    return DataFile(rel, table.num_rows, len(data), hashlib.sha256(data).hexdigest())
+
+
+def _source_logs(ckpt: Checkpoint, batch: int) -> dict[str, list[dict]]:
+    """Each file source's seen-files log up to ``batch``, compacted into one list of entries."""
+    logs: dict[str, list[dict]] = {}
+    for source in ckpt.source_log_dirs():
+        names = [
+            f.name
+            for f in ckpt.io.list_dir(ckpt.path("sources", source))
+            if not f.name.startswith(".")
+        ]
+        compacts = sorted(
+            int(n[: -len(".compact")]) for n in names if n.endswith(".compact") and n[:-8].isdigit()
+        )
+        plain = sorted(int(n) for n in names if n.isdigit())
+        base = max((c for c in compacts if c <= batch), default=None)
+        entries: list[dict] = []
+        if base is not None:
+            entries.extend(ckpt.source_log(source, base))
+        entries.extend(
+            e
+            for b in plain
+            if (base is None or b > base) and b <= batch
+            for e in ckpt.source_log(source, b)
+        )
+        logs[source] = entries
+    return logs
+
+
+def _spark_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("pyspark")
+    except Exception:
+        return None
+
+
+def _new_dir_name(query_id: str | None, batch: int) -> str:
+    return f"savepoint-{(query_id or 'noquery')[:6]}-{batch}-{secrets.token_hex(4)}"
+
+
+def build_savepoint(
+    ckpt: Checkpoint,
+    out_io: FileIO,
+    out_root: str,
+    batch: int,
+    uids: dict[int, str],
+    progress: Callable[[str], None] | None = None,
+) -> SavepointMetadata:
+    """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten)."""
+    off = ckpt.offsets(batch)
+    commit = ckpt.commit(batch)
+    operators = []
+    for op in ckpt.operators(batch):
+        uid = uids[op.operator_id]
+        tables = []
+        for task in table_tasks(op):
+            table = read_state(ckpt, Selection(**{**task.selection.__dict__, "batch": batch}))
+            rel = f"operators/{_safe_name(uid)}/{_safe_name(task.name)}.parquet"
+            data_file = _write_table(out_io, out_root, rel, table)
+            desc = op.schema(
+                "$eventTimers_keyToTimestamp"
+                if task.kind == "timers" and op.properties.get("timeMode") == "EventTime"
+                else "$procTimers_keyToTimestamp"
+                if task.kind == "timers"
+                else task.name
+            )
+            tables.append(
+                StateTable(
+                    name=task.name,
+                    kind=task.kind,
+                    key_schema=desc.key_schema,
+                    value_schema=desc.value_schema,
+                    columns=table.column_names,
+                    rows=table.num_rows,
+                    files=[data_file],
+                    user_key_schema=desc.user_key_schema,
+                    encoder={
+                        **desc.key_encoder_spec,
+                        "keySchemaId": desc.key_schema_id,
+                        "valueSchemaId": desc.value_schema_id,
+                    }
+                    if op.uses_column_families
+                    else {},
+                )
+            )
+            if progress:
+                progress(f"{uid}/{task.name}")
+        operators.append(
+            OperatorState(
+                uid,
+                op.operator_id,
+                op.name,
+                op.num_partitions,
+                op.properties,
+                op.store_names,
+                op.metadata_version,
+                tables,
+            )
+        )
+    return SavepointMetadata(
+        query_id=ckpt.query_id,
+        batch_id=batch,
+        batch_timestamp_ms=off.batch_timestamp_ms,
+        batch_watermark_ms=off.batch_watermark_ms,
+        next_batch_watermark_ms=commit.next_batch_watermark_ms,
+        offsets=off.offsets,
+        offset_log_version=off.version,
+        offset_metadata_extra=off.metadata_extra,
+        pinned_confs=off.conf,
+        source_logs=_source_logs(ckpt, batch),
+        source_checkpoint={
+            "backend": ckpt.backend(batch),
+            "partitions": ckpt.num_partitions(batch),
+            "checkpoint_format_version": ckpt.checkpoint_format_version(batch),
+            "commit_log_version": commit.version,
+        },
+        operators=operators,
+        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
+        statectl_version=statectl.__version__,
+        spark_version=_spark_version(),
+    )
+
+
+def take_savepoint(
+    checkpoint: str,
+    target: str | None = None,
+    *,
+    batch: int | None = None,
+    uids: dict[int, str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[str, SavepointMetadata]:
+    """Take a canonical savepoint; returns (savepoint URL, metadata).
+
+    If the query is running and maintenance deletes a file while we read, the latest committed
+    batch is tried again (up to 3 times); with an explicit ``batch`` that is an error.
+    """
+    ckpt = Checkpoint.open(checkpoint)
+    out_io, parent = FileIO.for_url(resolve_target(target))
+    last_error: StatectlError | None = None
+    for _ in range(RETRIES):
+        fresh = Checkpoint(ckpt.io, ckpt.root)  # re-list the logs: the query may have moved on
+        b = fresh.resolve_batch(batch)
+        ops = fresh.operators(b)
+        explicit = {int(k): v for k, v in (uids or {}).items()}
+        unknown = sorted(set(explicit) - {op.operator_id for op in ops})
+        if unknown:
+            raise StatectlError(
+                f"--uid names operator(s) {unknown}, which the checkpoint does not have"
+            )
+        root = posixpath.join(parent, _new_dir_name(fresh.query_id, b))
+        try:
+            meta = build_savepoint(fresh, out_io, root, b, assign_uids(ops, explicit), progress)
+        except MissingFileError as e:
+            out_io.remove(root, recursive=True) if out_io.exists(root) else None
+            if batch is not None:
+                raise StatectlError(
+                    f"state of batch {batch} changed while reading ({e}); "
+                    "Spark's maintenance removed it: choose a newer --batch"
+                ) from None
+            last_error = e
+            continue
+        except BaseException:
+            if out_io.exists(root):
+                out_io.remove(root, recursive=True)
+            raise
+        out_io.write_atomic(posixpath.join(root, METADATA_FILE), meta.to_json().encode())
+        return out_io.url(root), meta
+    raise StatectlError(f"state kept changing while reading ({last_error}); try again")
