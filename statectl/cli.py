@@ -155,7 +155,7 @@ def savepoint(
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
     from statectl.errors import UnsupportedError
-    from statectl.savepoint.create import take_savepoint
+    from statectl.savepoints.create import take_savepoint
 
     if kind != "canonical":
         raise UnsupportedError(f"--type {kind} is not implemented yet; use --type canonical")
@@ -195,8 +195,8 @@ def dispose(
 ) -> None:
     """Delete a savepoint; refuses checkpoints and anything that is not a statectl savepoint."""
     from statectl.render import human_bytes
-    from statectl.savepoint.store import dispose as do_dispose
-    from statectl.savepoint.store import dispose_plan
+    from statectl.savepoints.store import dispose as do_dispose
+    from statectl.savepoints.store import dispose_plan
 
     io, root, files, size = dispose_plan(path)
     plan = {"path": io.url(root), "files": len(files), "bytes": size, "deleted": False}
@@ -224,7 +224,7 @@ def relabel(
     as_json: JsonOpt = False,
 ) -> None:
     """Rename operator uids in a savepoint without touching its data."""
-    from statectl.savepoint.store import relabel as do_relabel
+    from statectl.savepoints.store import relabel as do_relabel
 
     changed = do_relabel(path, _parse_pairs(mapping, "mapping"))
     _print_json(changed) if as_json else [print(f"{a} -> {b}") for a, b in changed.items()]

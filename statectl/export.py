@@ -152,7 +152,7 @@ def export_state(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Export from a checkpoint (operator id) or a savepoint (uid or original operator id)."""
-    from statectl.savepoint.store import Savepoint, is_savepoint_dir
+    from statectl.savepoints.store import Savepoint, is_savepoint_dir
 
     fmt = format_of(out_url)
     src_io, src_root = FileIO.for_url(path)

@@ -228,7 +228,7 @@ def list_dir(url: str) -> list[dict[str, Any]]:
     io, root = FileIO.for_url(url)
     if not io.is_dir(root):
         raise StatectlError("no such directory", root)
-    from statectl.savepoint.store import summarize_savepoint
+    from statectl.savepoints.store import summarize_savepoint
 
     out = []
     for path in find_checkpoints(io, root):
@@ -254,7 +254,7 @@ def list_dir(url: str) -> list[dict[str, Any]]:
 
 def inspect_path(url: str, batch: int | None = None, *, rows: bool = True) -> dict[str, Any]:
     """``inspect`` for a checkpoint or a savepoint (the same keys where they mean the same)."""
-    from statectl.savepoint.store import Savepoint, describe_savepoint, is_savepoint_dir
+    from statectl.savepoints.store import Savepoint, describe_savepoint, is_savepoint_dir
 
     io, root = FileIO.for_url(url)
     if is_savepoint_dir(io, root):

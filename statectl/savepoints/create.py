@@ -26,7 +26,7 @@ from statectl.checkpoint.model import Checkpoint, Operator
 from statectl.errors import MissingFileError, StatectlError
 from statectl.export import exportable
 from statectl.io import FileIO
-from statectl.savepoint.format import (
+from statectl.savepoints.format import (
     METADATA_FILE,
     DataFile,
     OperatorState,

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from statectl.codecs.sparktypes import to_arrow_type
 from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointError, StatectlError
 from statectl.io import FileIO
-from statectl.savepoint.format import METADATA_FILE, SavepointMetadata, StateTable, parse_metadata
+from statectl.savepoints.format import METADATA_FILE, SavepointMetadata, StateTable, parse_metadata
 from statectl.state import Selection, join_side_view
 
 
