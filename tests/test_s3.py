@@ -91,3 +91,23 @@ def test_cli_list_and_export_on_s3(bucket, s3_endpoint, tmp_path):
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
     with fs.open(target.removeprefix("s3://"), "rb") as f:
         assert pq.read_table(f).num_rows > 0
+
+
+def test_savepoint_to_and_from_s3(bucket, s3_endpoint, tmp_path):
+    """A savepoint written to S3, then read there: inspect and export work through s3fs."""
+    from statectl.savepoints.create import take_savepoint
+    from statectl.savepoints.store import Savepoint
+
+    url, meta = take_savepoint(str(FIXTURES / "join-rocksdb"), "s3://statectl-test/savepoints")
+    assert url.startswith("s3://statectl-test/savepoints/savepoint-")
+    sp = Savepoint.open(url)
+    local = read_state(Checkpoint.open(str(FIXTURES / "join-rocksdb")), Selection(0, join_side="right"))
+    assert arrow_rows(sp.read(Selection(0, join_side="right"), 0)) == arrow_rows(local)
+    env = {**os.environ, **s3_endpoint}
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "statectl.cli", "inspect", url, "--json"],
+            capture_output=True, text=True, env=env, check=True,
+        ).stdout
+    )
+    assert info["kind"] == "savepoint" and info["batch"] == meta.batch_id
