@@ -101,13 +101,18 @@ def test_savepoint_to_and_from_s3(bucket, s3_endpoint, tmp_path):
     url, meta = take_savepoint(str(FIXTURES / "join-rocksdb"), "s3://statectl-test/savepoints")
     assert url.startswith("s3://statectl-test/savepoints/savepoint-")
     sp = Savepoint.open(url)
-    local = read_state(Checkpoint.open(str(FIXTURES / "join-rocksdb")), Selection(0, join_side="right"))
+    local = read_state(
+        Checkpoint.open(str(FIXTURES / "join-rocksdb")), Selection(0, join_side="right")
+    )
     assert arrow_rows(sp.read(Selection(0, join_side="right"), 0)) == arrow_rows(local)
     env = {**os.environ, **s3_endpoint}
     info = json.loads(
         subprocess.run(
             [sys.executable, "-m", "statectl.cli", "inspect", url, "--json"],
-            capture_output=True, text=True, env=env, check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
         ).stdout
     )
     assert info["kind"] == "savepoint" and info["batch"] == meta.batch_id

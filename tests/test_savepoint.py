@@ -91,11 +91,7 @@ def test_default_uid_is_stable_and_backend_independent():
         c = Checkpoint.open(str(FIXTURES / name))
         return default_uid(c.operator(0, c.latest_committed_batch))
 
-    assert (
-        uid("agg-hdfs")
-        == uid("agg-rocksdb")
-        == uid("agg-rocksdb-changelog")
-    )
+    assert uid("agg-hdfs") == uid("agg-rocksdb") == uid("agg-rocksdb-changelog")
     # Spark < 4.0 wrote no operator metadata: the name is unknown, the uid still deterministic.
     assert uid("spark35-agg-hdfs") == uid("spark35-agg-rocksdb") != uid("agg-hdfs")
     assert uid("agg-hdfs") != uid("dedup-hdfs")
