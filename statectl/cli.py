@@ -230,11 +230,81 @@ def relabel(
     _print_json(changed) if as_json else [print(f"{a} -> {b}") for a, b in changed.items()]
 
 
+@app.command()
+def restore(
+    target: Annotated[
+        str, typer.Argument(help="New checkpoint directory (must not exist or be empty).")
+    ],
+    savepoint_path: Annotated[str, typer.Option("--savepoint", "-s", help="Savepoint to restore.")],
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="hdfs or rocksdb (default: the savepoint's).")
+    ] = None,
+    partitions: Annotated[
+        int | None,
+        typer.Option("--partitions", help="State partitions (default: the savepoint's)."),
+    ] = None,
+    map_: Annotated[
+        list[str] | None,
+        typer.Option("--map", help="UID=OPERATOR_ID for a changed query, repeatable."),
+    ] = None,
+    drop: Annotated[
+        list[str] | None,
+        typer.Option("--drop", help="UID whose state the new query does not have."),
+    ] = None,
+    allow_non_restored: Annotated[
+        bool, typer.Option("--allow-non-restored-state", "-n", help="Drop state with no operator.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan, write nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a Spark checkpoint from a savepoint: either backend, any partition count."""
+    from statectl.errors import StatectlError
+    from statectl.restore import restore as do_restore
+
+    mapping = {}
+    for uid, op_id in _parse_pairs(map_ or [], "--map").items():
+        if not op_id.isdigit():
+            raise StatectlError(f"--map wants UID=OPERATOR_ID with a numeric id, got {op_id!r}")
+        mapping[uid] = int(op_id)
+    plan = do_restore(
+        savepoint_path,
+        target,
+        backend=backend,
+        partitions=partitions,
+        mapping=mapping,
+        allow_non_restored=allow_non_restored,
+        drop=drop or [],
+        dry_run=dry_run,
+    )
+    info = plan.as_dict()
+    if as_json:
+        _print_json(info)
+    else:
+        verb = "Would restore" if dry_run or plan.problems else "Restored"
+        print(
+            f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
+            f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
+        )
+        for uid, op_id in info["restored"].items():
+            print(f"  {uid} -> operator {op_id}")
+        for uid in info["dropped"]:
+            print(f"  {uid} dropped (-n)")
+        for p in info["problems"]:
+            sys.stderr.write(f"statectl: error: {p}\n")
+    if plan.problems:
+        raise typer.Exit(2)
+
+
 def main() -> None:
     from statectl.errors import StatectlError
 
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        # Without standalone mode click returns, not raises, the code of typer.Exit.
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except StatectlError as e:
         if _state["debug"]:
             raise

@@ -59,7 +59,9 @@ def hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     n = len(arr)
     _, off_buf, data_buf = arr.buffers()
     offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + n + 1]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
     data = np.concatenate([data, np.zeros(8, np.uint8)])
     starts = offsets[:-1]
     lengths = np.diff(offsets)
@@ -91,7 +93,9 @@ def _fill(arr: pa.Array, dtype: np.dtype) -> np.ndarray:
     return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False)).astype(dtype)
 
 
-def hash_column(arr: pa.Array, seed: np.ndarray, declared_precision: int | None = None) -> np.ndarray:
+def hash_column(
+    arr: pa.Array, seed: np.ndarray, declared_precision: int | None = None
+) -> np.ndarray:
     """Fold one column into the running hash ``seed`` (uint32 per row); nulls keep the seed."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -139,14 +143,19 @@ def hash_column(arr: pa.Array, seed: np.ndarray, declared_precision: int | None 
 
 def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     t = arr.type
-    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[2 * arr.offset : 2 * (arr.offset + len(arr))]
+    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[
+        2 * arr.offset : 2 * (arr.offset + len(arr))
+    ]
     low = words[0::2]
     if t.precision <= 18:
         return hash_long(low, seed)
     # BigInteger.toByteArray of the unscaled value: minimal big-endian two's complement.
     out = seed.copy()
     values = [None if v is None else int(v.scaleb(t.scale)) for v in arr.to_pylist()]
-    blobs = [b"" if v is None else v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True) for v in values]
+    blobs = [
+        b"" if v is None else v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True)
+        for v in values
+    ]
     hashed = hash_bytes(pa.array(blobs, pa.large_binary()), seed)
     valid = np.array([v is not None for v in values], dtype=bool)
     out[valid] = hashed[valid]
@@ -194,8 +203,9 @@ def spark_hash(columns: pa.StructArray | pa.Table | list[pa.Array], seed: int = 
     return h.view(np.int32)
 
 
-def partition_ids(keys: pa.StructArray | pa.Table | list[pa.Array], num_partitions: int) -> np.ndarray:
+def partition_ids(
+    keys: pa.StructArray | pa.Table | list[pa.Array], num_partitions: int
+) -> np.ndarray:
     """``pmod(hash(keys), n)``: the state partition Spark puts each key in."""
     h = spark_hash(keys).astype(np.int64)
     return (np.mod(h, num_partitions)).astype(np.int32)
-

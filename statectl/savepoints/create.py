@@ -252,6 +252,9 @@ def build_savepoint(
             "commit_log_version": commit.version,
         },
         operators=operators,
+        previous_offsets=ckpt.offsets(batch - 1).offsets
+        if batch - 1 in ckpt.offset_batches
+        else None,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
         statectl_version=statectl.__version__,
         spark_version=_spark_version(),

@@ -73,6 +73,7 @@ class SavepointMetadata:
     created_at: str
     statectl_version: str
     spark_version: str | None
+    previous_offsets: dict[str, str | None] | None = None  # offsets of batch_id - 1, if any
     savepoint_type: str = "canonical"
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
