@@ -297,6 +297,44 @@ def restore(
         raise typer.Exit(2)
 
 
+@app.command()
+def migrate(
+    source: Annotated[str, typer.Argument(help="Checkpoint to migrate (left untouched).")],
+    target: Annotated[str, typer.Argument(help="New checkpoint directory.")],
+    backend: Annotated[str | None, typer.Option("--backend", help="hdfs or rocksdb.")] = None,
+    partitions: Annotated[
+        int | None, typer.Option("--partitions", help="State partitions.")
+    ] = None,
+    batch: BatchOpt = None,
+    keep_savepoint: Annotated[
+        str | None,
+        typer.Option("--keep-savepoint", help="Keep the intermediate savepoint under DIR."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Savepoint then restore in one step: change backend and/or partition count."""
+    import tempfile
+
+    from statectl.restore import restore as do_restore
+    from statectl.savepoints.create import take_savepoint
+
+    with tempfile.TemporaryDirectory(prefix="statectl-migrate-") as tmp:
+        sp_url, _ = take_savepoint(source, keep_savepoint or tmp, batch=batch)
+        plan = do_restore(sp_url, target, backend=backend, partitions=partitions)
+    info = {**plan.as_dict(), "savepoint": sp_url if keep_savepoint else None}
+    if as_json:
+        _print_json(info)
+    else:
+        print(
+            f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
+            f"resumes at batch {info['resumes_at_batch']})"
+        )
+        for p in info["problems"]:
+            sys.stderr.write(f"statectl: error: {p}\n")
+    if plan.problems:
+        raise typer.Exit(2)
+
+
 def main() -> None:
     from statectl.errors import StatectlError
 

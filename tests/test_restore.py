@@ -240,3 +240,58 @@ def test_cli_restore_dry_run_and_map(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["dropped"] == ["dedup"]
     assert Checkpoint.open(str(tmp_path / "new")).operator_ids() == [0]
+
+
+def test_cli_migrate_changes_backend_and_partitions(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statectl.cli",
+            "migrate",
+            str(FIXTURES / "dedup-hdfs"),
+            str(tmp_path / "m"),
+            "--backend",
+            "rocksdb",
+            "--partitions",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["backend"] == "rocksdb" and info["savepoint"] is None
+    dst, src = Checkpoint.open(str(tmp_path / "m")), Checkpoint.open(str(FIXTURES / "dedup-hdfs"))
+    b = dst.latest_committed_batch
+    assert dst.backend(b) == "rocksdb" and dst.num_partitions(b) == 3
+    assert arrow_rows(read_state(dst, Selection(0)).drop_columns(["partition_id"])) == arrow_rows(
+        read_state(src, Selection(0)).drop_columns(["partition_id"])
+    )
+
+
+@pytest.mark.spark
+def test_spark_offline_repartition_runs_on_a_migrated_checkpoint(spark, tmp_path):
+    """Spark 4.3's own repartition (RocksDB only) accepts a checkpoint statectl moved off HDFS."""
+    target = tmp_path / "ck"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statectl.cli",
+            "migrate",
+            str(FIXTURES / "agg-hdfs"),
+            str(target),
+            "--backend",
+            "rocksdb",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    before = spark_rows(spark.read.format("statestore").load(str(target)).drop("partition_id"))
+    spark._streamingCheckpointManager.repartition(str(target), 3)
+    after = spark.read.format("statestore").load(str(target))
+    assert sorted(r[0] for r in after.select("partition_id").distinct().collect()) == [0, 1, 2]
+    assert spark_rows(after.drop("partition_id")) == before
