@@ -29,10 +29,6 @@ def write_hdfs_store(
     return [path]
 
 
-def _prefixed(rows: pa.Array, prefix: bytes) -> list[bytes]:
-    return [prefix + r for r in rows.to_pylist()]
-
-
 def write_rocksdb_store(
     io: FileIO, store_dir: str, version: int, codec: str, keys: pa.Array, values: pa.Array
 ) -> list[str]:
@@ -44,7 +40,7 @@ def write_rocksdb_store(
         io.write_atomic(path, empty)
         written.append(path)
     path = posixpath.join(store_dir, f"{version}.changelog")
-    data = write_state_records(_prefixed(keys, b"\x00"), _prefixed(values, b"\x00"))
+    data = write_state_records(keys, values, prefix=b"\x00")
     io.write_atomic(path, compress_stream(codec, data))
     written.append(path)
     return written

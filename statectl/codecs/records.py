@@ -317,22 +317,74 @@ def _as_list(a: pa.Array | list) -> list:
     return a.to_pylist() if isinstance(a, pa.Array) else list(a)
 
 
+def _parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bytes, starts, lengths) of a binary array; null elements have length -1."""
+    arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
+    n = len(arr)
+    _, off_buf, data_buf = arr.buffers()
+    offs = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    data = (
+        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    )
+    lengths = np.diff(offs)
+    if arr.null_count:
+        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        lengths = np.where(valid, lengths, -1)
+    return data, offs[:-1], lengths
+
+
+def _copy_ranges(
+    out: np.ndarray, dst: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
+) -> None:
+    lengths = np.maximum(lengths, 0)
+    total = int(lengths.sum())
+    if total == 0:
+        return
+    offs = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offs[1:])
+    within = np.arange(total, dtype=np.int64) - np.repeat(offs[:-1], lengths)
+    out[np.repeat(dst, lengths) + within] = src[np.repeat(src_starts, lengths) + within]
+
+
 def write_state_records(
-    keys: pa.Array | list[bytes], values: pa.Array | list[bytes | None]
+    keys: pa.Array | list[bytes], values: pa.Array | list[bytes | None], prefix: bytes = b""
 ) -> bytes:
-    """A v1 record stream (None value = removal) with the end marker."""
-    parts: list[bytes] = []
-    pack = _INT.pack
-    for k, v in zip(_as_list(keys), _as_list(values), strict=True):
-        parts.append(pack(len(k)))
-        parts.append(k)
-        if v is None:
-            parts.append(pack(-1))
-        else:
-            parts.append(pack(len(v)))
-            parts.append(v)
-    parts.append(pack(-1))
-    return b"".join(parts)
+    """A v1 record stream (None value = removal) with the end marker, built with numpy.
+
+    ``prefix`` is prepended to every key and value (RocksDB's encoding-version byte).
+    """
+    if not isinstance(keys, pa.Array):
+        keys = pa.array(keys, type=pa.large_binary())
+    if not isinstance(values, pa.Array):
+        values = pa.array(values, type=pa.large_binary())
+    kdata, kstart, klen = _parts(keys)
+    vdata, vstart, vlen = _parts(values)
+    p = len(prefix)
+    klen_out = klen + p
+    vlen_out = np.where(vlen < 0, -1, vlen + p)
+    rec = 8 + klen_out + np.maximum(vlen_out, 0)
+    starts = np.zeros(len(rec) + 1, dtype=np.int64)
+    np.cumsum(rec, out=starts[1:])
+    out = np.zeros(int(starts[-1]) + 4, dtype=np.uint8)
+    rs = starts[:-1]
+
+    def put_int(pos: np.ndarray, v: np.ndarray) -> None:
+        b = v.astype(">i4").view(np.uint8).reshape(-1, 4)
+        for j in range(4):
+            out[pos + j] = b[:, j]
+
+    put_int(rs, klen_out)
+    vpos = rs + 4 + klen_out
+    put_int(vpos, vlen_out)
+    pre = np.frombuffer(prefix, dtype=np.uint8)
+    for j in range(p):
+        out[rs + 4 + j] = pre[j]
+        live = vlen_out >= 0
+        out[vpos[live] + 4 + j] = pre[j]
+    _copy_ranges(out, rs + 4 + p, kdata, kstart, klen)
+    _copy_ranges(out, vpos + 4 + p, vdata, vstart, vlen)
+    out[-4:] = 0xFF
+    return out.tobytes()
 
 
 def write_changelog(

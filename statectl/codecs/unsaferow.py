@@ -440,6 +440,9 @@ def encode_unsafe_rows(data: pa.StructArray | pa.Table, schema: str | dict) -> p
             if data.num_columns
             else data
         )
+    fast = encode_flat_rows(data, fields)
+    if fast is not None:
+        return fast
     columns = [data.field(i) for i in range(data.type.num_fields)]
     pylists = [_pylist(c) for c in columns]
     valid = data.is_valid().to_pylist()
@@ -466,3 +469,126 @@ def _pylist(arr: pa.Array) -> list[Any]:
     if pa.types.is_map(arr.type):
         return [None if m is None else list(m) for m in arr.to_pylist()]
     return arr.to_pylist()
+
+
+# -- vectorized encoding of flat rows ---------------------------------------------------------
+def _flat_kind(t: Any) -> str | None:
+    """How a top-level field is encoded by the vectorized path, or None if it needs the loop."""
+    dec = decimal_of(t)
+    if dec:
+        return "decimal" if dec[0] <= 18 else None
+    name = atomic_name(t)
+    if name in _FIXED:
+        return name
+    if name in ("string", "binary"):
+        return "var"
+    if name == "void":
+        return "void"
+    return None
+
+
+def _scatter(
+    dst: np.ndarray,
+    dst_starts: np.ndarray,
+    src: np.ndarray,
+    src_starts: np.ndarray,
+    lengths: np.ndarray,
+) -> None:
+    total = int(lengths.sum())
+    if total == 0:
+        return
+    offs = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offs[1:])
+    within = np.arange(total, dtype=np.int64) - np.repeat(offs[:-1], lengths)
+    dst[np.repeat(dst_starts, lengths) + within] = src[np.repeat(src_starts, lengths) + within]
+
+
+def encode_flat_rows(data: pa.StructArray, fields: list[dict]) -> pa.LargeBinaryArray | None:
+    """UnsafeRows for rows whose fields are all fixed-width, string or binary, at numpy speed.
+
+    Returns None when a field needs the reference encoder (nested or big-decimal types).
+    """
+    kinds = [_flat_kind(f["type"]) for f in fields]
+    if any(k is None for k in kinds) or data.null_count:
+        return None
+    n = len(data)
+    nf = len(fields)
+    head = ((nf + 63) // 64) * 8 + 8 * nf
+    var_lens = []
+    var_src = []
+    for i, k in enumerate(kinds):
+        if k == "var":
+            col = data.field(i).cast(pa.large_binary())
+            _, off_buf, data_buf = col.buffers()
+            offs = np.frombuffer(off_buf, dtype=np.int64)[col.offset : col.offset + n + 1]
+            src = (
+                np.frombuffer(data_buf, dtype=np.uint8)
+                if data_buf is not None
+                else np.zeros(0, np.uint8)
+            )
+            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            var_lens.append(np.where(valid, np.diff(offs), 0))
+            var_src.append((src, offs[:-1]))
+    padded = [(ln + 7) & ~7 for ln in var_lens]
+    sizes = head + (np.sum(padded, axis=0) if padded else np.zeros(n, dtype=np.int64))
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    out = np.zeros(int(starts[-1]), dtype=np.uint8)
+    words = out.view("<u8")
+    row = starts[:-1]
+    cursor = np.full(n, head, dtype=np.int64)
+    v = 0
+    for i, k in enumerate(kinds):
+        col = data.field(i)
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        null_rows = row[~valid]
+        if len(null_rows):
+            out[null_rows + (i >> 3)] |= np.uint8(1 << (i & 7))
+        slot = (row + ((nf + 63) // 64) * 8 + 8 * i) >> 3
+        if k == "void":
+            continue
+        if k == "var":
+            lengths = var_lens[v]
+            src, src_starts = var_src[v]
+            words[slot] = np.where(
+                valid, (cursor.astype(np.uint64) << np.uint64(32)) | lengths.astype(np.uint64), 0
+            )
+            _scatter(out, row + cursor, src, src_starts, lengths)
+            cursor = cursor + padded[v]
+            v += 1
+            continue
+        if k == "decimal":
+            raw = np.frombuffer(col.buffers()[1], dtype=np.int64)[
+                2 * col.offset : 2 * (col.offset + n)
+            ][0::2]
+            bits = raw.view(np.uint64)
+        else:
+            width, dtype = _FIXED[k]
+            if k in ("date", "timestamp", "timestamp_ntz"):
+                vals = np.asarray(
+                    col.cast(pa.int32() if k == "date" else pa.int64())
+                    .fill_null(0)
+                    .to_numpy(zero_copy_only=False)
+                )
+            elif k == "boolean":
+                vals = np.asarray(col.cast(pa.int8()).fill_null(0).to_numpy(zero_copy_only=False))
+            else:
+                vals = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False))
+            vals = vals.astype(dtype)
+            if k == "float":
+                vals = np.where(np.isnan(vals), np.float32("nan"), vals).astype(dtype)
+                bits = vals.view(np.uint32).astype(np.uint64)
+                bits = np.where(np.isnan(vals), np.uint64(0x7FC00000), bits)
+            elif k == "double":
+                bits = np.where(np.isnan(vals), np.uint64(0x7FF8000000000000), vals.view(np.uint64))
+            elif k == "boolean":
+                bits = vals.astype(np.uint64)
+            else:
+                # Only the value's own width is written; the rest of the slot stays zero.
+                bits = vals.astype(np.int64).view(np.uint64) & np.uint64(
+                    (1 << (8 * width)) - 1 if width < 8 else 0xFFFFFFFFFFFFFFFF
+                )
+        words[slot] = np.where(valid, bits, 0)
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(out)]
+    )
