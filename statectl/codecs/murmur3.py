@@ -9,6 +9,8 @@ positions, not over rows).
 
 from __future__ import annotations
 
+import decimal
+
 import numpy as np
 import pyarrow as pa
 
@@ -151,7 +153,8 @@ def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
         return hash_long(low, seed)
     # BigInteger.toByteArray of the unscaled value: minimal big-endian two's complement.
     out = seed.copy()
-    values = [None if v is None else int(v.scaleb(t.scale)) for v in arr.to_pylist()]
+    ctx = decimal.Context(prec=100)  # the default 28 digits would round decimal(38, s)
+    values = [None if v is None else int(v.scaleb(t.scale, context=ctx)) for v in arr.to_pylist()]
     blobs = [
         b"" if v is None else v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True)
         for v in values
