@@ -434,9 +434,10 @@ def last_writer_wins(
     )
     ops = np.concatenate([b.ops for b in batches])
     n = len(ops)
-    idx = np.asarray(
-        pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False), dtype=np.int64
-    )
+    encoded = pc.dictionary_encode(keys)
+    if len(encoded.dictionary) == n and not (ops != OP_PUT).any():
+        return keys, values  # every key once, no removals or merges: nothing to replay
+    idx = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     _, first_in_reversed = np.unique(idx[::-1], return_index=True)
     last = np.sort(n - 1 - first_in_reversed)
     merged: dict[int, bytes | None] = {}
