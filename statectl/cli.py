@@ -147,18 +147,17 @@ def savepoint(
         ),
     ] = None,
     batch: BatchOpt = None,
-    kind: Annotated[str, typer.Option("--type", help="canonical (native: not yet).")] = "canonical",
+    kind: Annotated[
+        str, typer.Option("--type", help="canonical (Parquet) or native (backend files).")
+    ] = "canonical",
     uid: Annotated[
         list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
-    from statectl.errors import UnsupportedError
     from statectl.savepoints.create import take_savepoint
 
-    if kind != "canonical":
-        raise UnsupportedError(f"--type {kind} is not implemented yet; use --type canonical")
     pairs = _parse_pairs(uid or [], "--uid")
     uids = {}
     for k, v in pairs.items():
@@ -168,7 +167,9 @@ def savepoint(
             raise StatectlError(f"--uid wants OPERATOR_ID=UID with a numeric id, got {k!r}")
         uids[int(k)] = v
     progress = None if as_json or not sys.stderr.isatty() else _progress_printer()
-    url, meta = take_savepoint(checkpoint, target, batch=batch, uids=uids, progress=progress)
+    url, meta = take_savepoint(
+        checkpoint, target, batch=batch, uids=uids, progress=progress, kind=kind
+    )
     result = {
         "path": url,
         "batch": meta.batch_id,

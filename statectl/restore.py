@@ -101,6 +101,12 @@ def plan_restore(
     ids = list(plan.restored.values())
     if len(set(ids)) != len(ids):
         plan.problems.append(f"two uids map to the same operator id: {plan.restored}")
+    if m.savepoint_type == "native":
+        plan.problems.append(
+            "a native savepoint restores by copying its checkpoint/ directory (same backend and "
+            "partitions); convert it first: statectl savepoint --type canonical SAVEPOINT"
+        )
+        return plan
     for op in m.operators:
         if op.uid in plan.restored and any(
             t.kind not in ("store", "join-store") for t in op.tables

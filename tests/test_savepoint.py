@@ -372,3 +372,102 @@ def test_stop_with_savepoint(spark, tmp_path):
     sp = Savepoint.open(url)
     assert sp.metadata.batch_id == Checkpoint.open(str(ckpt)).latest_committed_batch
     assert sp.read(Selection(), 0).num_rows == 5
+
+
+# -- native savepoints ------------------------------------------------------------------------
+NATIVE = [
+    "agg-hdfs",
+    "agg-snapshots-hdfs",
+    "agg-snapshots-rocksdb-changelog",
+    "agg-ckptv2-rocksdb-changelog",
+    "join-rocksdb",
+    "tws-rocksdb-changelog",
+    "tws-avro-rocksdb",
+    "multi-hdfs",
+]
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_native_savepoint_copies_what_loads_the_batch(tmp_path, name):
+    fx = next(f for f in load_manifest() if f["name"] == name)
+    url, meta = take_savepoint(str(FIXTURES / name), str(tmp_path), kind="native")
+    sp = Savepoint.open(url)
+    assert sp.metadata.savepoint_type == "native"
+    ckpt = Checkpoint.open(str(FIXTURES / name))
+    for read in fx["reads"]:
+        sel = selection(read)
+        assert arrow_rows(sp.read(sel, read["operatorId"])) == arrow_rows(read_state(ckpt, sel))
+    copied = sum(1 for _ in (Path(sp.root) / "checkpoint" / "state").rglob("*"))
+    original = sum(1 for _ in (FIXTURES / name / "state").rglob("*"))
+    assert copied <= original
+    # Converting it gives the canonical savepoint of the same batch, same uids.
+    url2, meta2 = take_savepoint(url, str(tmp_path / "canonical"))
+    assert meta2.savepoint_type == "canonical" and meta2.batch_id == meta.batch_id
+    assert [o.uid for o in meta2.operators] == [o.uid for o in meta.operators]
+    info = json.loads(run_cli("inspect", url, "--json").stdout)
+    assert info["type"] == "native" and info["operators"][0]["uid"] == meta.operators[0].uid
+
+
+def test_native_snapshot_chain_is_minimal(tmp_path):
+    """Only the newest snapshot at or below the version and the deltas after it are copied."""
+    url, meta = take_savepoint(str(FIXTURES / "agg-snapshots-hdfs"), str(tmp_path), kind="native")
+    names = sorted(
+        p.name
+        for p in (Path(url.removeprefix("file://")) / "checkpoint/state/0/0").iterdir()
+        if p.is_file()
+    )
+    version = meta.batch_id + 1
+    snaps = sorted(
+        int(p.stem)
+        for p in (FIXTURES / "agg-snapshots-hdfs/state/0/0").glob("*.snapshot")
+        if int(p.stem) <= version
+    )
+    expected = [f"{snaps[-1]}.snapshot"] + [f"{v}.delta" for v in range(snaps[-1] + 1, version + 1)]
+    assert names == sorted(expected)
+
+
+def test_native_savepoint_does_not_restore_directly(tmp_path):
+    url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path), kind="native")
+    from statectl.restore import restore
+
+    plan = restore(url, str(tmp_path / "new"))
+    assert plan.problems and "convert it first" in plan.problems[0]
+
+
+@pytest.mark.spark
+def test_spark_resumes_from_a_native_savepoint_copy(spark, tmp_path):
+    """The native savepoint's checkpoint/ is a checkpoint Spark continues from (same backend)."""
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(3):
+        (inp / f"f{i}.json").write_text(
+            "\n".join(json.dumps({"k": f"k{(i + j) % 4}"}) for j in range(6))
+        )
+
+    def run(ckpt):
+        q = (
+            spark.readStream.schema("k string")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(inp))
+            .groupBy("k")
+            .count()
+            .writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination()
+
+    run(tmp_path / "ck")
+    url, meta = take_savepoint(str(tmp_path / "ck"), str(tmp_path / "sp"), kind="native")
+    shutil.copytree(Path(url.removeprefix("file://")) / "checkpoint", tmp_path / "ck2")
+    (inp / "f3.json").write_text("\n".join(json.dumps({"k": "k1"}) for _ in range(5)))
+    run(tmp_path / "ck2")
+    run(tmp_path / "ck")
+    a = spark_rows(spark.read.format("statestore").load(str(tmp_path / "ck2")))
+    b = spark_rows(spark.read.format("statestore").load(str(tmp_path / "ck")))
+    assert (
+        a == b
+        and Checkpoint.open(str(tmp_path / "ck2")).latest_committed_batch == meta.batch_id + 1
+    )

@@ -184,8 +184,6 @@ def build_savepoint(
     progress: Callable[[str], None] | None = None,
 ) -> SavepointMetadata:
     """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten)."""
-    off = ckpt.offsets(batch)
-    commit = ckpt.commit(batch)
     operators = []
     for op in ckpt.operators(batch):
         uid = uids[op.operator_id]
@@ -234,6 +232,15 @@ def build_savepoint(
                 tables,
             )
         )
+    return savepoint_metadata(ckpt, batch, operators)
+
+
+def savepoint_metadata(
+    ckpt: Checkpoint, batch: int, operators: list[OperatorState]
+) -> SavepointMetadata:
+    """Everything but the state tables: position, confs, source logs, provenance."""
+    off = ckpt.offsets(batch)
+    commit = ckpt.commit(batch)
     return SavepointMetadata(
         query_id=ckpt.query_id,
         batch_id=batch,
@@ -268,13 +275,31 @@ def take_savepoint(
     batch: int | None = None,
     uids: dict[int, str] | None = None,
     progress: Callable[[str], None] | None = None,
+    kind: str = "canonical",
 ) -> tuple[str, SavepointMetadata]:
-    """Take a canonical savepoint; returns (savepoint URL, metadata).
+    """Take a canonical (or native) savepoint; returns (savepoint URL, metadata).
+
+    ``checkpoint`` may also be a native savepoint: it is converted, keeping its uids.
 
     If the query is running and maintenance deletes a file while we read, the latest committed
     batch is tried again (up to 3 times); with an explicit ``batch`` that is an error.
     """
-    ckpt = Checkpoint.open(checkpoint)
+    if kind not in ("canonical", "native"):
+        raise StatectlError(f"--type must be canonical or native, not {kind!r}")
+    src_io, src_root = FileIO.for_url(checkpoint)
+    if src_io.exists(posixpath.join(src_root, METADATA_FILE)) and not src_io.exists(
+        posixpath.join(src_root, "offsets")
+    ):
+        from statectl.savepoints.native import EMBEDDED
+        from statectl.savepoints.store import Savepoint
+
+        sp = Savepoint(src_io, src_root)
+        if sp.metadata.savepoint_type != "native":
+            raise StatectlError("is already a canonical savepoint", src_root)
+        uids = {op.operator_id: op.uid for op in sp.metadata.operators} | dict(uids or {})
+        batch = sp.metadata.batch_id
+        src_root = posixpath.join(src_root, EMBEDDED)
+    ckpt = Checkpoint(src_io, src_root)
     out_io, parent = FileIO.for_url(resolve_target(target))
     last_error: StatectlError | None = None
     for _ in range(RETRIES):
@@ -289,7 +314,22 @@ def take_savepoint(
             )
         root = posixpath.join(parent, _new_dir_name(fresh.query_id, b))
         try:
-            meta = build_savepoint(fresh, out_io, root, b, assign_uids(ops, explicit), progress)
+            if kind == "native":
+                from functools import partial
+
+                from statectl.savepoints.native import build_native
+
+                meta = build_native(
+                    fresh,
+                    out_io,
+                    root,
+                    b,
+                    assign_uids(ops, explicit),
+                    partial(savepoint_metadata, fresh, b),
+                    progress,
+                )
+            else:
+                meta = build_savepoint(fresh, out_io, root, b, assign_uids(ops, explicit), progress)
         except MissingFileError as e:
             out_io.remove(root, recursive=True) if out_io.exists(root) else None
             if batch is not None:

@@ -74,6 +74,7 @@ class SavepointMetadata:
     statectl_version: str
     spark_version: str | None
     previous_offsets: dict[str, str | None] | None = None  # offsets of batch_id - 1, if any
+    native_logs: list[DataFile] | None = None  # native savepoints: the copied log files
     savepoint_type: str = "canonical"
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
@@ -116,6 +117,9 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
                 for t in o["tables"]
             ]
             ops.append(_build(OperatorState, {**o, "tables": tables}))
-        return _build(SavepointMetadata, {**obj, "operators": ops})
+        logs = obj.get("native_logs")
+        if logs is not None:
+            logs = [_build(DataFile, f) for f in logs]
+        return _build(SavepointMetadata, {**obj, "operators": ops, "native_logs": logs})
     except (KeyError, TypeError) as e:
         raise CorruptFileError(f"savepoint metadata is incomplete ({e})", path) from None

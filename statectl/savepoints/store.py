@@ -98,6 +98,16 @@ class Savepoint:
     def read(self, sel: Selection, operator: str | int) -> pa.Table:
         """The same table ``export`` gives for a checkpoint, from the savepoint's data files."""
         op = self.resolve_operator(operator)
+        if self.metadata.savepoint_type == "native":
+            from statectl.checkpoint.model import Checkpoint
+            from statectl.savepoints.native import EMBEDDED
+            from statectl.state import read_state
+
+            embedded = Checkpoint(self.io, posixpath.join(self.root, EMBEDDED))
+            return read_state(
+                embedded,
+                dataclasses.replace(sel, operator_id=op.operator_id, batch=self.metadata.batch_id),
+            )
         by_name = {t.name: t for t in op.tables}
         if sel.join_side:
             t = by_name.get(f"{sel.join_side}-keyWithIndexToValue")
@@ -149,6 +159,24 @@ def is_savepoint_dir(io: FileIO, path: str) -> bool:
 
 
 def describe_savepoint(sp: Savepoint) -> dict[str, Any]:
+    m = sp.metadata
+    info = _describe(sp)
+    if m.savepoint_type == "native":
+        # Row counts and schemas come from the embedded checkpoint, as for a checkpoint.
+        from statectl.checkpoint.model import Checkpoint
+        from statectl.inspect import describe_operator
+        from statectl.savepoints.native import EMBEDDED
+
+        embedded = Checkpoint(sp.io, posixpath.join(sp.root, EMBEDDED))
+        uids = {op.operator_id: op.uid for op in m.operators}
+        info["operators"] = [
+            {**describe_operator(embedded, op, m.batch_id), "uid": uids.get(op.operator_id)}
+            for op in embedded.operators(m.batch_id)
+        ]
+    return info
+
+
+def _describe(sp: Savepoint) -> dict[str, Any]:
     m = sp.metadata
     return {
         "kind": "savepoint",

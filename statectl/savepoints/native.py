@@ -1,0 +1,153 @@
+"""Native savepoints: a copy of only the backend files Spark needs to load one committed batch.
+
+Layout: ``_metadata`` (same format, ``savepoint_type: "native"``) plus ``checkpoint/``, a
+minimal Spark checkpoint (logs of batches N-1..N, the file source logs up to the batch's
+offsets, operator metadata and schema files, and per store partition the newest snapshot at
+or below version N+1 with the later deltas/changelogs and the SSTs its zip references).
+Fast (bytes are copied, nothing is decoded), restorable only onto the same backend and
+partition count; ``statectl savepoint --type canonical NATIVE`` converts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io as _io
+import json
+import posixpath
+import zipfile
+from collections.abc import Callable
+
+from statectl.backends.hdfs import files_for_version
+from statectl.backends.rocksdb import (
+    _chain_v1,
+    _chain_v2,
+    list_version_files,
+    parse_snapshot_metadata,
+)
+from statectl.checkpoint.logs import batch_id_of
+from statectl.checkpoint.model import HDFS, Checkpoint, store_dir
+from statectl.codecs.compression import normalize_codec
+from statectl.errors import CorruptFileError
+from statectl.io import FileIO
+from statectl.savepoints.format import DataFile, OperatorState, SavepointMetadata, StateTable
+
+EMBEDDED = "checkpoint"
+
+
+def _rocksdb_files(
+    ckpt: Checkpoint, d: str, version: int, codec: str, unique_id: str | None
+) -> list[str]:
+    files = list_version_files(ckpt.io, d)
+    if unique_id is None:
+        base, chain = _chain_v1(files, version, d)
+    else:
+        base, chain, _ = _chain_v2(ckpt.io, codec, files, version, unique_id, d)
+    out = [f.path for f in chain]
+    if base is not None:
+        out.append(base.path)
+        try:
+            with zipfile.ZipFile(_io.BytesIO(ckpt.io.read_bytes(base.path))) as z:
+                meta = parse_snapshot_metadata(z.read("metadata").decode(), base.path)
+        except (zipfile.BadZipFile, KeyError):
+            raise CorruptFileError(
+                "snapshot zip is corrupt or has no metadata", base.path
+            ) from None
+        out += [posixpath.join(d, "SSTs", e["dfsSstFileName"]) for e in meta.sst_files]
+        out += [posixpath.join(d, "logs", e["dfsLogFileName"]) for e in meta.log_files]
+    # Checkpoint format v2 keeps a JSON checksum beside each state file: copy it when present.
+    return out + [p + ".crc" for p in out if not p.endswith(".sst") and ckpt.io.exists(p + ".crc")]
+
+
+def _operator_files(ckpt: Checkpoint, op_id: int, batch: int) -> list[str]:
+    op = ckpt.operator(op_id, batch)
+    backend = ckpt.backend(batch)
+    codec = normalize_codec(
+        ckpt.offsets(batch).pinned_conf("spark.sql.streaming.stateStore.compression.codec") or "lz4"
+    )
+    fmt2 = ckpt.checkpoint_format_version(batch) >= 2
+    ids = ckpt.commit(batch).state_unique_ids or {}
+    out: list[str] = []
+    meta_dir = ckpt.path("state", str(op_id), "_metadata")
+    out += [
+        f.path
+        for f in ckpt.io.walk_files(meta_dir)
+        if not f.name.startswith(".")
+        and (batch_id_of(f.name) is None or batch_id_of(f.name) <= batch)
+    ]
+    out += [
+        f.path
+        for f in ckpt.io.walk_files(ckpt.path("state", str(op_id), "_stateSchema"))
+        if not f.name.startswith(".")
+    ]
+    for p in range(op.num_partitions):
+        for i, store in enumerate(op.store_names):
+            d = store_dir(ckpt, op_id, p, store)
+            if p == 0 and ckpt.io.exists(posixpath.join(d, "_metadata", "schema")):
+                out.append(posixpath.join(d, "_metadata", "schema"))
+            if backend == HDFS:
+                out += files_for_version(ckpt.io, d, batch + 1)
+            else:
+                uid = ids[str(op_id)][p][i] if fmt2 else None
+                out += _rocksdb_files(ckpt, d, batch + 1, codec, uid)
+    return out
+
+
+def _log_files(ckpt: Checkpoint, batch: int) -> list[str]:
+    out = [ckpt.path("metadata")] if ckpt.io.exists(ckpt.path("metadata")) else []
+    for b in (batch - 1, batch):
+        if b >= 0 and b in ckpt.offset_batches:
+            out.append(ckpt.path("offsets", str(b)))
+    out.append(ckpt.path("commits", str(batch)))
+    offsets = ckpt.offsets(batch).offsets
+    for source in ckpt.source_log_dirs():
+        limit = None
+        with contextlib.suppress(TypeError, KeyError, ValueError):
+            limit = int(json.loads(offsets.get(source) or "null")["logOffset"])
+        for f in ckpt.io.list_dir(ckpt.path("sources", source)):
+            b = batch_id_of(f.name)
+            if b is not None and not f.name.startswith(".") and (limit is None or b <= limit):
+                out.append(f.path)
+    return out
+
+
+def build_native(
+    ckpt: Checkpoint,
+    out_io: FileIO,
+    out_root: str,
+    batch: int,
+    uids: dict[int, str],
+    base: Callable[..., SavepointMetadata],
+    progress: Callable[[str], None] | None = None,
+) -> SavepointMetadata:
+    """Copy the files of ``batch`` under ``out_root/checkpoint`` and describe them."""
+
+    def copy(path: str) -> DataFile:
+        rel = posixpath.join(EMBEDDED, posixpath.relpath(path, ckpt.root))
+        data = ckpt.io.read_bytes(path)
+        out_io.write_atomic(posixpath.join(out_root, rel), data)
+        return DataFile(rel, -1, len(data), hashlib.sha256(data).hexdigest())
+
+    logs = [copy(p) for p in _log_files(ckpt, batch)]
+    operators = []
+    for op in ckpt.operators(batch):
+        files = [copy(p) for p in _operator_files(ckpt, op.operator_id, batch)]
+        if progress:
+            progress(uids[op.operator_id])
+        table = StateTable("native", "native", "", "", [], -1, files)
+        operators.append(
+            OperatorState(
+                uids[op.operator_id],
+                op.operator_id,
+                op.name,
+                op.num_partitions,
+                op.properties,
+                op.store_names,
+                op.metadata_version,
+                [table],
+            )
+        )
+    meta = base(operators=operators)
+    meta.savepoint_type = "native"
+    meta.native_logs = logs
+    return meta
