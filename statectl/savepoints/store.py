@@ -226,7 +226,7 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
 def _short(schema_json: str) -> str:
     from statectl.inspect import schema_string
 
-    return schema_string(schema_json)
+    return schema_string(schema_json) if schema_json else ""
 
 
 def _maybe_json(text: str | None) -> Any:
