@@ -166,10 +166,28 @@ def savepoint(
 
             raise StatectlError(f"--uid wants OPERATOR_ID=UID with a numeric id, got {k!r}")
         uids[int(k)] = v
-    progress = None if as_json or not sys.stderr.isatty() else _progress_printer()
-    url, meta = take_savepoint(
-        checkpoint, target, batch=batch, uids=uids, progress=progress, kind=kind
-    )
+    if as_json or not sys.stderr.isatty():
+        url, meta = take_savepoint(checkpoint, target, batch=batch, uids=uids, kind=kind)
+    else:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.completed} tables"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as bar:
+            task = bar.add_task("savepoint", total=None)
+
+            def advance(what: str) -> None:
+                bar.update(task, advance=1, description=f"savepoint: {what}")
+
+            url, meta = take_savepoint(
+                checkpoint, target, batch=batch, uids=uids, progress=advance, kind=kind
+            )
     result = {
         "path": url,
         "batch": meta.batch_id,
@@ -180,11 +198,6 @@ def savepoint(
         _print_json(result)
     else:
         print(url)
-
-
-def _progress_printer():  # type: ignore[no-untyped-def]
-    console = _console()
-    return lambda what: console.print(f"[dim]wrote {what}[/dim]", highlight=False)
 
 
 @app.command()
