@@ -4,8 +4,8 @@
 
 Reuses the aggregation checkpoints bench/read.py builds (and builds them if missing), then
 times in one run: the canonical savepoint through the CLI (end to end) and in-process, and
-Spark's `statestore` reader writing the same Parquet (cold JVM and warm session).
-Native savepoints are not implemented yet, so they have no row.
+Spark's `statestore` reader writing the same Parquet (cold JVM and warm session), and the
+native savepoint (a copy of the backend files) in-process.
 """
 
 from __future__ import annotations
@@ -41,25 +41,29 @@ def main() -> None:
         t0 = time.perf_counter()
         _, meta = take_savepoint(str(ck), str(target))
         inproc = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        take_savepoint(str(ck), str(target), kind="native")
+        native = time.perf_counter() - t0
         n = sum(op.rows for op in meta.operators)
         size = sum(f.bytes for op in meta.operators for t in op.tables for f in t.files)
         cold = spark_cold(ck, work / f"spark-cold-{backend}")
-        rows.append((backend, n, size, e2e, inproc, cold, warm[backend]))
+        rows.append((backend, n, size, e2e, inproc, native, cold, warm[backend]))
     header = (
         "backend",
         "rows",
         "savepoint MiB",
         "statectl savepoint e2e s",
         "in-process s",
+        "native in-process s",
         "spark statestore->parquet e2e s",
         "spark warm s",
         "speed-up e2e",
     )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for backend, n, size, e2e, inproc, cold, warm_s in rows:
+    for backend, n, size, e2e, inproc, native, cold, warm_s in rows:
         print(
-            f"| {backend} | {n:,} | {size / 2**20:.1f} | {e2e:.2f} | {inproc:.2f} | {cold:.2f} | "
+            f"| {backend} | {n:,} | {size / 2**20:.1f} | {e2e:.2f} | {inproc:.2f} | {native:.2f} | {cold:.2f} | "
             f"{warm_s:.2f} | {cold / e2e:.1f}x |"
         )
 
