@@ -190,7 +190,8 @@ def test_crash_midway_leaves_nothing_complete(fixture_copy, tmp_path):
         "c._write_table = crash\n"
         f"c.take_savepoint({str(ckpt)!r}, {str(target)!r})\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    env = {**os.environ, "STATECTL_WORKERS": "1"}  # the crash must hit the process writing
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 9
     (partial,) = list(target.iterdir())
     assert not (partial / "_metadata").exists()
@@ -255,6 +256,14 @@ def test_unknown_format_version(savepoints, tmp_path):
     )
 
 
+def test_process_pool_gives_the_same_savepoint(tmp_path):
+    one, m1 = take_savepoint(str(FIXTURES / "join-rocksdb"), str(tmp_path / "a"), workers=1)
+    two, m2 = take_savepoint(str(FIXTURES / "join-rocksdb"), str(tmp_path / "b"), workers=2)
+    f1 = [(f.path, f.rows, f.sha256) for op in m1.operators for t in op.tables for f in t.files]
+    f2 = [(f.path, f.rows, f.sha256) for op in m2.operators for t in op.tables for f in t.files]
+    assert f1 == f2 and len(f1) == 8  # 4 join stores x 2 partitions, byte-identical files
+
+
 def test_batch_option(tmp_path):
     url, meta = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path), batch=1)
     assert meta.batch_id == 1
@@ -272,7 +281,8 @@ def test_spark_reads_the_parquet_files(spark, savepoints):
     sp = Savepoint.open(savepoints["agg-types-hdfs"])
     (op,) = sp.metadata.operators
     (table,) = op.tables
-    path = os.path.join(sp.root, table.files[0].path)
+    path = os.path.dirname(os.path.join(sp.root, table.files[0].path))  # the table's directory
+    assert len(table.files) == op.partitions  # one file per source partition
     df = spark.read.parquet(path)
     assert df.count() == table.rows
     assert df.columns == ["key", "value", "partition_id"]

@@ -33,7 +33,7 @@ from statectl.savepoints.format import (
     SavepointMetadata,
     StateTable,
 )
-from statectl.state import Selection, read_state, state_variable_type
+from statectl.state import Selection, StoreEncoding, read_partition, state_variable_type
 
 TIMERS = "$timers"
 ENV_TARGET = "STATECTL_SAVEPOINT_DIR"
@@ -81,6 +81,66 @@ def resolve_target(target: str | None) -> str:
         "no savepoint target directory: pass TARGET_DIR, set STATECTL_SAVEPOINT_DIR, "
         "or set [savepoint] dir in statectl.toml"
     )
+
+
+@dataclass
+class PartitionTask:
+    """Convert one partition of one table: read it from the checkpoint, write one Parquet file."""
+
+    ckpt: Checkpoint
+    op: Operator
+    selection: Selection
+    partition: int
+    batch: int
+    enc: StoreEncoding
+    out_io: FileIO
+    out_root: str
+    rel: str
+
+    def __call__(self) -> tuple[DataFile, list[str]]:
+        table = read_partition(
+            self.ckpt, self.op, self.selection, self.partition, self.batch, self.enc
+        )
+        return _write_table(self.out_io, self.out_root, self.rel, table), table.column_names
+
+
+def _run(task: PartitionTask) -> tuple[DataFile, list[str]]:
+    return task()
+
+
+def run_tasks(
+    jobs: list[PartitionTask], workers: int, progress: Callable[[str], None] | None
+) -> list:
+    """Run conversion tasks in order, in a local process pool when ``workers > 1``."""
+
+    def note(job: PartitionTask) -> None:
+        if progress:
+            progress(job.rel.removeprefix("operators/"))
+
+    if workers <= 1 or len(jobs) < 2:
+        out = []
+        for job in jobs:
+            out.append(job())
+            note(job)
+        return out
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+        futures = [pool.submit(_run, job) for job in jobs]
+        out = []
+        for job, fut in zip(jobs, futures, strict=True):
+            out.append(fut.result())
+            note(job)
+        return out
+
+
+def default_workers(ckpt: Checkpoint) -> int:
+    """A process per core for local checkpoints; 1 elsewhere (s3fs and fork do not mix)."""
+    env = os.environ.get("STATECTL_WORKERS")
+    if env:
+        return max(1, int(env))
+    return (os.cpu_count() or 1) if ckpt.io.protocol in ("file", "local") else 1
 
 
 @dataclass
@@ -182,16 +242,30 @@ def build_savepoint(
     batch: int,
     uids: dict[int, str],
     progress: Callable[[str], None] | None = None,
+    workers: int = 1,
 ) -> SavepointMetadata:
     """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten)."""
+    ops = ckpt.operators(batch)
+    enc = StoreEncoding.of(ckpt, batch)
+    # One task per operator, table and partition, each writing its own Parquet file: the same
+    # task function can run in a process pool here, or later as a Spark job.
+    jobs = []
+    for op in ops:
+        for task in table_tasks(op):
+            for p in range(op.num_partitions):
+                rel = f"operators/{_safe_name(uids[op.operator_id])}/{_safe_name(task.name)}/part-{p:05d}.parquet"
+                jobs.append(
+                    PartitionTask(ckpt, op, task.selection, p, batch, enc, out_io, out_root, rel)
+                )
+    results = iter(run_tasks(jobs, workers, progress))
     operators = []
-    for op in ckpt.operators(batch):
+    for op in ops:
         uid = uids[op.operator_id]
         tables = []
         for task in table_tasks(op):
-            table = read_state(ckpt, Selection(**{**task.selection.__dict__, "batch": batch}))
-            rel = f"operators/{_safe_name(uid)}/{_safe_name(task.name)}.parquet"
-            data_file = _write_table(out_io, out_root, rel, table)
+            parts = [next(results) for _ in range(op.num_partitions)]
+            files = [f for f, _ in parts]
+            columns = parts[0][1] if parts else []
             desc = op.schema(
                 "$eventTimers_keyToTimestamp"
                 if task.kind == "timers" and op.properties.get("timeMode") == "EventTime"
@@ -205,9 +279,9 @@ def build_savepoint(
                     kind=task.kind,
                     key_schema=desc.key_schema,
                     value_schema=desc.value_schema,
-                    columns=table.column_names,
-                    rows=table.num_rows,
-                    files=[data_file],
+                    columns=columns,
+                    rows=sum(f.rows for f in files),
+                    files=files,
                     user_key_schema=desc.user_key_schema,
                     encoder={
                         **desc.key_encoder_spec,
@@ -218,8 +292,6 @@ def build_savepoint(
                     else {},
                 )
             )
-            if progress:
-                progress(f"{uid}/{task.name}")
         operators.append(
             OperatorState(
                 uid,
@@ -276,6 +348,7 @@ def take_savepoint(
     uids: dict[int, str] | None = None,
     progress: Callable[[str], None] | None = None,
     kind: str = "canonical",
+    workers: int | None = None,
 ) -> tuple[str, SavepointMetadata]:
     """Take a canonical (or native) savepoint; returns (savepoint URL, metadata).
 
@@ -329,7 +402,15 @@ def take_savepoint(
                     progress,
                 )
             else:
-                meta = build_savepoint(fresh, out_io, root, b, assign_uids(ops, explicit), progress)
+                meta = build_savepoint(
+                    fresh,
+                    out_io,
+                    root,
+                    b,
+                    assign_uids(ops, explicit),
+                    progress,
+                    workers or default_workers(fresh),
+                )
         except MissingFileError as e:
             out_io.remove(root, recursive=True) if out_io.exists(root) else None
             if batch is not None:
