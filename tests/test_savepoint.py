@@ -257,8 +257,8 @@ def test_unknown_format_version(savepoints, tmp_path):
 
 
 def test_process_pool_gives_the_same_savepoint(tmp_path):
-    one, m1 = take_savepoint(str(FIXTURES / "join-rocksdb"), str(tmp_path / "a"), workers=1)
-    two, m2 = take_savepoint(str(FIXTURES / "join-rocksdb"), str(tmp_path / "b"), workers=2)
+    _, m1 = take_savepoint(str(FIXTURES / "join-rocksdb"), str(tmp_path / "a"), workers=1)
+    _, m2 = take_savepoint(str(FIXTURES / "join-rocksdb"), str(tmp_path / "b"), workers=2)
     f1 = [(f.path, f.rows, f.sha256) for op in m1.operators for t in op.tables for f in t.files]
     f2 = [(f.path, f.rows, f.sha256) for op in m2.operators for t in op.tables for f in t.files]
     assert f1 == f2 and len(f1) == 8  # 4 join stores x 2 partitions, byte-identical files
@@ -334,20 +334,25 @@ def test_savepoints_of_a_running_query(spark, tmp_path):
     feeder.start()
     taken = []
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + 120
+        last = -1
         while len(taken) < 3 and time.time() < deadline:
-            if (ckpt / "commits").exists() and any(
-                p.name.isdigit() for p in (ckpt / "commits").iterdir()
-            ):
+            committed = (
+                Checkpoint.open(str(ckpt)).latest_committed_batch
+                if (ckpt / "commits").exists()
+                else None
+            )
+            if committed is not None and committed > last:  # a new batch since the last savepoint
                 url, meta = take_savepoint(str(ckpt), str(tmp_path / "sp"))
                 taken.append((url, meta.batch_id))
-            time.sleep(0.7)
+                last = meta.batch_id
+            time.sleep(0.3)
         assert q.isActive
     finally:
         stop.set()
         feeder.join()
         q.stop()
-    assert len(taken) == 3 and len({b for _, b in taken}) >= 2
+    assert len(taken) == 3 and len({b for _, b in taken}) == 3
     for url, batch in taken:
         ours = arrow_rows(Savepoint.open(url).read(Selection(), 0))
         theirs = spark_rows(
@@ -411,7 +416,7 @@ def test_native_savepoint_copies_what_loads_the_batch(tmp_path, name):
     original = sum(1 for _ in (FIXTURES / name / "state").rglob("*"))
     assert copied <= original
     # Converting it gives the canonical savepoint of the same batch, same uids.
-    url2, meta2 = take_savepoint(url, str(tmp_path / "canonical"))
+    _, meta2 = take_savepoint(url, str(tmp_path / "canonical"))
     assert meta2.savepoint_type == "canonical" and meta2.batch_id == meta.batch_id
     assert [o.uid for o in meta2.operators] == [o.uid for o in meta.operators]
     info = json.loads(run_cli("inspect", url, "--json").stdout)
