@@ -46,31 +46,31 @@ def dedupe_field_names(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _retype(arr: pa.Array, t: pa.DataType) -> pa.Array:
+def retype(arr: pa.Array, t: pa.DataType) -> pa.Array:
     """The same data under a type that differs only in struct field names."""
     if arr.type == t:
         return arr
     if pa.types.is_struct(t):
-        children = [_retype(arr.field(i), t.field(i).type) for i in range(t.num_fields)]
+        children = [retype(arr.field(i), t.field(i).type) for i in range(t.num_fields)]
         return pa.StructArray.from_arrays(
             children, fields=list(t), mask=arr.is_null() if arr.null_count else None
         )
     if pa.types.is_list(t):
         return pa.ListArray.from_arrays(
             arr.offsets,
-            _retype(arr.values, t.value_type),
+            retype(arr.values, t.value_type),
             type=t,
             mask=arr.is_null() if arr.null_count else None,
         )
     if pa.types.is_map(t):
         return pa.MapArray.from_arrays(
             arr.offsets,
-            _retype(arr.keys, t.key_type),
-            _retype(arr.items, t.item_type),
+            retype(arr.keys, t.key_type),
+            retype(arr.items, t.item_type),
             type=t,
             mask=arr.is_null() if arr.null_count else None,
         )
-    return arr
+    return arr.cast(t)
 
 
 def exportable(table: pa.Table) -> pa.Table:
@@ -80,7 +80,7 @@ def exportable(table: pa.Table) -> pa.Table:
     )
     if schema.equals(table.schema):
         return table
-    cols = [_retype(c.combine_chunks(), f.type) for c, f in zip(table.columns, schema, strict=True)]
+    cols = [retype(c.combine_chunks(), f.type) for c, f in zip(table.columns, schema, strict=True)]
     return pa.Table.from_arrays(cols, schema=schema)
 
 

@@ -130,7 +130,7 @@ def inspect_checkpoint(
         "checkpoint_format_version": ckpt.checkpoint_format_version(b),
         "offset_log_version": off.version,
         "commit_log_version": commit.version,
-        "source_offsets": {k: _maybe_json(v) for k, v in off.offsets.items()},
+        "source_offsets": {k: maybe_json(v) for k, v in off.offsets.items()},
         "pinned_confs": confs,
         "operators": [describe_operator(ckpt, op, b, rows=rows) for op in ckpt.operators(b)],
     }
@@ -140,7 +140,7 @@ def _span(ids: list[int]) -> dict[str, int] | None:
     return {"first": ids[0], "last": ids[-1], "count": len(ids)} if ids else None
 
 
-def _maybe_json(text: str | None) -> Any:
+def maybe_json(text: str | None) -> Any:
     if text is None:
         return None
     try:

@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 
 from statectl.codecs.sparktypes import to_arrow_type
 from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointError, StatectlError
+from statectl.export import retype
+from statectl.inspect import maybe_json
 from statectl.io import FileIO
 from statectl.savepoints.format import METADATA_FILE, SavepointMetadata, StateTable, parse_metadata
 from statectl.state import Selection, join_side_view
@@ -63,10 +65,7 @@ class Savepoint:
         if data is None:
             return schema.empty_table()
         return pa.Table.from_arrays(
-            [
-                _rename(c.combine_chunks(), f.type)
-                for c, f in zip(data.columns, schema, strict=True)
-            ],
+            [retype(c.combine_chunks(), f.type) for c, f in zip(data.columns, schema, strict=True)],
             schema=schema,
         )
 
@@ -124,34 +123,6 @@ class Savepoint:
         return self.read_table(by_name[name])
 
 
-def _rename(arr: pa.Array, t: pa.DataType) -> pa.Array:
-    """Parquet data under Spark's type (same layout, original field names)."""
-    if arr.type == t:
-        return arr
-    if pa.types.is_struct(t):
-        return pa.StructArray.from_arrays(
-            [_rename(arr.field(i), t.field(i).type) for i in range(t.num_fields)],
-            fields=list(t),
-            mask=arr.is_null() if arr.null_count else None,
-        )
-    if pa.types.is_list(t):
-        return pa.ListArray.from_arrays(
-            arr.offsets,
-            _rename(arr.values, t.value_type),
-            type=t,
-            mask=arr.is_null() if arr.null_count else None,
-        )
-    if pa.types.is_map(t):
-        return pa.MapArray.from_arrays(
-            arr.offsets,
-            _rename(arr.keys, t.key_type),
-            _rename(arr.items, t.item_type),
-            type=t,
-            mask=arr.is_null() if arr.null_count else None,
-        )
-    return arr.cast(t)
-
-
 def is_savepoint_dir(io: FileIO, path: str) -> bool:
     return io.exists(posixpath.join(path, METADATA_FILE)) and not io.is_dir(
         posixpath.join(path, METADATA_FILE)
@@ -194,7 +165,7 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
         "backend": m.source_checkpoint.get("backend"),
         "partitions": m.source_checkpoint.get("partitions"),
         "checkpoint_format_version": m.source_checkpoint.get("checkpoint_format_version"),
-        "source_offsets": {k: _maybe_json(v) for k, v in m.offsets.items()},
+        "source_offsets": {k: maybe_json(v) for k, v in m.offsets.items()},
         "pinned_confs": dict(sorted(m.pinned_confs.items())),
         "uncommitted_batches": [],
         "latest_committed_batch": m.batch_id,
@@ -227,15 +198,6 @@ def _short(schema_json: str) -> str:
     from statectl.inspect import schema_string
 
     return schema_string(schema_json) if schema_json else ""
-
-
-def _maybe_json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def summarize_savepoint(io: FileIO, path: str) -> dict[str, Any]:
