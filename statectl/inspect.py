@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from statectl.backends.hdfs import files_for_version
-from statectl.backends.rocksdb import _chain_v1, list_version_files
+from statectl.backends.rocksdb import chain_v1, list_version_files
 from statectl.checkpoint.model import (
     HDFS,
     PARTITIONS_CONF,
@@ -185,7 +185,7 @@ def store_health(ckpt: Checkpoint, op: Operator, batch: int) -> list[str]:
                 if backend == HDFS:
                     files_for_version(ckpt.io, d, batch + 1)
                 elif ckpt.checkpoint_format_version(batch) == 1:
-                    base, _ = _chain_v1(list_version_files(ckpt.io, d), batch + 1, d)
+                    base, _ = chain_v1(list_version_files(ckpt.io, d), batch + 1, d)
                     if base is None and op.uses_column_families and batch >= 0:
                         problems.append(f"{d}: no snapshot zip for a column-family store")
             except StatectlError as e:

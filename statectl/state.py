@@ -34,7 +34,6 @@ from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
 from statectl.codecs.unsaferow import decode_unsafe_rows
 from statectl.errors import StatectlError, UnsupportedError
 
-JOIN_STORES = ("keyToNumValues", "keyWithIndexToValue")
 TIMER_CFS = ("$eventTimers_keyToTimestamp", "$procTimers_keyToTimestamp")
 
 

@@ -133,7 +133,7 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
     return state, meta
 
 
-def _chain_v1(
+def chain_v1(
     files: list[VersionFile], version: int, store_dir: str
 ) -> tuple[VersionFile | None, list[VersionFile]]:
     zips = {f.version: f for f in files if f.kind == "zip" and f.unique_id is None}
@@ -152,7 +152,7 @@ def _chain_v1(
     return zips.get(base), chain
 
 
-def _chain_v2(
+def chain_v2(
     io: FileIO, codec: str, files: list[VersionFile], version: int, unique_id: str, store_dir: str
 ) -> tuple[VersionFile | None, list[VersionFile], dict[tuple[int, str], RecordBatch]]:
     by_key = {(f.version, f.unique_id, f.kind): f for f in files}
@@ -212,9 +212,9 @@ def read_rocksdb_store(
     files = list_version_files(io, store_dir)
     parsed: dict[tuple[int, str], RecordBatch] = {}
     if unique_id is None:
-        base, chain = _chain_v1(files, version, store_dir)
+        base, chain = chain_v1(files, version, store_dir)
     else:
-        base, chain, parsed = _chain_v2(io, codec, files, version, unique_id, store_dir)
+        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir)
     if base is not None:
         state, _ = _read_zip(io, store_dir, base.path)
     else:
@@ -232,20 +232,3 @@ def read_rocksdb_store(
         batches.append(cached)
     keys, values = last_writer_wins(batches, merge_delimiter=merge_delimiter)
     return RawState(keys, values, cf_ids=state.cf_ids, files=state.files + [f.path for f in chain])
-
-
-def latest_snapshot_cf_ids(io: FileIO, store_dir: str, version: int) -> dict[str, int]:
-    """The column family ids of the newest zip at or below ``version`` (for changelog-only reads)."""
-    zips = [
-        f for f in list_version_files(io, store_dir) if f.kind == "zip" and f.version <= version
-    ]
-    if not zips:
-        return {}
-    newest = max(zips, key=lambda f: f.version)
-    data = io.read_bytes(newest.path)
-    try:
-        with zipfile.ZipFile(_io.BytesIO(data)) as z:
-            text = z.read("metadata").decode("utf-8")
-    except (zipfile.BadZipFile, KeyError):
-        raise CorruptFileError("snapshot zip is corrupt or has no metadata", newest.path) from None
-    return parse_snapshot_metadata(text, newest.path).cf_ids

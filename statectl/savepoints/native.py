@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from statectl.backends.hdfs import files_for_version
 from statectl.backends.rocksdb import (
-    _chain_v1,
-    _chain_v2,
+    chain_v1,
+    chain_v2,
     list_version_files,
     parse_snapshot_metadata,
 )
@@ -40,9 +40,9 @@ def _rocksdb_files(
 ) -> list[str]:
     files = list_version_files(ckpt.io, d)
     if unique_id is None:
-        base, chain = _chain_v1(files, version, d)
+        base, chain = chain_v1(files, version, d)
     else:
-        base, chain, _ = _chain_v2(ckpt.io, codec, files, version, unique_id, d)
+        base, chain, _ = chain_v2(ckpt.io, codec, files, version, unique_id, d)
     out = [f.path for f in chain]
     if base is not None:
         out.append(base.path)
