@@ -1,26 +1,39 @@
 """Spark's ``Murmur3Hash`` (x86_32, seed 42) over Arrow columns, and state partition placement.
 
-A stateful operator's key lives in partition ``pmod(hash(key columns), N)``. Columns fold left
-to right, each hashed with the running hash as its seed; a null leaves the hash unchanged;
-structs and arrays fold over their fields/elements. All rows are hashed at once with uint32
-numpy arithmetic; strings and binaries go word by word across all rows (a loop over word
-positions, not over rows).
+A stateful operator keeps a key in partition ``pmod(hash(key columns), N)`` (``HashPartitioning``
+of ``StatefulOpClusteredDistribution``). ``hash`` folds the columns left to right, each hashed
+with the running hash as its seed; a null leaves the running hash unchanged. Per type (catalyst
+``HashExpression``/``Murmur3HashFunction``): boolean/byte/short/int/date -> ``hashInt``;
+long/timestamp/day-time interval -> ``hashLong``; float/double -> the bits, with -0.0 as 0.0 and
+Java's canonical NaN; string/binary -> ``hashUnsafeBytes``; decimal -> ``hashLong(unscaled)`` if
+the *declared* precision is <= 18, else ``hashUnsafeBytes(BigInteger.toByteArray(unscaled))``;
+struct/array/map -> fold over fields / elements / key0, value0, key1, ...
+
+Every row is hashed at once with uint32 numpy arithmetic. Byte strings go word by word across
+all rows (a loop over word positions, not rows; rows sorted by length so that each step works
+on a prefix), and so do the elements of arrays and maps.
 """
 
 from __future__ import annotations
 
-import decimal
-
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.lib.stride_tricks import sliding_window_view
 
 from statectl.errors import UnsupportedError
 
 C1 = np.uint32(0xCC9E2D51)
 C2 = np.uint32(0x1B873593)
 SEED = 42
+MAX_LONG_DIGITS = 18  # Decimal.MAX_LONG_DIGITS: larger declared precisions hash the bytes
+_FLOAT_NAN = np.uint32(0x7FC00000)  # Float.floatToIntBits(NaN)
+_DOUBLE_NAN = np.uint64(0x7FF8000000000000)  # Double.doubleToLongBits(NaN)
+
+Columns = pa.StructArray | pa.Table | pa.RecordBatch | list[pa.Array | pa.ChunkedArray]
 
 
+# -- the hash primitives (uint32 arrays; numpy wraps on overflow) --------------------------------
 def _rotl(x: np.ndarray, r: int) -> np.ndarray:
     return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
 
@@ -34,7 +47,7 @@ def _mix_h1(h: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 def _fmix(h: np.ndarray, length: np.ndarray | int) -> np.ndarray:
-    h = h ^ np.asarray(length, dtype=np.uint32)
+    h = h ^ np.asarray(length).astype(np.uint32)
     h = h ^ (h >> np.uint32(16))
     h = h * np.uint32(0x85EBCA6B)
     h = h ^ (h >> np.uint32(13))
@@ -43,11 +56,13 @@ def _fmix(h: np.ndarray, length: np.ndarray | int) -> np.ndarray:
 
 
 def hash_int(v: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """``Murmur3_x86_32.hashInt`` of int32 values (any integer dtype, taken modulo 2**32)."""
     with np.errstate(over="ignore"):
-        return _fmix(_mix_h1(seed, _mix_k1(v.astype(np.int64).astype(np.uint32))), 4)
+        return _fmix(_mix_h1(seed, _mix_k1(v.astype(np.uint32))), 4)
 
 
 def hash_long(v: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """``Murmur3_x86_32.hashLong``: the low word, then the high word."""
     u = v.astype(np.int64).view(np.uint64)
     low = (u & np.uint64(0xFFFFFFFF)).astype(np.uint32)
     high = (u >> np.uint64(32)).astype(np.uint32)
@@ -56,159 +71,227 @@ def hash_long(v: np.ndarray, seed: np.ndarray) -> np.ndarray:
 
 
 def hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
-    """Spark's hashUnsafeBytes: aligned LE words, then each tail byte as a signed int."""
-    arr = arr.cast(pa.large_binary())
+    """``Murmur3_x86_32.hashUnsafeBytes`` of every element of a binary/string array: the
+    aligned 4-byte little-endian words, then each remaining byte as a *signed* int (Spark's
+    legacy tail handling, not standard Murmur3), then ``fmix`` with the byte length."""
+    arr = _as_large_binary(arr)
     n = len(arr)
-    _, off_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+    data_buf = arr.buffers()[2]
     data = (
         np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
     )
-    data = np.concatenate([data, np.zeros(8, np.uint8)])
     starts = offsets[:-1]
-    lengths = np.diff(offsets)
-    h = seed.copy()
-    words = lengths // 4
+    lengths = offsets[1:] - starts
+    words = lengths >> 2
+    h = seed.astype(np.uint32, copy=True)
     with np.errstate(over="ignore"):
-        for w in range(int(words.max(initial=0))):
-            live = words > w
-            pos = starts[live] + 4 * w
-            b = data[pos[:, None] + np.arange(4)].astype(np.uint32)
-            k = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
-            h[live] = _mix_h1(h[live], _mix_k1(k))
-        tail = lengths - words * 4
+        max_words = int(words.max(initial=0))
+        if max_words:
+            windows = sliding_window_view(data, 4)
+            if int(words.min()) == max_words:  # equal word counts: every row every step
+                for w in range(max_words):
+                    k = windows[starts + 4 * w].view("<u4").reshape(-1)
+                    h = _mix_h1(h, _mix_k1(k))
+            else:  # longest first, so the rows still going at word w are a prefix
+                order = np.argsort(-words, kind="stable")
+                hs, st = h[order], starts[order]
+                live = n - np.cumsum(np.bincount(words, minlength=max_words + 1))
+                for w in range(max_words):
+                    m = int(live[w])
+                    k = windows[st[:m] + 4 * w].view("<u4").reshape(-1)
+                    hs[:m] = _mix_h1(hs[:m], _mix_k1(k))
+                h[order] = hs
+        tail = lengths & 3
         for t in range(3):
-            live = tail > t
-            pos = starts[live] + words[live] * 4 + t
-            k = data[pos].astype(np.int8).astype(np.int32).astype(np.uint32)
-            h[live] = _mix_h1(h[live], _mix_k1(k))
-        return _fmix(h, lengths.astype(np.uint32))
+            rows = np.flatnonzero(tail > t)
+            if len(rows) == 0:
+                break
+            byte = data[starts[rows] + 4 * words[rows] + t]
+            h[rows] = _mix_h1(h[rows], _mix_k1(byte.view(np.int8).astype(np.int32).view(np.uint32)))
+        return _fmix(h, lengths)
 
 
-def _valid(arr: pa.Array) -> np.ndarray:
+# -- column dispatch ------------------------------------------------------------------------------
+def _as_large_binary(arr: pa.Array) -> pa.Array:
+    t = arr.type
+    if pa.types.is_large_binary(t):
+        return arr
+    if pa.types.is_large_string(t):
+        return arr.view(pa.large_binary())
+    if pa.types.is_string(t) or pa.types.is_string_view(t):
+        return arr.cast(pa.large_string()).view(pa.large_binary())
+    return arr.cast(pa.large_binary())
+
+
+def _valid(arr: pa.Array) -> np.ndarray | None:
+    """Row validity as bools, or None when no row is null."""
     if arr.null_count == 0:
-        return np.ones(len(arr), dtype=bool)
+        return None
     return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _fill(arr: pa.Array, dtype: np.dtype) -> np.ndarray:
-    return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False)).astype(dtype)
+def _fixed_values(arr: pa.Array, dtype: type) -> np.ndarray:
+    """The values buffer of a fixed-width array, zero-copy (values under nulls are garbage)."""
+    width = np.dtype(dtype).itemsize
+    buf = arr.buffers()[1]
+    return np.frombuffer(buf, dtype=dtype, count=len(arr), offset=arr.offset * width)
 
 
-def hash_column(
-    arr: pa.Array, seed: np.ndarray, declared_precision: int | None = None
-) -> np.ndarray:
+def hash_column(arr: pa.Array | pa.ChunkedArray, seed: np.ndarray) -> np.ndarray:
     """Fold one column into the running hash ``seed`` (uint32 per row); nulls keep the seed."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    t = arr.type
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    seed = np.asarray(seed, dtype=np.uint32)
+    if len(arr) == 0 or pa.types.is_null(arr.type):
+        return seed.copy()
     valid = _valid(arr)
-    if pa.types.is_null(t):
-        return seed
+    h = _hash_values(arr, seed)
+    return h if valid is None else np.where(valid, h, seed)
+
+
+def _hash_values(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    """The hash of every row as if none were null (the caller restores nulls)."""
+    t = arr.type
     if pa.types.is_boolean(t):
-        h = hash_int(_fill(arr.cast(pa.int32()), np.int32), seed)
-    elif pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
-        h = hash_int(_fill(arr, np.int32), seed)
-    elif pa.types.is_date32(t):
-        h = hash_int(_fill(arr.cast(pa.int32()), np.int32), seed)
-    elif pa.types.is_int64(t):
-        h = hash_long(_fill(arr, np.int64), seed)
-    elif pa.types.is_timestamp(t) or pa.types.is_duration(t):
-        h = hash_long(_fill(arr.cast(pa.int64()), np.int64), seed)
-    elif pa.types.is_float32(t):
-        f = _fill(arr, np.float32)
-        f = np.where(f == 0, np.float32(0), f)  # -0.0 hashes as 0.0
-        h = hash_int(f.view(np.int32), seed)
-    elif pa.types.is_float64(t):
-        f = _fill(arr, np.float64)
-        f = np.where(f == 0, 0.0, f)
-        h = hash_long(f.view(np.int64), seed)
-    elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        h = hash_bytes(arr.cast(pa.large_string()).cast(pa.large_binary()), seed)
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        h = hash_bytes(arr, seed)
-    elif pa.types.is_decimal(t):
-        h = _hash_decimal(arr, seed)
-    elif pa.types.is_struct(t):
+        return hash_int(np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False)), seed)
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
+        return hash_int(_fixed_values(arr, t.to_pandas_dtype()), seed)
+    if pa.types.is_date32(t):
+        return hash_int(_fixed_values(arr, np.int32), seed)
+    if pa.types.is_date64(t):
+        return hash_int(_fixed_values(arr.cast(pa.date32()), np.int32), seed)
+    if pa.types.is_int64(t):
+        return hash_long(_fixed_values(arr, np.int64), seed)
+    if pa.types.is_timestamp(t):  # Spark keeps microseconds since the epoch (UTC)
+        if t.unit != "us":
+            arr = pc.cast(arr, pa.timestamp("us", t.tz), safe=False)
+        return hash_long(_fixed_values(arr, np.int64), seed)
+    if pa.types.is_duration(t):  # DayTimeIntervalType: microseconds
+        if t.unit != "us":
+            arr = pc.cast(arr, pa.duration("us"), safe=False)
+        return hash_long(_fixed_values(arr, np.int64), seed)
+    if pa.types.is_float32(t):
+        bits = _fixed_values(arr, np.float32).copy()
+        bits[bits == 0] = 0.0  # -0.0f hashes as 0.0f
+        bits = bits.view(np.uint32)
+        bits[np.isnan(bits.view(np.float32))] = _FLOAT_NAN  # floatToIntBits canonical NaN
+        return hash_int(bits, seed)
+    if pa.types.is_float64(t):
+        bits = _fixed_values(arr, np.float64).copy()
+        bits[bits == 0] = 0.0
+        bits = bits.view(np.uint64)
+        bits[np.isnan(bits.view(np.float64))] = _DOUBLE_NAN
+        return hash_long(bits.view(np.int64), seed)
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_string_view(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_binary_view(t)
+        or pa.types.is_fixed_size_binary(t)
+    ):
+        return hash_bytes(arr, seed)
+    if pa.types.is_decimal(t):
+        return _hash_decimal(arr, seed)
+    if pa.types.is_struct(t):
         h = seed.copy()
         for i in range(t.num_fields):
-            child = arr.field(i)
-            h = hash_column(child, h)
-    elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        h = _hash_list(arr, seed)
-    elif pa.types.is_map(t):
-        h = _hash_map(arr, seed)
-    else:
-        raise UnsupportedError(f"cannot compute Spark's partition hash of Arrow type {t}")
-    return np.where(valid, h, seed)
+            h = hash_column(arr.field(i), h)
+        return h
+    if pa.types.is_map(t):
+        return _hash_nested(arr, [arr.keys, arr.items], seed)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        if pa.types.is_fixed_size_list(t):
+            arr = arr.cast(pa.list_(t.value_field))
+        return _hash_nested(arr, [arr.values], seed)
+    raise UnsupportedError(f"cannot compute Spark's hash of Arrow type {t}")
 
 
 def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     t = arr.type
-    words = np.frombuffer(arr.buffers()[1], dtype=np.int64)[
-        2 * arr.offset : 2 * (arr.offset + len(arr))
-    ]
+    if t.precision > 38:
+        raise UnsupportedError(f"decimal precision {t.precision} > 38 is not a Spark type")
+    if not pa.types.is_decimal128(t):
+        arr = arr.cast(pa.decimal128(t.precision, t.scale))
+    words = np.frombuffer(arr.buffers()[1], dtype="<i8", count=2 * len(arr), offset=16 * arr.offset)
     low = words[0::2]
-    if t.precision <= 18:
-        return hash_long(low, seed)
-    # BigInteger.toByteArray of the unscaled value: minimal big-endian two's complement.
-    out = seed.copy()
-    ctx = decimal.Context(prec=100)  # the default 28 digits would round decimal(38, s)
-    values = [None if v is None else int(v.scaleb(t.scale, context=ctx)) for v in arr.to_pylist()]
-    blobs = [
-        b"" if v is None else v.to_bytes((v.bit_length() + 8) // 8, "big", signed=True)
-        for v in values
-    ]
-    hashed = hash_bytes(pa.array(blobs, pa.large_binary()), seed)
-    valid = np.array([v is not None for v in values], dtype=bool)
-    out[valid] = hashed[valid]
-    return out
+    if t.precision <= MAX_LONG_DIGITS:
+        return hash_long(low, seed)  # Decimal.toUnscaledLong
+    # BigInteger.toByteArray of the unscaled value: minimal big-endian two's complement, i.e.
+    # the 16-byte big-endian form without the leading bytes that only repeat the sign.
+    be = words.reshape(-1, 2)[:, ::-1].astype(">i8").view(np.uint8).reshape(-1, 16)
+    sign = np.where(be[:, :1] >= 0x80, 0xFF, 0x00).astype(np.uint8)
+    redundant = (be[:, :15] == sign) & ((be[:, 1:] >> 7) == (sign & 1))
+    skip = np.where(redundant.all(axis=1), 15, np.argmin(redundant, axis=1))  # leading run
+    lengths = 16 - skip
+    keep = np.arange(16) >= skip[:, None]
+    offsets = np.zeros(len(arr) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    blobs = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(arr), [None, pa.py_buffer(offsets), pa.py_buffer(be[keep])]
+    )
+    return hash_bytes(blobs, seed)
 
 
-def _hash_list(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
-    """Fold over elements in order: element j of each row, for j up to the longest list."""
-    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    values = arr.values
-    lengths = np.diff(offsets)
+def _hash_nested(arr: pa.Array, children: list[pa.Array], seed: np.ndarray) -> np.ndarray:
+    """Arrays fold over their elements, maps over key0, value0, key1, value1, ...: step j
+    hashes element j of every row that has one (rows sorted by length, a prefix per step)."""
+    n = len(arr)
+    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)[: n + 1]
+    lengths = offsets[1:] - offsets[:-1]
+    valid = _valid(arr)
+    if valid is not None:
+        lengths = np.where(valid, lengths, 0)  # a null list's offsets may span anything
+    max_len = int(lengths.max(initial=0))
     h = seed.copy()
-    for j in range(int(lengths.max(initial=0))):
-        live = np.nonzero(lengths > j)[0]
-        elems = values.take(pa.array(offsets[live] + j))
-        h[live] = hash_column(elems, h[live])
+    if max_len == 0:
+        return h
+    order = np.argsort(-lengths, kind="stable")
+    live = n - np.cumsum(np.bincount(lengths, minlength=max_len + 1))
+    hs, first = h[order], offsets[:-1][order]
+    for j in range(max_len):
+        m = int(live[j])
+        idx = pa.array(first[:m] + j)
+        for child in children:
+            hs[:m] = hash_column(child.take(idx), hs[:m])
+    h[order] = hs
     return h
 
 
-def _hash_map(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
-    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    keys, items = arr.keys, arr.items
-    lengths = np.diff(offsets)
-    h = seed.copy()
-    for j in range(int(lengths.max(initial=0))):
-        live = np.nonzero(lengths > j)[0]
-        idx = pa.array(offsets[live] + j)
-        h[live] = hash_column(keys.take(idx), h[live])
-        h[live] = hash_column(items.take(idx), h[live])
-    return h
-
-
-def spark_hash(columns: pa.StructArray | pa.Table | list[pa.Array], seed: int = SEED) -> np.ndarray:
-    """``hash(c1, c2, ...)`` as Spark computes it, for every row: int32."""
-    if isinstance(columns, pa.Table):
-        cols = [c.combine_chunks() for c in columns.columns]
+# -- public API ----------------------------------------------------------------------------------
+def _columns(columns: Columns) -> list[pa.Array]:
+    if isinstance(columns, (pa.Table, pa.RecordBatch)):
+        cols = list(columns.columns)
+    elif isinstance(columns, pa.ChunkedArray) and pa.types.is_struct(columns.type):
+        return _columns(columns.combine_chunks())
     elif isinstance(columns, pa.StructArray):
         cols = [columns.field(i) for i in range(columns.type.num_fields)]
     else:
         cols = list(columns)
-    n = len(cols[0]) if cols else 0
-    h = np.full(n, seed, dtype=np.uint32)
+    return [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in cols]
+
+
+def spark_hash(columns: Columns, seed: int = SEED) -> np.ndarray:
+    """``hash(c1, c2, ...)`` as Spark computes it, for every row: int32.
+
+    A struct array or table stands for its columns (the fields of a grouping key).
+    """
+    cols = _columns(columns)
+    n = len(columns) if not cols else len(cols[0])
+    if any(len(c) != n for c in cols):
+        raise ValueError("columns of different lengths")
+    h = np.full(n, seed & 0xFFFFFFFF, dtype=np.uint32)
     for c in cols:
         h = hash_column(c, h)
     return h.view(np.int32)
 
 
-def partition_ids(
-    keys: pa.StructArray | pa.Table | list[pa.Array], num_partitions: int
-) -> np.ndarray:
-    """``pmod(hash(keys), n)``: the state partition Spark puts each key in."""
-    h = spark_hash(keys).astype(np.int64)
-    return (np.mod(h, num_partitions)).astype(np.int32)
+def partition_ids(keys: Columns, num_partitions: int) -> np.ndarray:
+    """``pmod(hash(keys), n)``: the state partition Spark puts each key in (int32)."""
+    if num_partitions <= 0:
+        raise ValueError(f"number of partitions must be positive, got {num_partitions}")
+    return np.mod(spark_hash(keys).astype(np.int64), num_partitions).astype(np.int32)

@@ -1,264 +1,357 @@
-"""Record streams inside Spark's state files (after the codec stream is removed).
+"""Record streams inside Spark's state files (what is left once the codec stream is removed).
 
-* HDFS ``.delta``/``.snapshot`` and RocksDB changelog v1 (and v3 after its header):
-  ``int32 BE klen, key, int32 BE vlen, value`` with ``vlen == -1`` for a removal; ``int32 -1`` ends.
-* RocksDB changelog v2 (and v4 after its header): ``byte type`` first (0x01 put, 0x10 delete,
-  0x11 merge); a 0x00 type byte ends.
+* HDFS ``.delta``/``.snapshot``, RocksDB changelog v1 (and v3 after its header):
+  ``int32 BE klen | key | int32 BE vlen | value``; a negative ``vlen`` is a removal (Spark writes
+  -1); ``int32 -1`` ends the stream.
+* RocksDB changelog v2 (and v4 after its header): ``byte type | int32 klen | key | int32 vlen |
+  value`` with type 0x01 put, 0x10 delete (vlen -1, no value), 0x11 merge, 0x20 delete-range
+  (key = begin, value = end, 4.x); a 0x00 type byte ends the stream.
 
-Parsing returns Arrow binary arrays for keys and values, built by vectorized gathers; finding
-the record boundaries is the only sequential step.
+Finding record boundaries is the only sequential step. A constant record stride is detected and
+verified vectorially; otherwise a tight loop collects the record starts only. Everything else is
+vectorized: lengths are read at all record starts at once, and keys and values are copied out by
+Arrow's ``take`` over a zero-copy "segments" view of the buffer (every record split into header,
+key, length and value segments), so no Python code touches a row.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.lib.stride_tricks import sliding_window_view
 
-from statectl.codecs.javaio import DataReader, encode_modified_utf8
-from statectl.errors import CorruptFileError
+from statectl.codecs.javaio import encode_modified_utf8
+from statectl.errors import CorruptFileError, UnsupportedError
 
-OP_PUT, OP_DELETE, OP_MERGE = 0, 1, 2
-_TYPE_TO_OP = {0x01: OP_PUT, 0x10: OP_DELETE, 0x11: OP_MERGE}
-_OP_TO_TYPE = {v: k for k, v in _TYPE_TO_OP.items()}
+OP_PUT, OP_DELETE, OP_MERGE, OP_DELETE_RANGE = 0, 1, 2, 3
+TYPE_EOF, TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE = 0x00, 0x01, 0x10, 0x11, 0x20
+_TYPE_TO_OP = np.full(256, 255, dtype=np.uint8)  # 255 = not a record type
+_TYPE_TO_OP[[TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE]] = [
+    OP_PUT,
+    OP_DELETE,
+    OP_MERGE,
+    OP_DELETE_RANGE,
+]
+_OP_TO_TYPE = np.array([TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE], dtype=np.uint8)
 _INT = struct.Struct(">i")
+_EMPTY = pa.array([], type=pa.large_binary())
+CHANGELOG_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclass
 class RecordBatch:
     """The records of one file, in file order."""
 
-    ops: np.ndarray  # uint8, OP_*
-    keys: pa.LargeBinaryArray
-    values: pa.LargeBinaryArray  # null where ops == OP_DELETE
-    lineage: list[dict] | None = None
-    version: int = 1
+    ops: np.ndarray  # uint8, one of OP_*
+    keys: pa.LargeBinaryArray  # key bytes exactly as stored (delete-range: the begin key)
+    values: pa.LargeBinaryArray  # value bytes; null where op == OP_DELETE (range: the end key)
+    lineage: list[dict] | None = None  # changelog v3/v4 lineage, else None
+    version: int = 1  # 1..4 (1 for delta/snapshot)
 
     def __len__(self) -> int:
         return len(self.ops)
 
 
-def gather(
-    buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = None
-) -> pa.LargeBinaryArray:
-    """Byte ranges ``buf[s:s+l]`` as one Arrow large_binary array, without per-row slicing.
+# -- reading: vectorized helpers ---------------------------------------------------------------
+def _be32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Big-endian int32 at every position (all ``pos + 4 <= len(arr)``), as int64."""
+    if len(pos) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return sliding_window_view(arr, 4)[pos].view(">i4").reshape(-1).astype(np.int64)
 
-    The ranges must not overlap. A +1/-1 mark at every range start/end and a running sum give a
-    byte mask; the masked bytes, in order, are the concatenated values.
-    """
-    n = len(starts)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    if n == 0 or offsets[-1] == 0:
-        data = np.zeros(0, np.uint8)
-    elif _word_aligned(starts, lengths):
-        data = _gather_words(buf, starts, lengths, int(offsets[-1]))
-    else:
-        mark = np.zeros(len(buf) + 1, dtype=np.int8)
-        nz = lengths > 0
-        mark[starts[nz]] += 1
-        mark[starts[nz] + lengths[nz]] -= 1
-        mask = np.cumsum(mark[:-1], dtype=np.int8).view(np.bool_)
-        data = buf[mask]
-    validity = None
-    if valid is not None and not valid.all():
-        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+def _segments(raw: bytes | memoryview, bounds: np.ndarray) -> pa.LargeBinaryArray:
+    """A zero-copy binary array whose element j is ``raw[bounds[j]:bounds[j+1]]``."""
     return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+        pa.large_binary(), len(bounds) - 1, [None, pa.py_buffer(bounds), pa.py_buffer(raw)]
     )
 
 
-def _word_aligned(starts: np.ndarray, lengths: np.ndarray) -> bool:
-    return bool(len(starts)) and not ((starts - starts[0]) & 7).any() and not (lengths & 7).any()
+def _extract(
+    raw: bytes | memoryview,
+    rs: np.ndarray,
+    ks: np.ndarray,
+    klen: np.ndarray,
+    vlen: np.ndarray,
+    end: int,
+    null_values: np.ndarray | None,
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
+    """Keys and values of records starting at ``rs`` (record i: header up to ``ks``, key,
+    4-byte value length, value up to the next record or ``end``), copied out by Arrow take."""
+    n = len(rs)
+    if n == 0:
+        return _EMPTY, _EMPTY
+    bounds = np.empty(4 * n + 1, dtype=np.int64)
+    bounds[0:-1:4] = rs
+    bounds[1:-1:4] = ks
+    bounds[2:-1:4] = ks + klen
+    bounds[3:-1:4] = ks + klen + 4
+    bounds[-1] = end
+    seg = _segments(raw, bounds)
+    keys = seg.take(pa.array(np.arange(1, 4 * n, 4, dtype=np.int64)))
+    vidx = np.arange(3, 4 * n, 4, dtype=np.int64)
+    if null_values is not None and null_values.any():
+        values = seg.take(pa.array(vidx, mask=null_values))
+    else:
+        values = seg.take(pa.array(vidx))
+    return keys, values
 
 
-def _gather_words(
-    buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, total: int
-) -> np.ndarray:
-    """gather() for 8-byte-multiple ranges on one 8-byte grid: moves words, not bytes."""
-    base = int(starts[0]) & 7
-    words = buf[base : base + ((len(buf) - base) // 8) * 8].view("<u8")
-    wstart = (starts - base) >> 3
-    wlen = lengths >> 3
-    woff = np.zeros(len(wlen) + 1, dtype=np.int64)
-    np.cumsum(wlen, out=woff[1:])
-    idx = np.repeat(wstart - woff[:-1], wlen) + np.arange(total // 8, dtype=np.int64)
-    return words[idx].view(np.uint8)
-
-
-def _be_int32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    b = arr[pos[:, None] + np.arange(4)].astype(np.int64)
-    v = (b[:, 0] << 24) | (b[:, 1] << 16) | (b[:, 2] << 8) | b[:, 3]
-    return np.where(v >= 1 << 31, v - (1 << 32), v)
+# -- reading: record boundaries -----------------------------------------------------------------
+# Record i of a v1 stream starts with its key length; of a typed stream, with its type byte, so
+# the key length sits ``_KOFF[typed]`` bytes in and the key ``_HEAD[typed]`` bytes in.
+_KOFF = (0, 1)
+_HEAD = (4, 5)
+_PROBE = 16  # records read exactly before guessing which size is constant
+_MIN_RUN = 256  # a speculative run that verifies fewer records than this is not worth retrying
 
 
 def _constant_stride(
-    arr: np.ndarray, start: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """Fast path: every record has the first record's key and value sizes (fixed-width rows)."""
+    raw: bytes | memoryview, arr: np.ndarray, start: int, typed: bool
+) -> np.ndarray | None:
+    """Record starts if every record has the first record's key and value sizes, else None."""
     size = len(arr)
-    if size - start < 8:
+    head = _HEAD[typed]
+    tail = 1 if typed else 4  # end record: type byte 0 / int32 -1
+    if size - start < head + 4 + tail or (typed and arr[start] == TYPE_EOF):
         return None
-    (klen,) = _INT.unpack_from(arr, start)
-    if klen <= 0 or start + 8 + klen > size:
+    (klen,) = _INT.unpack_from(raw, start + _KOFF[typed])
+    if klen < 0 or start + head + klen + 4 > size:
         return None
-    (vlen,) = _INT.unpack_from(arr, start + 4 + klen)
-    if vlen < 0:
+    (vlen,) = _INT.unpack_from(raw, start + head + klen)
+    stride = head + klen + 4 + vlen
+    body = size - start - tail
+    if vlen < 0 or body % stride:
         return None
-    stride = 8 + klen + vlen
-    body = size - start - 4
-    if body <= 0 or body % stride:
+    if (arr[size - 1] != TYPE_EOF) if typed else (_INT.unpack_from(raw, size - 4)[0] != -1):
         return None
-    n = body // stride
-    rec = start + stride * np.arange(n, dtype=np.int64)
-    if not (
-        np.all(_be_int32_at(arr, rec) == klen) and np.all(_be_int32_at(arr, rec + 4 + klen) == vlen)
-    ):
+    rs = start + stride * np.arange(body // stride, dtype=np.int64)
+    if not (_be32_at(arr, rs + _KOFF[typed]) == klen).all():
         return None
-    if _INT.unpack_from(arr, size - 4)[0] != -1:
+    if not (_be32_at(arr, rs + head + klen) == vlen).all():
         return None
-    return rec + 4, np.full(n, klen, np.int64), np.full(n, vlen, np.int64), size
+    return rs
 
 
-def _scan_grid(
-    arr: np.ndarray, start: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
-    """Record boundaries when every key and value size is a multiple of 8 (UnsafeRows).
+def _scan(
+    raw: bytes | memoryview, arr: np.ndarray, start: int, typed: bool, path: str | None
+) -> tuple[np.ndarray, int]:
+    """(record starts, position of the end marker / end record).
 
-    Then every record starts on the 8-byte grid from ``start`` and every value length sits 4
-    bytes past a grid point, so the buffer viewed as 8-byte rows gives, vectorized, where the
-    next record would start from any grid point. Following that chain from the first record is
-    one list lookup per record. Returns None (the caller falls back to the exact loop) on
-    anything unexpected.
+    Fast paths first: a constant stride verified at once. Otherwise the scan is sequential,
+    made cheaper by speculation: if the first records all share their value size (typical:
+    fixed-width aggregation values behind string keys) or key size, a loop that reads only the
+    other length runs ahead, and one vectorized check confirms the guessed length at every
+    record it found. The verified prefix is kept and the scan resumes exactly where the guess
+    first failed (e.g. at a removal), so the result is always that of the exact loop, which
+    also produces every error message.
     """
-    size = len(arr)
-    n = (size - start + 7) // 8  # the 4-byte end marker may sit in a half row: pad it
-    if n < 1:
-        return None
-    body = arr[start:]
-    if len(body) != 8 * n:
-        body = np.concatenate([body, np.zeros(8 * n - len(body), np.uint8)])
-    rows = body.reshape(n, 8)
-    head = np.ascontiguousarray(rows[:, :4]).view(">i4").reshape(-1).astype(np.int64)
-    tail = np.ascontiguousarray(rows[:, 4:]).view(">i4").reshape(-1).astype(np.int64)
-    # For a record at grid i: key length head[i]; its value length is at grid i + 1 + klen/8.
-    klen = head
-    vidx = np.arange(n, dtype=np.int64) + (klen >> 3)
-    ok = (klen >= 0) & ((klen & 7) == 0) & (vidx < n)
-    vlen = tail[np.where(ok, vidx, 0)]
-    ok &= (vlen >= -1) & ((np.maximum(vlen, 0) & 7) == 0)
-    step = np.where(ok, vidx + 1 + (np.maximum(vlen, 0) >> 3), -2)
-    step[step >= n] = -2
-    step[klen == -1] = -1  # the end marker
-    chain = step.tolist()
-    visited: list[int] = []
-    add = visited.append
-    i = 0
-    while i >= 0:  # the one sequential step: two list operations per record
-        add(i)
-        i = chain[i]
-    if i != -1:
-        return None
-    end = visited.pop()  # the grid point holding the end marker
-    idx = np.array(visited, dtype=np.int64)
-    return start + 8 * idx + 4, klen[idx], vlen[idx], start + 8 * end + 4
-
-
-def _scan_v1(
-    data: bytes, start: int, path: str | None
-) -> tuple[list[int], list[int], list[int], int]:
-    unpack = _INT.unpack_from
-    kstarts: list[int] = []
-    klens: list[int] = []
-    vlens: list[int] = []
+    rs = _constant_stride(raw, arr, start, typed)
+    if rs is not None:
+        return rs, len(arr) - (1 if typed else 4)
+    parts: list[np.ndarray] = []
     pos = start
+    while True:
+        probe, sizes, pos, done = _probe(raw, pos, typed, path)
+        parts.append(np.array(probe, dtype=np.int64))
+        if done:
+            break
+        run, pos = _speculate(raw, arr, pos, typed, sizes)
+        parts.append(run)
+        if len(run) < _MIN_RUN:
+            rest, pos = (_exact_typed if typed else _exact_v1)(raw, pos, path)
+            parts.append(np.array(rest, dtype=np.int64))
+            break
+    return np.concatenate(parts), pos
+
+
+def _probe(
+    raw: bytes | memoryview, pos: int, typed: bool, path: str | None
+) -> tuple[list[int], list[tuple[int, int]], int, bool]:
+    """Up to ``_PROBE`` records read exactly: (starts, (klen, vlen) pairs, next position, at end)."""
+    unpack = _INT.unpack_from
+    koff, head = _KOFF[typed], _HEAD[typed]
+    starts: list[int] = []
+    sizes: list[tuple[int, int]] = []
+    try:
+        for _ in range(_PROBE):
+            if typed and raw[pos] == TYPE_EOF:
+                return starts, sizes, pos, True
+            (k,) = unpack(raw, pos + koff)
+            if k < 0:
+                if typed:
+                    raise CorruptFileError(
+                        f"invalid key size {k} in the record at byte {pos}", path
+                    )
+                if k != -1:
+                    raise CorruptFileError(f"invalid key size {k} at byte {pos}", path)
+                return starts, sizes, pos, True
+            (v,) = unpack(raw, pos + head + k)
+            starts.append(pos)
+            sizes.append((k, v))
+            pos += head + k + 4 + (v if v > 0 else 0)
+    except (struct.error, IndexError):
+        _raise_truncated(len(raw), pos, starts, path)
+    return starts, sizes, pos, False
+
+
+def _speculate(
+    raw: bytes | memoryview, arr: np.ndarray, pos: int, typed: bool, sizes: list[tuple[int, int]]
+) -> tuple[np.ndarray, int]:
+    """Records from ``pos`` found by guessing one length constant: (verified starts, where the
+    exact scan must resume). Returns no records when the probe shows no constant length."""
+    koff, head = _KOFF[typed], _HEAD[typed]
+    vsizes = {v for _, v in sizes}
+    ksizes = {k for k, _ in sizes}
+    if len(vsizes) == 1 and min(vsizes) >= 0:
+        (value,) = vsizes
+        found, stop = (_guess_value_typed if typed else _guess_value_v1)(raw, pos, head + 4 + value)
+        rs = np.array(found, dtype=np.int64)
+        klen = _be32_at(arr, rs + koff)
+        vpos = rs + head + klen
+        ok = vpos + 4 <= len(arr)
+        ok[ok] = _be32_at(arr, vpos[ok]) == value
+    elif len(ksizes) == 1:
+        (key,) = ksizes
+        found, stop = (_guess_key_typed if typed else _guess_key_v1)(raw, pos, key, len(arr))
+        rs = np.array(found, dtype=np.int64)
+        ok = _be32_at(arr, rs + koff) == key
+    else:
+        return np.zeros(0, dtype=np.int64), pos
+    if ok.all():
+        return rs, stop
+    bad = int(np.argmin(ok))
+    return rs[:bad], int(rs[bad])
+
+
+# The sequential loops. Kept minimal on purpose: each iteration is a few bytecodes.
+def _exact_v1(raw: bytes | memoryview, pos: int, path: str | None) -> tuple[list[int], int]:
+    unpack = _INT.unpack_from
+    starts: list[int] = []
+    add = starts.append
     try:
         while True:
-            (k,) = unpack(data, pos)
-            if k == -1:
-                return kstarts, klens, vlens, pos + 4
+            (k,) = unpack(raw, pos)
             if k < 0:
-                raise CorruptFileError(f"invalid key size {k} at byte {pos}", path)
-            (v,) = unpack(data, pos + 4 + k)
-            kstarts.append(pos + 4)
-            klens.append(k)
-            vlens.append(v)
+                break
+            add(pos)
+            (v,) = unpack(raw, pos + 4 + k)
             pos += 8 + k + (v if v > 0 else 0)
     except struct.error:
-        raise CorruptFileError(
-            f"truncated: record at byte {pos} runs past the end of the data (no end marker)", path
-        ) from None
+        _raise_truncated(len(raw), pos, starts, path)
+    if k != -1:
+        raise CorruptFileError(f"invalid key size {k} at byte {pos}", path)
+    return starts, pos
 
 
-def _scan_typed(
-    data: bytes, start: int, path: str | None
-) -> tuple[list[int], list[int], list[int], list[int], int]:
+def _exact_typed(raw: bytes | memoryview, pos: int, path: str | None) -> tuple[list[int], int]:
     unpack = _INT.unpack_from
-    types: list[int] = []
-    kstarts: list[int] = []
-    klens: list[int] = []
-    vlens: list[int] = []
-    pos = start
+    starts: list[int] = []
+    add = starts.append
     try:
-        while True:
-            t = data[pos]
-            if t == 0:
-                return types, kstarts, klens, vlens, pos + 1
-            if t not in _TYPE_TO_OP:
-                raise CorruptFileError(
-                    f"unknown changelog record type 0x{t:02x} at byte {pos}", path
-                )
-            (k,) = unpack(data, pos + 1)
-            if k < 0:
-                raise CorruptFileError(f"invalid key size {k} at byte {pos}", path)
-            (v,) = unpack(data, pos + 5 + k)
-            types.append(t)
-            kstarts.append(pos + 5)
-            klens.append(k)
-            vlens.append(v)
+        while raw[pos]:
+            (k,) = unpack(raw, pos + 1)
+            if k < 0:  # would move backwards
+                raise CorruptFileError(f"invalid key size {k} in the record at byte {pos}", path)
+            add(pos)
+            (v,) = unpack(raw, pos + 5 + k)
             pos += 9 + k + (v if v > 0 else 0)
     except (struct.error, IndexError):
+        _raise_truncated(len(raw), pos, starts, path)
+    return starts, pos
+
+
+def _guess_value_v1(raw: bytes | memoryview, pos: int, step: int) -> tuple[list[int], int]:
+    unpack = _INT.unpack_from
+    starts: list[int] = []
+    add = starts.append
+    try:
+        while True:
+            (k,) = unpack(raw, pos)
+            if k < 0:
+                break
+            add(pos)
+            pos += k + step
+    except struct.error:
+        pass
+    return starts, pos
+
+
+def _guess_value_typed(raw: bytes | memoryview, pos: int, step: int) -> tuple[list[int], int]:
+    unpack = _INT.unpack_from
+    starts: list[int] = []
+    add = starts.append
+    try:
+        while raw[pos]:
+            (k,) = unpack(raw, pos + 1)
+            if k < 0:
+                break
+            add(pos)
+            pos += k + step
+    except (struct.error, IndexError):
+        pass
+    return starts, pos
+
+
+def _guess_key_v1(raw: bytes | memoryview, pos: int, key: int, size: int) -> tuple[list[int], int]:
+    unpack = _INT.unpack_from
+    starts: list[int] = []
+    add = starts.append
+    voff = 4 + key
+    step = 8 + key
+    last = size - 4  # where a well-formed stream has its end marker
+    try:
+        while pos != last:  # pos only grows: a wrong guess ends in struct.error at worst
+            (v,) = unpack(raw, pos + voff)
+            add(pos)
+            pos += step + (v if v > 0 else 0)
+    except struct.error:
+        pass
+    return starts, pos
+
+
+def _guess_key_typed(
+    raw: bytes | memoryview, pos: int, key: int, size: int
+) -> tuple[list[int], int]:
+    del size  # the type byte marks the end
+    unpack = _INT.unpack_from
+    starts: list[int] = []
+    add = starts.append
+    voff = 5 + key
+    step = 9 + key
+    try:
+        while raw[pos]:
+            (v,) = unpack(raw, pos + voff)
+            add(pos)
+            pos += step + (v if v > 0 else 0)
+    except (struct.error, IndexError):
+        pass
+    return starts, pos
+
+
+def _raise_truncated(size: int, pos: int, starts: list[int], path: str | None) -> None:
+    """The error for a scan that ran out of data at ``pos`` (``starts``: records so far)."""
+    if pos == size:
         raise CorruptFileError(
-            f"truncated: record at byte {pos} runs past the end of the data (no end marker)", path
-        ) from None
+            f"missing end marker: the data ends at byte {size} after the last complete record "
+            "(file truncated?)",
+            path,
+        )
+    at = starts[-1] if pos > size and starts else pos  # the last record's value ran past the end
+    raise CorruptFileError(
+        f"truncated: the record at byte {at} runs past the end of the data ({size} bytes)", path
+    )
 
 
-def _build(
-    data: bytes,
-    ops: np.ndarray,
-    kstarts: np.ndarray,
-    klens: np.ndarray,
-    vlens: np.ndarray,
-    end: int,
-    path: str | None,
-    allow_deletes: bool,
-    lineage: list[dict] | None,
-    version: int,
-) -> RecordBatch:
-    arr = np.frombuffer(data, dtype=np.uint8)
-    if end > len(data):
-        raise CorruptFileError("truncated: the last record runs past the end of the data", path)
-    if end != len(data):
-        raise CorruptFileError(f"{len(data) - end} unexpected bytes after the end marker", path)
-    deleted = vlens < 0
-    if np.any(vlens < -1):
-        raise CorruptFileError("invalid value size below -1", path)
-    if deleted.any() and not allow_deletes:
-        raise CorruptFileError("a snapshot file contains a removal record", path)
-    vstarts = kstarts + klens + 4
-    vl = np.where(deleted, 0, vlens)
-    keys = gather(arr, kstarts, klens)
-    values = gather(arr, vstarts, vl, valid=~deleted)
-    ops = np.where(deleted, OP_DELETE, ops).astype(np.uint8)
-    return RecordBatch(ops, keys, values, lineage, version)
-
-
+# -- reading: public API ----------------------------------------------------------------------
 def parse_state_records(
-    raw: bytes,
+    raw: bytes | memoryview,
     path: str | None = None,
     *,
     allow_deletes: bool = True,
@@ -266,213 +359,450 @@ def parse_state_records(
     lineage: list[dict] | None = None,
     version: int = 1,
 ) -> RecordBatch:
-    """A v1 record stream: HDFS delta/snapshot or changelog v1/v3 body."""
+    """A v1 record stream (HDFS delta/snapshot, changelog v1/v3 body from ``start``).
+
+    A snapshot (``allow_deletes=False``) with a removal is corrupt, as Spark's
+    ``readSnapshotFile`` says. The end marker must end the data.
+    """
     arr = np.frombuffer(raw, dtype=np.uint8)
-    fast = _constant_stride(arr, start)
-    if fast is None and len(raw) > 1 << 16:
-        fast = _scan_grid(arr, start)
-    if fast is not None:
-        kstarts, klens, vlens, end = fast
-    else:
-        ks, kl, vl, end = _scan_v1(raw, start, path)
-        kstarts, klens, vlens = (np.array(x, dtype=np.int64) for x in (ks, kl, vl))
-    ops = np.zeros(len(kstarts), dtype=np.uint8)
-    return _build(raw, ops, kstarts, klens, vlens, end, path, allow_deletes, lineage, version)
+    rs, end = _scan(raw, arr, start, False, path)
+    if end + 4 != len(arr):
+        raise CorruptFileError(
+            f"{len(arr) - end - 4} unexpected bytes after the end marker at byte {end}", path
+        )
+    klen = _be32_at(arr, rs)
+    vlen = _be32_at(arr, rs + 4 + klen)
+    deleted = vlen < 0
+    if not allow_deletes and deleted.any():
+        at = int(rs[np.argmax(deleted)])
+        raise CorruptFileError(
+            f"removal record at byte {at} in a snapshot (Spark rejects snapshots with removals)",
+            path,
+        )
+    keys, values = _extract(raw, rs, rs + 4, klen, vlen, end, deleted)
+    ops = deleted.astype(np.uint8)  # OP_PUT = 0, OP_DELETE = 1
+    return RecordBatch(ops, keys, values, lineage, version)
 
 
-def changelog_version(raw: bytes) -> tuple[int, int, list[dict] | None]:
-    """(version, body start, lineage) the way ``StateStoreChangelogReaderFactory`` decides."""
-    if len(raw) >= 2:
-        (n,) = struct.unpack_from(">H", raw, 0)
-        if n > 0 and 2 + n <= len(raw) and raw[2:3] == b"v":
-            r = DataReader(raw)
-            head = r.read_utf()
-            if head in ("v2", "v3", "v4"):
-                version = int(head[1])
-                lineage = None
-                if version in (3, 4):
-                    try:
-                        lineage = json.loads(r.read_utf())
-                    except json.JSONDecodeError:
-                        raise CorruptFileError("changelog lineage is not JSON", None) from None
-                return version, r.pos, lineage
-    return 1, 0, None
+def _parse_typed(
+    raw: bytes | memoryview, start: int, path: str | None, lineage: list[dict] | None, version: int
+) -> RecordBatch:
+    arr = np.frombuffer(raw, dtype=np.uint8)
+    rs, end = _scan(raw, arr, start, True, path)
+    if end + 1 != len(arr):
+        raise CorruptFileError(
+            f"{len(arr) - end - 1} unexpected bytes after the end record at byte {end}", path
+        )
+    ops = _TYPE_TO_OP[arr[rs]]
+    if (ops == 255).any():
+        at = int(rs[np.argmax(ops == 255)])
+        raise CorruptFileError(f"unknown changelog record type 0x{arr[at]:02x} at byte {at}", path)
+    klen = _be32_at(arr, rs + 1)
+    vlen = _be32_at(arr, rs + 5 + klen)
+    deleted = ops == OP_DELETE
+    bad = np.where(deleted, vlen != -1, vlen < 0)  # Spark: assert(-1) / NegativeArraySize
+    if bad.any():
+        at = int(rs[np.argmax(bad)])
+        raise CorruptFileError(
+            f"invalid value size {int(vlen[np.argmax(bad)])} in the record at byte {at}", path
+        )
+    keys, values = _extract(raw, rs, rs + 5, klen, vlen, end, deleted)
+    return RecordBatch(ops, keys, values, lineage, version)
 
 
-def parse_changelog(raw: bytes, path: str | None = None) -> RecordBatch:
+def _read_java_utf(raw: bytes | memoryview, pos: int) -> tuple[str, int] | None:
+    """``DataInputStream.readUTF`` at ``pos``: (text, next position), or None where Java throws
+    EOFException or UTFDataFormatException (Spark's version detection catches both)."""
+    if pos + 2 > len(raw):
+        return None
+    n = (raw[pos] << 8) | raw[pos + 1]
+    data = bytes(raw[pos + 2 : pos + 2 + n])
+    if len(data) < n:
+        return None
+    units: list[int] = []
+    i = 0
+    while i < n:  # only header strings: short
+        c = data[i]
+        if c < 0x80:
+            units.append(c)
+            i += 1
+        elif c >> 5 == 0b110:
+            if i + 2 > n or data[i + 1] & 0xC0 != 0x80:
+                return None
+            units.append(((c & 0x1F) << 6) | (data[i + 1] & 0x3F))
+            i += 2
+        elif c >> 4 == 0b1110:
+            if i + 3 > n or data[i + 1] & 0xC0 != 0x80 or data[i + 2] & 0xC0 != 0x80:
+                return None
+            units.append(((c & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F))
+            i += 3
+        else:
+            return None
+    text = struct.pack(f"<{len(units)}H", *units).decode("utf-16-le", "surrogatepass")
+    return text, pos + 2 + n
+
+
+def _java_short(text: str) -> int | None:
+    """``Short.parseShort`` (decimal), or None where it throws NumberFormatException."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not all(ch.isdecimal() for ch in digits):
+        return None
+    value = int(text)
+    return value if -(1 << 15) <= value < 1 << 15 else None
+
+
+def changelog_version(
+    raw: bytes | memoryview, path: str | None = None
+) -> tuple[int, int, list[dict] | None]:
+    """(version, body start, lineage), decided like ``StateStoreChangelogReaderFactory``.
+
+    Spark reads one ``readUTF``: EOF, malformed modified UTF-8, a string not starting with
+    ``v`` or a non-number after it all mean v1 (read from the first byte). Otherwise the number
+    is the version (only 1-4 exist); the v2-v4 readers re-read the string and insist that it is
+    exactly ``v<n>``, and v3/v4 then read the lineage JSON with a second ``readUTF``.
+    """
+    head = _read_java_utf(raw, 0)
+    if head is None or not head[0].startswith("v"):
+        return 1, 0, None
+    tag, pos = head
+    version = _java_short(tag[1:])
+    if version is None or version == 1:
+        return 1, 0, None
+    if version not in CHANGELOG_VERSIONS:
+        raise UnsupportedError(f"changelog format version {version} (statectl reads v1-v4)", path)
+    if tag != f"v{version}":
+        raise CorruptFileError(f"changelog header {tag!r} is not 'v{version}'", path)
+    if version == 2:
+        return 2, pos, None
+    text = _read_java_utf(raw, pos)
+    if text is None:
+        raise CorruptFileError(f"changelog v{version}: truncated or malformed lineage", path)
     try:
-        version, start, lineage = changelog_version(raw)
-    except CorruptFileError as e:
-        raise CorruptFileError(str(e), path) from None
+        lineage = json.loads(text[0])
+    except json.JSONDecodeError:
+        raise CorruptFileError(f"changelog v{version}: lineage is not JSON", path) from None
+    if not isinstance(lineage, list) or not all(isinstance(e, dict) for e in lineage):
+        raise CorruptFileError(
+            f"changelog v{version}: lineage is not a JSON array of objects", path
+        )
+    return version, text[1], lineage
+
+
+def parse_changelog(raw: bytes | memoryview, path: str | None = None) -> RecordBatch:
+    """A RocksDB ``.changelog`` (after the codec stream), any of versions 1-4."""
+    version, start, lineage = changelog_version(raw, path)
     if version in (1, 3):
         return parse_state_records(raw, path, start=start, lineage=lineage, version=version)
-    types, ks, kl, vl, end = _scan_typed(raw, start, path)
-    ops = np.array([_TYPE_TO_OP[t] for t in types], dtype=np.uint8)
-    kstarts, klens, vlens = (np.array(x, dtype=np.int64) for x in (ks, kl, vl))
-    return _build(raw, ops, kstarts, klens, vlens, end, path, True, lineage, version)
+    return _parse_typed(raw, start, path, lineage, version)
 
 
-# -- writing -------------------------------------------------------------------------------
-def _as_list(a: pa.Array | list) -> list:
-    return a.to_pylist() if isinstance(a, pa.Array) else list(a)
+# -- writing ----------------------------------------------------------------------------------
+BinaryLike = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
 
 
-def _parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, starts, lengths) of a binary array; null elements have length -1."""
-    arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
-    n = len(arr)
-    _, off_buf, data_buf = arr.buffers()
-    offs = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + n + 1]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+def _large_binary(a: BinaryLike) -> pa.LargeBinaryArray:
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks() if a.num_chunks != 1 else a.chunk(0)
+    if not isinstance(a, pa.Array):
+        a = pa.array(list(a), type=pa.large_binary())
+    if a.type != pa.large_binary():
+        a = a.cast(pa.large_binary())
+    return a
+
+
+def _lengths(a: pa.LargeBinaryArray) -> np.ndarray:
+    offsets = np.frombuffer(a.buffers()[1], dtype=np.int64)[a.offset : a.offset + len(a) + 1]
+    return np.diff(offsets)
+
+
+def _fixed(rows: np.ndarray) -> pa.LargeBinaryArray:
+    """A (n, w) uint8 array as n binary elements of w bytes each (zero-copy)."""
+    n, w = rows.shape
+    offsets = np.arange(0, n * w + 1, w, dtype=np.int64)
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(),
+        n,
+        [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(rows))],
     )
-    lengths = np.diff(offs)
-    if arr.null_count:
-        valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        lengths = np.where(valid, lengths, -1)
-    return data, offs[:-1], lengths
 
 
-def _copy_ranges(
-    out: np.ndarray, dst: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
-) -> None:
-    lengths = np.maximum(lengths, 0)
-    total = int(lengths.sum())
-    if total == 0:
-        return
-    offs = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offs[1:])
-    within = np.arange(total, dtype=np.int64) - np.repeat(offs[:-1], lengths)
-    out[np.repeat(dst, lengths) + within] = src[np.repeat(src_starts, lengths) + within]
+def _be32_rows(v: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(v.astype(">i4")).view(np.uint8).reshape(-1, 4)
+
+
+def _interleave(pieces: list[tuple[pa.LargeBinaryArray, np.ndarray]], tail: bytes) -> bytes:
+    """Concatenate, for each record i, ``piece[j][idx_j[i]]`` for every piece j in order, then
+    ``tail``; one Arrow take does the copying."""
+    n = len(pieces[0][1])
+    arrays = [p for p, _ in pieces] + [pa.array([tail], pa.large_binary())]
+    base = np.cumsum([0] + [len(a) for a in arrays])
+    order = np.empty(len(pieces) * n + 1, dtype=np.int64)
+    for j, (_, idx) in enumerate(pieces):
+        order[j : len(order) - 1 : len(pieces)] = base[j] + idx
+    order[-1] = base[-2]
+    taken = pa.concat_arrays(arrays).take(pa.array(order))
+    offsets = np.frombuffer(taken.buffers()[1], dtype=np.int64)
+    data = taken.buffers()[2]
+    return data[int(offsets[0]) : int(offsets[-1])].to_pybytes()
+
+
+def _prepare(
+    keys: BinaryLike, values: BinaryLike, deletes: np.ndarray | Sequence[bool] | None
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray, np.ndarray]:
+    keys = _large_binary(keys)
+    values = _large_binary(values)
+    if len(keys) != len(values):
+        raise ValueError(f"{len(keys)} keys but {len(values)} values")
+    deleted = np.zeros(len(keys), dtype=bool)
+    if values.null_count:
+        deleted |= ~np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if deletes is not None:
+        deleted |= np.asarray(deletes, dtype=bool)
+    if keys.null_count:
+        raise ValueError("a key is null")
+    return keys, values, deleted
 
 
 def write_state_records(
-    keys: pa.Array | list[bytes], values: pa.Array | list[bytes | None], prefix: bytes = b""
+    keys: BinaryLike,
+    values: BinaryLike,
+    deletes: np.ndarray | Sequence[bool] | None = None,
+    *,
+    prefix: bytes = b"",
 ) -> bytes:
-    """A v1 record stream (None value = removal) with the end marker, built with numpy.
+    """A v1 record stream with its end marker: ``.delta``/``.snapshot``/changelog v1 bytes.
 
-    ``prefix`` is prepended to every key and value (RocksDB's encoding-version byte).
+    A record is a removal (``vlen -1``) where ``deletes`` is true or the value is null.
+    ``prefix`` goes before every key and value (RocksDB's 0x00 encoding-version byte).
     """
-    if not isinstance(keys, pa.Array):
-        keys = pa.array(keys, type=pa.large_binary())
-    if not isinstance(values, pa.Array):
-        values = pa.array(values, type=pa.large_binary())
-    kdata, kstart, klen = _parts(keys)
-    vdata, vstart, vlen = _parts(values)
+    keys, values, deleted = _prepare(keys, values, deletes)
+    n = len(keys)
+    if n == 0:
+        return b"\xff\xff\xff\xff"
     p = len(prefix)
-    klen_out = klen + p
-    vlen_out = np.where(vlen < 0, -1, vlen + p)
-    rec = 8 + klen_out + np.maximum(vlen_out, 0)
-    starts = np.zeros(len(rec) + 1, dtype=np.int64)
-    np.cumsum(rec, out=starts[1:])
-    out = np.zeros(int(starts[-1]) + 4, dtype=np.uint8)
-    rs = starts[:-1]
+    klen = _lengths(keys) + p
+    vlen = np.where(deleted, -1, _lengths(values) + p)
+    ints = _fixed(_be32_rows(np.stack([klen, vlen], axis=1).reshape(-1)))
+    ar = np.arange(n, dtype=np.int64)
+    vidx = np.where(deleted, n, ar)  # a removal takes the empty element appended below
+    vals = pa.concat_arrays([values.fill_null(b""), pa.array([b""], pa.large_binary())])
+    pieces = [(ints, 2 * ar), (keys, ar), (ints, 2 * ar + 1), (vals, vidx)]
+    if p:
+        pre = pa.array([prefix, b""], pa.large_binary())
+        pieces.insert(1, (pre, np.zeros(n, dtype=np.int64)))
+        pieces.insert(4, (pre, deleted.astype(np.int64)))
+    return _interleave(pieces, b"\xff\xff\xff\xff")
 
-    def put_int(pos: np.ndarray, v: np.ndarray) -> None:
-        b = v.astype(">i4").view(np.uint8).reshape(-1, 4)
-        for j in range(4):
-            out[pos + j] = b[:, j]
 
-    put_int(rs, klen_out)
-    vpos = rs + 4 + klen_out
-    put_int(vpos, vlen_out)
-    pre = np.frombuffer(prefix, dtype=np.uint8)
-    for j in range(p):
-        out[rs + 4 + j] = pre[j]
-        live = vlen_out >= 0
-        out[vpos[live] + 4 + j] = pre[j]
-    _copy_ranges(out, rs + 4 + p, kdata, kstart, klen)
-    _copy_ranges(out, vpos + 4 + p, vdata, vstart, vlen)
-    out[-4:] = 0xFF
-    return out.tobytes()
+def _utf(text: str) -> bytes:
+    data = encode_modified_utf8(text)
+    if len(data) > 0xFFFF:
+        raise ValueError("writeUTF string longer than 65535 bytes")
+    return struct.pack(">H", len(data)) + data
+
+
+def changelog_header(version: int, lineage: list[dict] | None = None) -> bytes:
+    """What ``StateStoreChangelogWriterV<n>`` writes before the first record."""
+    if version not in CHANGELOG_VERSIONS:
+        raise UnsupportedError(f"changelog format version {version} (statectl writes v1-v4)")
+    if version == 1:
+        return b""
+    head = _utf(f"v{version}")
+    if version >= 3:  # json4s Serialization.write(Array[LineageItem]): compact
+        head += _utf(json.dumps(lineage or [], separators=(",", ":"), ensure_ascii=False))
+    return head
 
 
 def write_changelog(
     version: int,
-    ops: np.ndarray | list[int],
-    keys: pa.Array | list[bytes],
-    values: pa.Array | list[bytes | None],
+    ops: np.ndarray | Sequence[int],
+    keys: BinaryLike,
+    values: BinaryLike,
     lineage: list[dict] | None = None,
 ) -> bytes:
-    head = b""
-    if version >= 2:
-        tag = f"v{version}".encode()
-        head = struct.pack(">H", len(tag)) + tag
-    if version in (3, 4):
-        text = encode_modified_utf8(json.dumps(lineage or [], separators=(",", ":")))
-        head += struct.pack(">H", len(text)) + text
+    """A whole changelog (before the codec stream) as Spark's writer of that version makes it.
+
+    ``ops`` are OP_*; DELETE values are ignored; DELETE_RANGE records carry the end key as the
+    value. v1/v3 only know puts and deletes.
+    """
+    head = changelog_header(version, lineage)
+    ops = np.asarray(ops, dtype=np.uint8)
+    if len(ops) != len(keys):
+        raise ValueError(f"{len(ops)} ops but {len(keys)} keys")
+    if (ops > OP_DELETE_RANGE).any():
+        raise ValueError("unknown op (use OP_PUT, OP_DELETE, OP_MERGE, OP_DELETE_RANGE)")
     if version in (1, 3):
-        return head + write_state_records(keys, values)
-    parts = [head]
-    pack = _INT.pack
-    for op, k, v in zip(list(ops), _as_list(keys), _as_list(values), strict=True):
-        parts.append(bytes([_OP_TO_TYPE[int(op)]]) + pack(len(k)) + k)
-        parts.append(pack(-1) if v is None or op == OP_DELETE else pack(len(v)) + v)
-    parts.append(b"\x00")
-    return b"".join(parts)
+        if ((ops == OP_MERGE) | (ops == OP_DELETE_RANGE)).any():
+            raise UnsupportedError(
+                f"changelog v{version} has no merge or delete-range records (use v2 or v4)"
+            )
+        return head + write_state_records(keys, values, deletes=ops == OP_DELETE)
+    keys, values, deleted = _prepare(keys, values, ops == OP_DELETE)
+    if (deleted & (ops != OP_DELETE)).any():
+        raise ValueError("a put, merge or delete-range record has a null value")
+    n = len(keys)
+    if n == 0:
+        return head + b"\x00"
+    vlen = np.where(deleted, -1, _lengths(values))
+    heads = np.empty((n, 5), dtype=np.uint8)
+    heads[:, 0] = _OP_TO_TYPE[ops]
+    heads[:, 1:] = _be32_rows(_lengths(keys))
+    ar = np.arange(n, dtype=np.int64)
+    vals = pa.concat_arrays([values.fill_null(b""), pa.array([b""], pa.large_binary())])
+    pieces = [
+        (_fixed(heads), ar),
+        (keys, ar),
+        (_fixed(_be32_rows(vlen)), ar),
+        (vals, np.where(deleted, n, ar)),
+    ]
+    return head + _interleave(pieces, b"\x00")
 
 
-# -- replay --------------------------------------------------------------------------------
+# -- replay -----------------------------------------------------------------------------------
 def last_writer_wins(
     batches: list[RecordBatch], merge_delimiter: bytes = b"", unique: bool = False
 ) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
-    """Apply batches in order (snapshot first): the live keys and their final values.
+    """Apply batches in order (snapshot first): the live keys and their final values, ordered
+    by each key's last record.
 
-    Vectorized: dictionary-encode all keys, keep each key's last record, drop removals. Keys
-    touched by MERGE records (list state) are resolved in a loop: the value after the last PUT
-    or DELETE, then each merged operand appended with ``merge_delimiter``.
+    Vectorized for puts and deletes: dictionary-encode all keys, keep each key's last record,
+    drop removals. Delete-range records become deletes of every known key in ``[begin, end)``
+    (bytewise, like RocksDB's comparator). Keys with MERGE records (list state) are resolved in
+    a loop: the value after the last put (none after a delete), then each operand appended
+    with ``merge_delimiter`` between, as RocksDB's StringAppendOperator does.
+    ``unique=True`` promises that a single all-put batch has no repeated key (a snapshot).
     """
     batches = [b for b in batches if len(b)]
     if not batches:
-        empty = pa.array([], type=pa.large_binary())
-        return empty, empty
-    if unique and len(batches) == 1 and not (batches[0].ops != OP_PUT).any():
-        return batches[0].keys, batches[0].values  # a snapshot: every key once, no removals
-    keys = pa.concat_arrays([b.keys for b in batches]) if len(batches) > 1 else batches[0].keys
-    values = (
-        pa.concat_arrays([b.values for b in batches]) if len(batches) > 1 else batches[0].values
-    )
-    ops = np.concatenate([b.ops for b in batches])
-    n = len(ops)
+        return _EMPTY, _EMPTY
+    if unique and len(batches) == 1 and not batches[0].ops.any():
+        return batches[0].keys, batches[0].values
+    keys = _concat([b.keys for b in batches])
+    values = _concat([b.values for b in batches])
+    ops = np.concatenate([b.ops for b in batches]).astype(np.uint8, copy=False)
     encoded = pc.dictionary_encode(keys)
-    if len(encoded.dictionary) == n and not (ops != OP_PUT).any():
-        return keys, values  # every key once, no removals or merges: nothing to replay
-    idx = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    _, first_in_reversed = np.unique(idx[::-1], return_index=True)
-    last = np.sort(n - 1 - first_in_reversed)
-    merged: dict[int, bytes | None] = {}
-    if (ops == OP_MERGE).any():
-        merge_ids = set(np.unique(idx[ops == OP_MERGE]).tolist())
-        rows = np.nonzero(np.isin(idx, list(merge_ids)))[0]
-        vals = values.take(pa.array(rows)).to_pylist()
-        state: dict[int, bytes | None] = {}
-        for r, v in zip(rows.tolist(), vals, strict=True):
-            key_id = int(idx[r])
-            op = ops[r]
-            if op == OP_PUT:
-                state[key_id] = v
-            elif op == OP_DELETE:
-                state[key_id] = None
-            else:
-                cur = state.get(key_id)
-                state[key_id] = v if cur is None else cur + merge_delimiter + v
-        merged = state
-    keep = last[ops[last] != OP_DELETE] if not merged else last
-    out_keys = keys.take(pa.array(keep))
-    out_values = values.take(pa.array(keep))
-    if merged:
-        vals = out_values.to_pylist()
-        ids = idx[keep]
-        live = []
-        for j, key_id in enumerate(ids.tolist()):
-            if key_id in merged:
-                vals[j] = merged[key_id]
-            live.append(
-                vals[j] is not None and not (key_id not in merged and ops[keep[j]] == OP_DELETE)
+    uniq = encoded.dictionary
+    kid = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    # Events: (row, key id, op). Delete-range rows turn into deletes of the keys they cover.
+    ev_row = np.arange(len(ops), dtype=np.int64)
+    ev_kid = kid
+    ev_op = ops
+    ranges = np.flatnonzero(ops == OP_DELETE_RANGE)
+    if len(ranges):
+        ev_row, ev_kid, ev_op = _expand_ranges(ranges, keys, values, uniq, ev_row, kid, ops)
+    last = np.full(len(uniq), -1, dtype=np.int64)
+    np.maximum.at(last, ev_kid, np.arange(len(ev_row), dtype=np.int64))
+    final = np.sort(last[last >= 0])  # the last event of every key, in event order
+    merge_kids = np.unique(ev_kid[ev_op == OP_MERGE])
+    if len(merge_kids) == 0:
+        final = final[ev_op[final] == OP_PUT]
+        rows = pa.array(ev_row[final])
+        return keys.take(rows), values.take(rows)
+    merged = _resolve_merges(merge_kids, ev_row, ev_kid, ev_op, values, merge_delimiter)
+    is_merge_key = np.zeros(len(uniq), dtype=bool)
+    is_merge_key[merge_kids] = True
+    out_kid = ev_kid[final]
+    plain = ~is_merge_key[out_kid]
+    live = np.where(plain, ev_op[final] == OP_PUT, False)
+    merged_values: list[bytes | None] = [merged.get(int(k)) for k in out_kid[~plain]]
+    live[~plain] = [v is not None for v in merged_values]
+    # Final values: plain rows from ``values``, merged rows from the list, in ``final`` order.
+    plain_vals = values.take(pa.array(ev_row[final[plain & live]]))
+    merge_vals = pa.array([v for v in merged_values if v is not None], pa.large_binary())
+    both = pa.concat_arrays([plain_vals, merge_vals])
+    slot = np.empty(int(live.sum()), dtype=np.int64)
+    live_plain = plain[live]
+    slot[live_plain] = np.arange(int(live_plain.sum()))
+    slot[~live_plain] = len(plain_vals) + np.arange(int((~live_plain).sum()))
+    return uniq.take(pa.array(out_kid[live])), both.take(pa.array(slot))
+
+
+def _concat(arrays: list[pa.Array]) -> pa.LargeBinaryArray:
+    arrays = [_large_binary(a) for a in arrays]
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _expand_ranges(
+    ranges: np.ndarray,
+    keys: pa.LargeBinaryArray,
+    values: pa.LargeBinaryArray,
+    uniq: pa.Array,
+    ev_row: np.ndarray,
+    kid: np.ndarray,
+    ops: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Replace each delete-range row by deletes of every key id in ``[begin, end)``."""
+    rows = [ev_row[ops != OP_DELETE_RANGE]]
+    kids = [kid[ops != OP_DELETE_RANGE]]
+    kinds = [ops[ops != OP_DELETE_RANGE]]
+    for r in ranges.tolist():  # delete-range records are rare (a loop per record, not per key)
+        begin = keys[r]
+        end = values[r]
+        covered = pc.and_(pc.greater_equal(uniq, begin), pc.less(uniq, end))
+        ids = np.flatnonzero(np.asarray(covered.to_numpy(zero_copy_only=False), dtype=bool))
+        rows.append(np.full(len(ids), r, dtype=np.int64))
+        kids.append(ids.astype(np.int64))
+        kinds.append(np.full(len(ids), OP_DELETE, dtype=np.uint8))
+    ev_row = np.concatenate(rows)
+    order = np.argsort(ev_row, kind="stable")
+    return ev_row[order], np.concatenate(kids)[order], np.concatenate(kinds)[order]
+
+
+def _resolve_merges(
+    merge_kids: np.ndarray,
+    ev_row: np.ndarray,
+    ev_kid: np.ndarray,
+    ev_op: np.ndarray,
+    values: pa.LargeBinaryArray,
+    delimiter: bytes,
+) -> dict[int, bytes | None]:
+    """Final value of every key with merges (None = absent): a loop over those keys' events."""
+    sel = np.flatnonzero(np.isin(ev_kid, merge_kids))
+    row_vals = values.take(pa.array(ev_row[sel])).to_pylist()
+    state: dict[int, bytes | None] = {}
+    for k, op, v in zip(ev_kid[sel].tolist(), ev_op[sel].tolist(), row_vals, strict=True):
+        if op == OP_PUT:
+            state[k] = v
+        elif op == OP_MERGE:
+            cur = state.get(k)
+            state[k] = v if cur is None else cur + delimiter + v
+        else:
+            state[k] = None
+    return state
+
+
+def _bench(n: int = 1_000_000, repeat: int = 3) -> dict[str, float]:
+    """Records per second of ``parse_state_records`` on ``n`` records (best of ``repeat``):
+    constant 24-byte keys / 40-byte values, and variable key sizes (8-byte multiples, as
+    UnsafeRows, and arbitrary sizes, as RocksDB keys with a prefix byte)."""
+    import time
+
+    rng = np.random.default_rng(0)
+
+    def stream(klens: np.ndarray, vlens: np.ndarray) -> bytes:
+        def arr(lengths: np.ndarray) -> pa.LargeBinaryArray:
+            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            data = rng.integers(0, 256, int(offsets[-1]), dtype=np.uint8)
+            return pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
             )
-        mask = np.array(live, dtype=bool)
-        out_keys = out_keys.filter(pa.array(mask))
-        out_values = pa.array(
-            [v for v, m in zip(vals, live, strict=True) if m], type=pa.large_binary()
-        )
-    return out_keys, out_values
+
+        return write_state_records(arr(klens), arr(vlens))
+
+    cases = {
+        "constant 24B key / 40B value": stream(np.full(n, 24), np.full(n, 40)),
+        "variable key 16-40B (x8) / 40B value": stream(8 * rng.integers(2, 6, n), np.full(n, 40)),
+        "variable key 10-39B / 40B value": stream(rng.integers(10, 40, n), np.full(n, 40)),
+    }
+    result = {}
+    for name, raw in cases.items():
+        best = min(_timed(time.perf_counter, parse_state_records, raw) for _ in range(repeat))
+        result[name] = n / best
+    return result
+
+
+def _timed(clock, fn, *args) -> float:  # type: ignore[no-untyped-def]
+    t0 = clock()
+    fn(*args)
+    return clock() - t0
