@@ -1,594 +1,859 @@
-"""Spark's UnsafeRow (and UnsafeArrayData / UnsafeMapData) decoded to Arrow, column by column.
+"""Spark's UnsafeRow (and UnsafeArrayData / UnsafeMapData) ⇄ Arrow, column by column.
 
-Layout (all little-endian): a null bitset of ceil(n/64) 8-byte words, one 8-byte slot per field,
-then a variable-length region. Fixed-width values live in their slot; variable-length ones
-(string, binary, decimal with precision > 18, struct, array, map, interval) store
-``offset << 32 | size`` with the offset relative to the start of the enclosing row or array.
+Layout (catalyst ``UnsafeRow``, ``UnsafeRowWriter``, ``UnsafeArrayWriter``; all little-endian):
 
-Every function here works on all rows at once: positions are numpy int64 arrays into one uint8
-buffer, so the cost is a handful of numpy operations per field, not per row.
+* row = null bitset (ceil(n/64) words) ‖ one 8-byte slot per field ‖ variable-length region.
+  Fixed-width values sit in their zeroed slot; variable-length ones (string, binary, decimal
+  with precision > 18, calendar interval, struct, array, map) store ``offset << 32 | size``,
+  the offset counted from the start of the enclosing row (or array), and their bytes in the
+  variable region, zero padded to a multiple of 8. A null field has its bit set and slot 0,
+  except a row's decimal(p > 18): it keeps 16 zeroed bytes and the slot ``cursor << 32``.
+* array = int64 count ‖ null bits (ceil(count/64) words) ‖ count × element size (1/2/4/8,
+  padded to 8) ‖ variable region. Variable elements are 8-byte offset/size slots, the offset
+  counted from the array start; a decimal(p > 18) element takes only its rounded length.
+* map = int64 byte length of the key array ‖ key array ‖ value array.
+
+Decoding never loops over rows: positions are numpy int64 arrays into one byte buffer and each
+field (and nesting level) costs a handful of whole-array operations. Encoding builds the same
+bytes the same way, column by column.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from statectl.codecs.sparktypes import (
-    atomic_name,
+    FIXED_KINDS,
+    SparkType,
     decimal_of,
-    is_interval_dt,
-    is_interval_ym,
+    kind,
     parse_schema,
-    to_arrow_field,
+    physical,
     to_arrow_type,
 )
 from statectl.errors import CorruptFileError, UnsupportedError
 
-_FIXED = {
-    "boolean": (1, np.bool_),
-    "byte": (1, np.int8),
-    "short": (2, np.dtype("<i2")),
-    "integer": (4, np.dtype("<i4")),
-    "date": (4, np.dtype("<i4")),
-    "float": (4, np.dtype("<f4")),
-    "long": (8, np.dtype("<i8")),
-    "timestamp": (8, np.dtype("<i8")),
-    "timestamp_ntz": (8, np.dtype("<i8")),
-    "double": (8, np.dtype("<f8")),
-}
+_SLACK = 16  # bytes a read may run past a row: narrow elements, strings are read as words
+_I32_MAX = 2**31 - 1
+_MASK32 = np.int64(0xFFFFFFFF)
+_FLOAT_NAN = np.uint32(0x7FC00000)  # Float.NaN, Double.NaN: Java's canonical NaN bit patterns
+_DOUBLE_NAN = np.int64(0x7FF8000000000000)
+
+Valid = np.ndarray | None  # per-value validity; None means every value is valid
 
 
-class _Buf:
-    """The byte buffer plus bounds-safe gathers (invalid rows point at harmless positions)."""
-
-    def __init__(self, data: np.ndarray, path: str | None) -> None:
-        # 16 zero bytes of padding so clipped reads of null rows never fall off the end.
-        self.data = np.concatenate([data, np.zeros(16, np.uint8)])
-        self.size = len(data)
-        self.path = path
-
-    def read(self, pos: np.ndarray, width: int, dtype: Any, valid: np.ndarray) -> np.ndarray:
-        if len(pos) == 0:
-            return np.zeros(0, dtype=dtype)
-        bad = valid & ((pos < 0) | (pos + width > self.size))
-        if bad.any():
-            raise CorruptFileError(
-                f"row data points outside its buffer (at byte {int(pos[bad][0])}); the state file is corrupt",
-                self.path,
-            )
-        safe = np.where(valid, pos, 0)
-        cols = self.data[safe[:, None] + np.arange(width)]
-        return np.ascontiguousarray(cols).view(dtype).reshape(-1)
-
-    def gather(
-        self, starts: np.ndarray, sizes: np.ndarray, valid: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(int64 offsets, bytes) of the ranges of the valid rows; invalid rows are empty."""
-        sizes = np.where(valid, sizes, 0)
-        bad = valid & ((starts < 0) | (sizes < 0) | (starts + sizes > self.size))
-        if bad.any():
-            raise CorruptFileError(
-                "a variable-length value points outside its row; the state file is corrupt",
-                self.path,
-            )
-        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        total = int(offsets[-1])
-        if total == 0:
-            return offsets, np.zeros(0, np.uint8)
-        idx = np.repeat(starts - offsets[:-1], sizes) + np.arange(total, dtype=np.int64)
-        return offsets, self.data[idx]
+# -- helpers -------------------------------------------------------------------------------
+def _bitmap(valid: Valid) -> pa.Buffer | None:
+    if valid is None or valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _validity(valid: np.ndarray) -> pa.Buffer | None:
-    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+def _and(a: Valid, b: Valid) -> Valid:
+    if a is None:
+        return b
+    return a if b is None else a & b
 
 
-def _null_bit(
-    buf: _Buf, bitset_start: np.ndarray, index: np.ndarray | int, valid: np.ndarray
-) -> np.ndarray:
-    byte = buf.read(bitset_start + (np.asarray(index) >> 3), 1, np.uint8, valid)
-    return ((byte >> (np.asarray(index) & 7)) & 1).astype(bool)
-
-
-def _decimal_from_int64(values: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
-    words = np.empty((len(values), 2), dtype=np.int64)
-    words[:, 0] = values
-    words[:, 1] = values >> 63
-    return pa.Array.from_buffers(t, len(values), [_validity(valid), pa.py_buffer(words)])
-
-
-def _decimal_from_bytes(
-    buf: _Buf, starts: np.ndarray, sizes: np.ndarray, valid: np.ndarray, t: pa.DataType
-) -> pa.Array:
-    """BigInteger.toByteArray (big-endian two's complement, <= 16 bytes) -> decimal128."""
-    n = len(starts)
-    sizes = np.where(valid, sizes, 0)
-    if np.any(sizes > 16):
-        raise CorruptFileError("decimal value longer than 16 bytes", buf.path)
-    first = buf.read(starts, 1, np.uint8, valid & (sizes > 0))
-    negative = valid & (sizes > 0) & (first >= 0x80)
-    be = (
-        np.where(negative[:, None], np.uint8(0xFF), np.uint8(0)).astype(np.uint8).repeat(16, axis=1)
-    )
-    for j in range(16):
-        have = valid & (j >= 16 - sizes)
-        if have.any():
-            col = buf.read(starts + sizes - 16 + j, 1, np.uint8, have)
-            be[have, j] = col[have]
-    le = np.ascontiguousarray(be[:, ::-1])
-    return pa.Array.from_buffers(t, n, [_validity(valid), pa.py_buffer(le)])
-
-
-def _decode_value(
-    buf: _Buf, slot: np.ndarray, rel_base: np.ndarray, t: Any, valid: np.ndarray
-) -> pa.Array:
-    """Values of Spark type ``t`` whose slots (or array elements) start at ``slot``."""
-    n = len(slot)
-    arrow_t = to_arrow_type(t)
-    dec = decimal_of(t)
-    name = atomic_name(t)
-    if name == "void":
-        return pa.nulls(n)
-    if dec and dec[0] <= 18:
-        return _decimal_from_int64(buf.read(slot, 8, np.dtype("<i8"), valid), valid, arrow_t)
-    if name in _FIXED or (name is not None and is_interval_ym(name)):
-        width, dtype = _FIXED.get(name, (4, np.dtype("<i4")))
-        values = buf.read(slot, width, dtype, valid)
-        if name in ("date", "timestamp", "timestamp_ntz") or is_interval_ym(name):
-            return pa.Array.from_buffers(
-                arrow_t, n, [_validity(valid), pa.py_buffer(np.ascontiguousarray(values))]
-            )
-        return pa.array(values, type=arrow_t, mask=~valid if not valid.all() else None)
-    if name is not None and is_interval_dt(name):
-        values = buf.read(slot, 8, np.dtype("<i8"), valid)
-        return pa.Array.from_buffers(arrow_t, n, [_validity(valid), pa.py_buffer(values)])
-    # Variable-length: offset/size in the slot, offset relative to the enclosing row/array.
-    word = buf.read(slot, 8, np.dtype("<i8"), valid)
-    start = rel_base + (word >> 32)
-    size = word & 0xFFFFFFFF
-    if dec:
-        return _decimal_from_bytes(buf, start, size, valid, arrow_t)
-    if name in ("string", "binary"):
-        offsets, data = buf.gather(start, size, valid)
-        large = pa.large_string() if name == "string" else pa.large_binary()
-        arr = pa.Array.from_buffers(
-            large, n, [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
-        )
-        try:
-            return arr.cast(arrow_t)
-        except pa.ArrowInvalid as e:
-            raise CorruptFileError(f"invalid string data in state row ({e})", buf.path) from None
-    if name == "calendarinterval":
-        months = buf.read(start, 4, np.dtype("<i4"), valid)
-        days = buf.read(start + 4, 4, np.dtype("<i4"), valid)
-        micros = buf.read(start + 8, 8, np.dtype("<i8"), valid)
-        return pa.StructArray.from_arrays(
-            [pa.array(months), pa.array(days), pa.array(micros)],
-            fields=list(arrow_t),
-            mask=pa.array(~valid) if not valid.all() else None,
-        )
-    if name is not None:
-        raise UnsupportedError(f"Spark type {t!r} is not supported in state by statectl", buf.path)
-    kind = t.get("type")
-    if kind == "udt":
-        return _decode_value(buf, slot, rel_base, t["sqlType"], valid)
-    if kind == "struct":
-        return _decode_struct(buf, start, t["fields"], valid)
-    if kind == "array":
-        return _decode_array(buf, start, t["elementType"], valid)
-    if kind == "map":
-        key_bytes = buf.read(start, 8, np.dtype("<i8"), valid)
-        keys = _decode_array(buf, start + 8, t["keyType"], valid)
-        items = _decode_array(buf, start + 8 + key_bytes, t["valueType"], valid)
-        if not np.array_equal(np.asarray(keys.offsets), np.asarray(items.offsets)):
-            raise CorruptFileError("map with different key and value counts", buf.path)
-        return pa.MapArray.from_arrays(
-            keys.offsets,
-            keys.flatten(),
-            items.flatten(),
-            type=arrow_t,
-            mask=pa.array(~valid) if not valid.all() else None,
-        )
-    raise UnsupportedError(f"Spark type {kind!r} is not supported in state by statectl", buf.path)
-
-
-def _element_size(t: Any) -> int:
-    name = atomic_name(t)
-    if name in ("boolean", "byte"):
-        return 1
-    if name == "short":
-        return 2
-    if name in ("integer", "float", "date") or (name is not None and is_interval_ym(name)):
-        return 4
-    return 8
-
-
-def _decode_array(buf: _Buf, start: np.ndarray, elem: Any, valid: np.ndarray) -> pa.ListArray:
-    counts = np.where(valid, buf.read(start, 8, np.dtype("<i8"), valid), 0)
-    if np.any(counts < 0) or np.any(counts > buf.size):
-        raise CorruptFileError("array with an invalid element count", buf.path)
-    header = 8 + ((counts + 63) // 64) * 8
-    esize = _element_size(elem)
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    total = int(offsets[-1])
-    owner = np.repeat(np.arange(len(counts)), counts)
-    j = np.arange(total, dtype=np.int64) - offsets[:-1][owner]
-    arr_start = start[owner]
-    all_valid = np.ones(total, dtype=bool)
-    null = _null_bit(buf, arr_start + 8, j, all_valid)
-    slots = arr_start + header[owner] + j * esize
-    values = _decode_value(buf, slots, arr_start, elem, ~null)
-    return pa.ListArray.from_arrays(
-        pa.array(offsets.astype(np.int32)),
-        values,
-        type=pa.list_(pa.field("element", to_arrow_type(elem), True)),
-        mask=pa.array(~valid) if not valid.all() else None,
-    )
-
-
-def _decode_struct(
-    buf: _Buf, base: np.ndarray, fields: list[dict], valid: np.ndarray
-) -> pa.StructArray:
-    bitset_width = ((len(fields) + 63) // 64) * 8
-    children = []
-    for i, f in enumerate(fields):
-        is_null = _null_bit(buf, base, i, valid)
-        child_valid = valid & ~is_null
-        children.append(
-            _decode_value(buf, base + bitset_width + 8 * i, base, f["type"], child_valid)
-        )
-    arrow_fields = [to_arrow_field(f) for f in fields]
-    if not fields:
-        return (
-            pa.StructArray.from_arrays([], fields=[], mask=pa.array(~valid))
-            if len(base)
-            else pa.array([], pa.struct([]))
-        )
-    return pa.StructArray.from_arrays(
-        children, fields=arrow_fields, mask=pa.array(~valid) if not valid.all() else None
-    )
-
-
-def decode_unsafe_rows(
-    rows: pa.Array, schema: str | dict, path: str | None = None
-) -> pa.StructArray:
-    """One UnsafeRow per element of ``rows`` (a null element gives a null struct)."""
-    struct = parse_schema(schema)
-    if rows.type != pa.large_binary():
-        rows = rows.cast(pa.large_binary())
-    n = len(rows)
-    validity, off_buf, data_buf = rows.buffers()
-    offsets = np.frombuffer(off_buf, dtype=np.int64)[rows.offset : rows.offset + n + 1]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    )
-    valid = (
-        np.asarray(rows.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        if validity is not None
-        else np.ones(n, bool)
-    )
-    fields = struct["fields"]
-    need = ((len(fields) + 63) // 64) * 8 + 8 * len(fields)
-    lengths = np.diff(offsets)
-    short = valid & (lengths < need)
-    if short.any():
-        i = int(np.nonzero(short)[0][0])
-        raise CorruptFileError(
-            f"state row {i} has {int(lengths[i])} bytes, the schema needs at least {need}: "
-            "the schema does not match the data (or the file is corrupt)",
-            path,
-        )
-    buf = _Buf(data, path)
-    return _decode_struct(buf, offsets[:-1].copy(), fields, valid)
-
-
-# -- encoding (reference implementation, row at a time) -------------------------------------
-def _pad8(n: int) -> int:
+def _pad8(n: np.ndarray) -> np.ndarray:
     return (n + 7) & ~7
 
 
-def _fixed_bytes(t: Any, v: Any) -> bytes:
-    import struct as _struct
-
-    name = atomic_name(t)
-    dec = decimal_of(t)
-    if dec:
-        return _struct.pack("<q", _unscaled(v, dec[1]))
-    if name == "boolean":
-        return b"\x01" if v else b"\x00"
-    if name == "byte":
-        return _struct.pack("<b", v)
-    if name == "short":
-        return _struct.pack("<h", v)
-    if name in ("integer",) or is_interval_ym(name or ""):
-        return _struct.pack("<i", v)
-    if name == "date":
-        return _struct.pack("<i", (v - _EPOCH_DATE).days if not isinstance(v, int) else v)
-    if name == "float":
-        return _struct.pack("<f", v) if v == v else b"\x00\x00\xc0\x7f"
-    if name == "double":
-        return _struct.pack("<d", v) if v == v else b"\x00\x00\x00\x00\x00\x00\xf8\x7f"
-    if name in ("long",):
-        return _struct.pack("<q", v)
-    if name in ("timestamp", "timestamp_ntz"):
-        return _struct.pack("<q", v if isinstance(v, int) else _micros(v))
-    if name is not None and is_interval_dt(name):
-        return _struct.pack("<q", v if isinstance(v, int) else v // _dt.timedelta(microseconds=1))
-    raise UnsupportedError(f"cannot encode {t!r} as a fixed-width value")
+def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(x) + 1, dtype=np.int64)
+    np.cumsum(x, out=out[1:])
+    return out
 
 
-import datetime as _dt  # noqa: E402  (kept beside the reference encoder that needs it)
-import decimal as _decimal  # noqa: E402
-
-_EPOCH_DATE = _dt.date(1970, 1, 1)
-_EPOCH = _dt.datetime(1970, 1, 1)
+def _bitset_bytes(n: int | np.ndarray) -> Any:
+    return ((n + 63) >> 6) << 3
 
 
-def _micros(v: _dt.datetime) -> int:
-    if v.tzinfo is not None:
-        v = v.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-    return (v - _EPOCH) // _dt.timedelta(microseconds=1)
+def _stride(pos: np.ndarray) -> int | None:
+    """The common difference when ``pos`` is an arithmetic progression (> 0), else None."""
+    if len(pos) < 2:
+        return None
+    step = int(pos[1] - pos[0])
+    if step <= 0 or int(pos[-1] - pos[0]) != step * (len(pos) - 1):
+        return None
+    return step if bool(np.all(np.diff(pos) == step)) else None
 
 
-def _unscaled(v: Any, scale: int) -> int:
-    ctx = _decimal.Context(prec=100)  # the default 28 digits would round decimal(38, s)
-    return int(_decimal.Decimal(v).scaleb(scale, context=ctx).to_integral_value(context=ctx))
+@dataclass(frozen=True)
+class _Pos:
+    """Absolute byte positions, one per value, and their stride when evenly spaced."""
+
+    at: np.ndarray
+    stride: int | None = None
+
+    def __add__(self, k: int | np.ndarray) -> _Pos:
+        return _Pos(self.at + k, self.stride if isinstance(k, int) else None)
 
 
-def _is_fixed(t: Any) -> bool:
-    dec = decimal_of(t)
-    if dec:
-        return dec[0] <= 18
-    name = atomic_name(t)
-    return name is not None and (name in _FIXED or is_interval_ym(name) or is_interval_dt(name))
+class _Bytes:
+    """Every row's bytes in one buffer, read as int64 words at any byte position."""
 
-
-def _var_bytes(t: Any, v: Any) -> bytes:
-    """The variable-length payload (unpadded) of a non-fixed value."""
-    name = atomic_name(t)
-    dec = decimal_of(t)
-    if dec:
-        u = _unscaled(v, dec[1])
-        return u.to_bytes(max(1, (u.bit_length() + 8) // 8), "big", signed=True)
-    if name == "string":
-        return v.encode("utf-8")
-    if name == "binary":
-        return bytes(v)
-    if name == "calendarinterval":
-        import struct as _struct
-
-        return _struct.pack("<iiq", v["months"], v["days"], v["microseconds"])
-    kind = t.get("type") if isinstance(t, dict) else None
-    if kind == "struct":
-        return encode_row(t["fields"], v)
-    if kind == "array":
-        return encode_array(t["elementType"], v)
-    if kind == "map":
-        items = list(v.items()) if isinstance(v, dict) else list(v)
-        keys = encode_array(t["keyType"], [k for k, _ in items])
-        values = encode_array(t["valueType"], [x for _, x in items])
-        return len(keys).to_bytes(8, "little", signed=True) + keys + values
-    if kind == "udt":
-        return _var_bytes(t["sqlType"], v)
-    raise UnsupportedError(f"cannot encode Spark type {t!r}")
-
-
-def encode_array(elem: Any, values: list[Any]) -> bytes:
-    n = len(values)
-    esize = _element_size(elem)
-    header = 8 + ((n + 63) // 64) * 8
-    fixed_len = _pad8(n * esize)
-    head = bytearray(header + fixed_len)
-    head[0:8] = n.to_bytes(8, "little")
-    var = bytearray()
-    for j, v in enumerate(values):
-        slot = header + j * esize
-        if v is None:
-            head[8 + (j >> 3)] |= 1 << (j & 7)
-            continue
-        if _is_fixed(elem):
-            head[slot : slot + esize] = _fixed_bytes(elem, v)[:esize]
+    def __init__(
+        self, raw: np.ndarray, end: int, row_starts: np.ndarray, path: str | None, reach: int
+    ) -> None:
+        self.size = end  # bytes in use: rows end here
+        # Reads may run up to _SLACK bytes past a row (narrow array elements and strings are
+        # read as whole words), and null values are read at position 0, up to ``reach`` bytes
+        # on. A buffer that has that room already (rows sliced from a bigger stream) is used
+        # as it is; otherwise it is copied with zero padding.
+        need = max(end, reach) + _SLACK
+        if len(raw) >= need:
+            self.buf = raw
         else:
-            payload = _var_bytes(elem, v)
-            offset = header + fixed_len + len(var)
-            head[slot : slot + 8] = ((offset << 32) | len(payload)).to_bytes(8, "little")
-            var += payload + b"\x00" * (_pad8(len(payload)) - len(payload))
-    return bytes(head + var)
+            self.buf = np.empty(need, dtype=np.uint8)
+            self.buf[:end] = raw[:end]
+            self.buf[end:] = 0
+        # An int64 starting at every byte offset (stride 1), so one fancy index reads a word
+        # per row whatever its alignment; RocksDB's 1-byte prefixes leave rows unaligned.
+        self.words = np.ndarray((len(self.buf) - 7,), "<i8", self.buf, 0, (1,))
+        self.row_starts = row_starts
+        self.path = path
+
+    def read(self, pos: _Pos) -> np.ndarray:
+        at = pos.at
+        if pos.stride is not None and len(at) > 1:
+            first = int(at[0])
+            return np.array(self.words[first : first + pos.stride * (len(at) - 1) + 1 : pos.stride])
+        return self.words[at]
+
+    def check(self, bad: np.ndarray, at: np.ndarray, what: str, field: str) -> None:
+        """Raise CorruptFileError for the first flagged value (one vectorized test per call)."""
+        if not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        row = int(np.searchsorted(self.row_starts, at[i], side="right")) - 1
+        raise CorruptFileError(
+            f"UnsafeRow {field}: {what} (row {max(row, 0)}, byte {int(at[i])}); the state "
+            "data is corrupt or does not match its schema",
+            self.path,
+        )
 
 
-def encode_row(fields: list[dict], values: Any) -> bytes:
-    """One UnsafeRow, byte for byte as UnsafeRowWriter writes it."""
+@dataclass(frozen=True)
+class _Region:
+    """Where variable-length data of a row (or array) may live, as absolute positions."""
+
+    base: np.ndarray  # offsets in slots are relative to this
+    lo: np.ndarray  # first byte after the fixed region
+    hi: np.ndarray  # end of the row or array
+
+
+def _as_binary(rows: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(rows, pa.ChunkedArray):
+        rows = rows.combine_chunks() if rows.num_chunks != 1 else rows.chunk(0)
+    if not (pa.types.is_binary(rows.type) or pa.types.is_large_binary(rows.type)):
+        rows = rows.cast(pa.large_binary())
+    return rows
+
+
+def _binary_parts(rows: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(int64 offsets of n+1, uint8 data, validity or None) of a (large) binary array."""
+    n = len(rows)
+    bufs = rows.buffers()
+    off_type = np.int64 if pa.types.is_large_binary(rows.type) else np.int32
+    offsets = np.frombuffer(bufs[1], dtype=off_type)[rows.offset : rows.offset + n + 1]
+    offsets = offsets.astype(np.int64) if n else np.zeros(1, np.int64)
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    valid = rows.is_valid().to_numpy(zero_copy_only=False) if rows.null_count else None
+    return offsets, data, valid
+
+
+def strip_prefix(rows: pa.Array | pa.ChunkedArray, n: int, path: str | None = None) -> pa.Array:
+    """``rows`` without their first ``n`` bytes (RocksDB version byte, column-family id …).
+
+    ``decode_unsafe_rows(rows, schema, skip_prefix=n)`` skips them without a copy.
+    """
+    rows = _as_binary(rows)
+    offsets, data, valid = _binary_parts(rows)
+    short = (offsets[1:] - offsets[:-1]) < n
+    if valid is not None:
+        short &= valid
+    if short.any():
+        i = int(np.flatnonzero(short)[0])
+        raise CorruptFileError(f"state row {i} is shorter than its {n}-byte prefix", path)
+    if n == 0 or len(rows) == 0:
+        return rows.cast(pa.large_binary())
+    starts = offsets[:-1] + n
+    if valid is not None:
+        starts = np.where(valid, starts, offsets[1:])  # null rows stay empty
+    padded = np.zeros(len(data) + _SLACK, dtype=np.uint8)
+    padded[: len(data)] = data
+    return _gather_binary(padded, starts, offsets[1:] - starts, valid, pa.large_binary())
+
+
+# -- decoding ------------------------------------------------------------------------------
+def decode_unsafe_rows(
+    rows: pa.Array | pa.ChunkedArray,
+    schema: str | bytes | dict,
+    path: str | None = None,
+    skip_prefix: int = 0,
+) -> pa.StructArray:
+    """One UnsafeRow per element of ``rows`` → a struct array of ``to_arrow_type(schema)``.
+
+    A null element gives a null struct. ``skip_prefix`` bytes are ignored at the start of every
+    row (RocksDB's version byte, a column-family id). Bounds are checked: a field pointing
+    outside its row raises CorruptFileError naming ``path``.
+    """
+    struct = parse_schema(schema, path)
+    rows = _as_binary(rows)
+    offsets, data, valid = _binary_parts(rows)
+    fields = struct["fields"]
+    need = skip_prefix + _bitset_bytes(len(fields)) + 8 * len(fields)
+    lengths = offsets[1:] - offsets[:-1]
+    short = lengths < need if valid is None else valid & (lengths < need)
+    if short.any():
+        i = int(np.flatnonzero(short)[0])
+        raise CorruptFileError(
+            f"state row {i} has {int(lengths[i]) - skip_prefix} bytes, the schema needs at "
+            f"least {need - skip_prefix}: the schema does not match the data (or the file is "
+            "corrupt)",
+            path,
+        )
+    starts = offsets[:-1] + skip_prefix
+    if valid is not None:
+        starts = np.where(valid, starts, 0)
+    buf = _Bytes(data, int(offsets[-1]), starts, path, _reach(struct))
+    base = _Pos(starts, _stride(starts))
+    return _decode_struct(buf, base, offsets[1:], valid, struct, "row")
+
+
+def _reach(t: SparkType) -> int:
+    """The largest fixed region (null bits + slots) of any struct in ``t``."""
+    k = kind(t)
+    t = physical(t)
+    if k == "struct":
+        fields = t["fields"]  # type: ignore[index]
+        inner = max((_reach(f["type"]) for f in fields), default=0)
+        return max(_bitset_bytes(len(fields)) + 8 * len(fields), inner)
+    if k == "array":
+        return _reach(t["elementType"])  # type: ignore[index]
+    if k == "map":
+        return max(_reach(t["keyType"]), _reach(t["valueType"]))  # type: ignore[index]
+    return 0
+
+
+def _decode_struct(
+    buf: _Bytes, base: _Pos, end: np.ndarray, valid: Valid, struct: SparkType, name: str
+) -> pa.Array:
+    struct = physical(struct)
+    fields = struct["fields"]  # type: ignore[index]
+    n = len(base.at)
+    bitset = _bitset_bytes(len(fields))
+    header = bitset + 8 * len(fields)
+    if name != "row":  # top-level lengths were checked by the caller, with a better message
+        small = end - base.at < header
+        buf.check(small if valid is None else small & valid, base.at, "nested row too short", name)
+    null_words = [buf.read(base + 8 * k) for k in range(bitset // 8)]
+    if valid is not None:
+        null_words = [np.where(valid, w, 0) for w in null_words]
+    region = _Region(base.at, base.at + header, end)
+    children = []
+    for i, f in enumerate(fields):
+        bit = (null_words[i >> 6] >> (i & 63)) & 1
+        child_valid = valid if not bit.any() else _and(valid, bit == 0)
+        slot = base + (bitset + 8 * i)
+        children.append(_decode_value(buf, f["type"], slot, region, child_valid, f"{name}.{f['name']}"))  # fmt: skip
+    return pa.Array.from_buffers(to_arrow_type(struct), n, [_bitmap(valid)], children=children)
+
+
+def _decode_value(
+    buf: _Bytes, t: SparkType, slot: _Pos, region: _Region, valid: Valid, name: str
+) -> pa.Array:
+    """Values of Spark type ``t`` whose slot (or array element) is at ``slot``."""
+    k = kind(t)
+    n = len(slot.at)
+    arrow_t = to_arrow_type(t)
+    if k == "void":
+        return pa.nulls(n)
+    dec = decimal_of(t)
+    if k in FIXED_KINDS or (dec and dec[0] <= 18):
+        return _fixed_array(buf.read(slot), k, arrow_t, valid)
+    word = buf.read(slot)
+    offset, size = word >> 32, word & _MASK32
+    start = region.base + offset
+    bad = (start < region.lo) | (start + size > region.hi)
+    buf.check(bad if valid is None else bad & valid, slot.at, "value points outside its row", name)
+    if valid is not None:  # null slots may hold anything: park them on harmless positions
+        start, size = np.where(valid, start, 0), np.where(valid, size, 0)
+    if k == "decimal":
+        wrong = (size < 1) | (size > 16)
+        buf.check(wrong if valid is None else wrong & valid, slot.at, "decimal not 1-16 bytes", name)
+        return _big_decimal(buf, start, size, valid, arrow_t)
+    if k in ("string", "binary"):
+        return _var_bytes(buf, start, size, valid, arrow_t, name)
+    if k == "calendarinterval":
+        wrong = size != 16
+        buf.check(wrong if valid is None else wrong & valid, slot.at, "interval is not 16 bytes", name)  # fmt: skip
+        head, micros = buf.read(_Pos(start)), buf.read(_Pos(start + 8))
+        children = [
+            _fixed_array(head, "integer", pa.int32(), None),
+            _fixed_array(head >> 32, "integer", pa.int32(), None),
+            _fixed_array(micros, "long", pa.int64(), None),
+        ]
+        return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid)], children=children)
+    if k == "struct":
+        return _decode_struct(buf, _Pos(start, _stride(start)), start + size, valid, t, name)
+    if k == "array":
+        elem = physical(t)["elementType"]  # type: ignore[index]
+        offsets, values = _decode_elements(buf, start, size, valid, elem, name)
+        offsets32 = pa.py_buffer(_offsets32(offsets, name))
+        return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid), offsets32], children=[values])
+    return _decode_map(buf, start, size, valid, t, arrow_t, name)
+
+
+def _fixed_array(word: np.ndarray, k: str, arrow_t: pa.DataType, valid: Valid) -> pa.Array:
+    """Arrow values from the little-endian words their bytes start."""
+    n = len(word)
+    if k == "boolean":
+        data = np.packbits((word & 0xFF) != 0, bitorder="little")
+    elif pa.types.is_decimal(arrow_t):
+        data = np.empty((n, 2), dtype=np.int64)
+        data[:, 0], data[:, 1] = word, word >> 63  # sign-extend to 128 bits
+    else:
+        width = arrow_t.bit_width // 8
+        # Truncation keeps the low bytes: exactly the value a narrower slot holds.
+        data = word.astype({1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[width])
+    return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid), pa.py_buffer(data)])
+
+
+def _big_decimal(
+    buf: _Bytes, start: np.ndarray, size: np.ndarray, valid: Valid, arrow_t: pa.DataType
+) -> pa.Array:
+    """BigInteger.toByteArray (big-endian two's complement, 1..16 bytes) → decimal128."""
+    # Read 16 bytes from the value's start as one big-endian 128-bit number, then shift the
+    # bytes past its length out arithmetically (that also sign-extends).
+    hi = buf.read(_Pos(start)).byteswap()
+    lo = buf.read(_Pos(start + 8)).byteswap().view(np.uint64)
+    shift = (16 - np.clip(size, 1, 16)) * 8  # 0..120 bits
+    big = shift >= 64
+    s_big = np.clip(shift - 64, 0, 63)
+    s_small = np.clip(shift, 1, 63)
+    lo_small = (lo >> s_small.astype(np.uint64)) | (hi.view(np.uint64) << (64 - s_small).astype(np.uint64))  # fmt: skip
+    out = np.empty((len(start), 2), dtype=np.int64)
+    out[:, 0] = np.where(big, hi >> s_big, np.where(shift == 0, lo.view(np.int64), lo_small.view(np.int64)))  # fmt: skip
+    out[:, 1] = np.where(big, hi >> 63, np.where(shift == 0, hi, hi >> s_small))
+    if valid is not None:
+        out[~valid] = 0
+    return pa.Array.from_buffers(arrow_t, len(start), [_bitmap(valid), pa.py_buffer(out)])
+
+
+def _gather_binary(
+    padded: np.ndarray,
+    start: np.ndarray,
+    size: np.ndarray,
+    valid: Valid,
+    arrow_t: pa.DataType,
+) -> pa.Array:
+    """Byte ranges of one buffer (with at least 16 slack bytes) as a binary/string array.
+
+    Arrow's binary_view layout can point at the ranges where they are (values of up to 12 bytes
+    are copied inline), and Arrow's C++ cast then compacts them: several times faster than a
+    numpy byte gather.
+    """
+    n = len(start)
+    size = size if valid is None else np.where(valid, size, 0)
+    if len(padded) > _I32_MAX:  # views hold int32 offsets
+        return _gather_binary_numpy(padded, start, size, valid, arrow_t)
+    inline = np.ndarray((len(padded) - 11,), "V12", padded, 0, (1,))
+    views = np.empty((n, 4), dtype=np.int32)
+    views[:, 0] = size
+    # Inline bytes past a value's size are not zeroed: the views only live until the cast.
+    views[:, 1:] = inline[start].view(np.int32).reshape(n, 3)  # inline bytes, or the prefix
+    long = size > 12
+    if long.any():
+        views[long, 2] = 0  # buffer index
+        views[long, 3] = start[long]
+    arr = pa.Array.from_buffers(
+        pa.binary_view(), n, [_bitmap(valid), pa.py_buffer(views), pa.py_buffer(padded)]
+    )
+    return arr.cast(arrow_t)  # to string: Arrow checks the UTF-8 here
+
+
+def _gather_binary_numpy(
+    data: np.ndarray, start: np.ndarray, size: np.ndarray, valid: Valid, arrow_t: pa.DataType
+) -> pa.Array:
+    offsets = _exclusive_cumsum(size)
+    total = int(offsets[-1])
+    idx = np.repeat(start - offsets[:-1], size) + np.arange(total, dtype=np.int64)
+    large = pa.large_string() if pa.types.is_string(arrow_t) else pa.large_binary()
+    arr = pa.Array.from_buffers(
+        large, len(start), [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(data[idx])]
+    )
+    return arr.cast(arrow_t)
+
+
+def _var_bytes(
+    buf: _Bytes, start: np.ndarray, size: np.ndarray, valid: Valid, arrow_t: pa.DataType, name: str
+) -> pa.Array:
+    try:
+        return _gather_binary(buf.buf, start, size, valid, arrow_t)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError) as e:
+        if "utf8" in str(e).lower().replace("-", ""):
+            # Spark does not check (e.g. CAST(X'FF' AS STRING)); Arrow strings must be UTF-8.
+            raise UnsupportedError(
+                f"UnsafeRow {name}: a string value is not valid UTF-8 ({e})", buf.path
+            ) from None
+        raise UnsupportedError(
+            f"UnsafeRow {name}: too much data for one Arrow array ({e}); decode fewer rows at a "
+            "time",
+            buf.path,
+        ) from None
+
+
+def _offsets32(offsets: np.ndarray, name: str) -> np.ndarray:
+    if offsets[-1] > _I32_MAX:
+        raise UnsupportedError(f"{name}: more than 2^31 array elements; decode fewer rows at a time")  # fmt: skip
+    return offsets.astype(np.int32)
+
+
+def _decode_elements(
+    buf: _Bytes, start: np.ndarray, size: np.ndarray, valid: Valid, elem: SparkType, name: str
+) -> tuple[np.ndarray, pa.Array]:
+    """UnsafeArrayData at ``start``: (int64 list offsets, flat element values)."""
+    n = len(start)
+    name = f"{name}[]"
+    if valid is not None:  # positions derived for null maps may point anywhere
+        start, size = np.where(valid, start, 0), np.where(valid, size, 0)
+    small = size < 8
+    buf.check(small if valid is None else small & valid, start, "array shorter than 8 bytes", name)
+    count = buf.read(_Pos(start))
+    if valid is not None:
+        count = np.where(valid, count, 0)
+    es = _element_size(elem)
+    fixed_end = 8 + _bitset_bytes(count) + _pad8(count * es)
+    bad = (count < 0) | (count > size) | (fixed_end > size)
+    buf.check(bad if valid is None else bad & valid, start, "array header does not fit", name)
+    offsets = _exclusive_cumsum(count)
+    total = int(offsets[-1])
+    owner = np.repeat(np.arange(n, dtype=np.int64), count)  # array index of every element
+    j = np.arange(total, dtype=np.int64) - offsets[:-1][owner]  # index inside its array
+    start_e = start[owner]
+    if total and int(count.max()) <= 64:  # one null word per array: read it per array
+        null_word = buf.read(_Pos(start + 8))[owner]
+    else:
+        null_word = buf.read(_Pos(start_e + 8 + ((j >> 6) << 3)))
+    null = ((null_word >> (j & 63)) & 1).astype(bool)
+    elem_valid = ~null if null.any() else None
+    slots = start_e + (8 + _bitset_bytes(count))[owner] + j * es
+    region = _Region(start_e, start_e + fixed_end[owner], start_e + size[owner])
+    values = _decode_value(buf, elem, _Pos(slots), region, elem_valid, name)
+    return offsets, values
+
+
+def _element_size(t: SparkType) -> int:
+    return FIXED_KINDS.get(kind(t), 8)
+
+
+def _decode_map(
+    buf: _Bytes,
+    start: np.ndarray,
+    size: np.ndarray,
+    valid: Valid,
+    t: SparkType,
+    arrow_t: pa.DataType,
+    name: str,
+) -> pa.Array:
+    t = physical(t)
+    small = size < 24
+    buf.check(small if valid is None else small & valid, start, "map shorter than 24 bytes", name)
+    key_bytes = buf.read(_Pos(start))
+    if valid is not None:
+        key_bytes = np.where(valid, key_bytes, 8)
+    bad = (key_bytes < 8) | (key_bytes > size - 16)
+    buf.check(bad if valid is None else bad & valid, start, "map key array does not fit", name)
+    k_off, keys = _decode_elements(buf, start + 8, key_bytes, valid, t["keyType"], f"{name}.key")  # type: ignore[index]
+    v_start = start + 8 + key_bytes
+    v_off, items = _decode_elements(buf, v_start, size - 8 - key_bytes, valid, t["valueType"], f"{name}.value")  # type: ignore[index]  # fmt: skip
+    if not np.array_equal(k_off, v_off):
+        mismatch = (k_off[1:] - k_off[:-1]) != (v_off[1:] - v_off[:-1])
+        buf.check(mismatch, start, "map has different key and value counts", name)
+    if keys.null_count:
+        raise CorruptFileError(f"UnsafeRow {name}: map with a null key", buf.path)
+    entries_t = pa.struct([arrow_t.key_field, arrow_t.item_field])
+    entries = pa.Array.from_buffers(entries_t, len(keys), [None], children=[keys, items])
+    offsets32 = pa.py_buffer(_offsets32(k_off, name))
+    return pa.Array.from_buffers(arrow_t, len(start), [_bitmap(valid), offsets32], children=[entries])  # fmt: skip
+
+
+# -- encoding ------------------------------------------------------------------------------
+@dataclass
+class _Payload:
+    """Variable-length values: value i is ``data[start[i] : start[i] + size[i]]``."""
+
+    data: np.ndarray
+    start: np.ndarray
+    size: np.ndarray
+
+
+def encode_unsafe_rows(
+    data: pa.StructArray | pa.Table | pa.RecordBatch | pa.ChunkedArray,
+    schema: str | bytes | dict,
+    *,
+    normalize_floats: bool = False,
+) -> pa.LargeBinaryArray:
+    """UnsafeRow bytes for every row, exactly as Spark's UnsafeRowWriter lays them out.
+
+    A null struct gives a null element. Columns are cast to ``to_arrow_type(schema)`` first.
+    NaN is written as Java's canonical NaN (the planner normalizes grouping and join keys so);
+    ``normalize_floats`` also turns -0.0 into 0.0, as Spark's NormalizeFloatingNumbers does for
+    keys. Without it, bytes equal UnsafeRowWriter's for every value but non-canonical NaNs.
+    """
+    struct = parse_schema(schema)
+    arr = _as_struct(data, to_arrow_type(struct))
+    payload = _encode_struct(arr, struct, normalize_floats)
+    offsets = _exclusive_cumsum(payload.size)
+    valid = _validity(arr)
+    return pa.Array.from_buffers(
+        pa.large_binary(),
+        len(arr),
+        [_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(payload.data)],
+    )
+
+
+def encode_row(fields: Sequence[dict], values: Sequence[Any] | dict) -> bytes:
+    """One UnsafeRow from Python values (a list by position, or a dict by field name)."""
+    struct = {"type": "struct", "fields": list(fields)}
     if isinstance(values, dict):
         values = [values.get(f["name"]) for f in fields]
-    n = len(fields)
-    bitset = ((n + 63) // 64) * 8
-    head = bytearray(bitset + 8 * n)
-    var = bytearray()
-    for i, (f, v) in enumerate(zip(fields, values, strict=True)):
+    row = _py_struct(struct, values)
+    arr = pa.array([row], type=to_arrow_type(struct))
+    return encode_unsafe_rows(arr, struct)[0].as_py()
+
+
+def _py_struct(t: SparkType, v: Any) -> Any:
+    """Python values in the shape pa.array wants (structs as tuples: names may repeat)."""
+    if v is None:
+        return None
+    k = kind(t)
+    t = physical(t)
+    if k == "struct":
+        fields = t["fields"]  # type: ignore[index]
+        if isinstance(v, dict):
+            v = [v.get(f["name"]) for f in fields]
+        return tuple(_py_struct(f["type"], x) for f, x in zip(fields, v, strict=True))
+    if k == "array":
+        return [_py_struct(t["elementType"], x) for x in v]  # type: ignore[index]
+    if k == "map":
+        items = v.items() if isinstance(v, dict) else v
+        return [(_py_struct(t["keyType"], a), _py_struct(t["valueType"], b)) for a, b in items]  # type: ignore[index]
+    return v
+
+
+def _as_struct(data: Any, arrow_t: pa.DataType) -> pa.StructArray:
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in data.columns]  # fmt: skip
+        if not columns:
+            data = pa.array([{}] * data.num_rows, pa.struct([]))
+        else:
+            data = pa.StructArray.from_arrays(columns, fields=list(data.schema))
+    if isinstance(data, pa.ChunkedArray):
+        data = data.combine_chunks() if data.num_chunks != 1 else data.chunk(0)
+    if not pa.types.is_struct(data.type):
+        raise UnsupportedError(f"cannot encode {data.type} as UnsafeRows: expected a struct")
+    if not data.type.equals(arrow_t):
+        try:
+            data = data.cast(arrow_t)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise UnsupportedError(f"cannot encode {data.type} as {arrow_t}: {e}") from None
+    return data
+
+
+def _validity(arr: pa.Array) -> Valid:
+    if arr.null_count == 0:
+        return None
+    return arr.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _encode_struct(arr: pa.Array, struct: SparkType, normalize: bool) -> _Payload:
+    """UnsafeRows of a struct array; null structs get no bytes."""
+    fields = physical(struct)["fields"]  # type: ignore[index]
+    n = len(arr)
+    valid = _validity(arr)
+    bitset = _bitset_bytes(len(fields))
+    header = bitset + 8 * len(fields)
+    slots = np.zeros((n, len(fields)), dtype=np.int64)
+    null_words = np.zeros((n, bitset // 8), dtype=np.int64)
+    cursor = np.full(n, header, dtype=np.int64)  # next free byte of each row
+    pieces: list[tuple[np.ndarray, _Payload]] = []
+    for i, f in enumerate(fields):
+        child = arr.field(i)
         t = f["type"]
-        slot = bitset + 8 * i
+        k = kind(t)
+        child_valid = _and(valid, _validity(child))
+        if k == "void":
+            null_words[:, i >> 6] |= np.int64(1) << (i & 63)
+            continue
+        if child_valid is not None:
+            null_words[:, i >> 6] |= (~child_valid).astype(np.int64) << (i & 63)
         dec = decimal_of(t)
-        if v is None:
-            head[i >> 3] |= 1 << (i & 7)
-            if dec and dec[0] > 18:
-                # Spark still reserves 16 bytes and points the slot at them (size 0).
-                head[slot : slot + 8] = ((len(head) + len(var)) << 32).to_bytes(8, "little")
-                var += b"\x00" * 16
+        if k in FIXED_KINDS or (dec and dec[0] <= 18):
+            slots[:, i] = _fixed_words(child, k, 8, normalize, child_valid)
             continue
-        if _is_fixed(t):
-            head[slot : slot + 8] = _fixed_bytes(t, v).ljust(8, b"\x00")
-            continue
-        payload = _var_bytes(t, v)
-        offset = len(head) + len(var)
-        head[slot : slot + 8] = ((offset << 32) | len(payload)).to_bytes(8, "little")
-        room = 16 if dec else _pad8(len(payload))
-        var += payload + b"\x00" * (room - len(payload))
-    return bytes(head + var)
+        payload = _payload(child, t, child_valid, normalize)
+        slot_word = (cursor << 32) | payload.size
+        # A null field's slot is 0, but a null big decimal still points at its 16 bytes.
+        slots[:, i] = slot_word if dec or child_valid is None else np.where(child_valid, slot_word, 0)
+        pieces.append((cursor.copy(), payload))
+        # UnsafeRowWriter always reserves 16 bytes for a big decimal, null or not.
+        cursor += np.full(n, 16, dtype=np.int64) if dec else _pad8(payload.size)
+    if valid is not None:
+        cursor = np.where(valid, cursor, 0)
+    row_off = _exclusive_cumsum(cursor)
+    out = np.zeros(int(row_off[-1]), dtype=np.uint8)
+    words = out.view("<i8")
+    live = np.arange(n) if valid is None else np.flatnonzero(valid)
+    first_word = row_off[:-1][live] >> 3
+    for k_word in range(bitset // 8):
+        words[first_word + k_word] = null_words[live, k_word]
+    for i in range(len(fields)):
+        words[first_word + bitset // 8 + i] = slots[live, i]
+    for rel, payload in pieces:
+        size = payload.size if valid is None else np.where(valid, payload.size, 0)
+        _scatter(out, row_off[:-1] + rel, payload.data, payload.start, size)
+    return _Payload(out, row_off[:-1], cursor)
 
 
-def encode_unsafe_rows(data: pa.StructArray | pa.Table, schema: str | dict) -> pa.LargeBinaryArray:
-    """UnsafeRow bytes for every row (a null struct gives a null element)."""
-    fields = parse_schema(schema)["fields"]
-    if isinstance(data, pa.Table):
-        data = (
-            pa.StructArray.from_arrays(data.columns, names=data.column_names)
-            if data.num_columns
-            else data
-        )
-    fast = encode_flat_rows(data, fields)
-    if fast is not None:
-        return fast
-    columns = [data.field(i) for i in range(data.type.num_fields)]
-    pylists = [_pylist(c) for c in columns]
-    valid = data.is_valid().to_pylist()
-    out = [
-        encode_row(fields, [col[r] for col in pylists]) if valid[r] else None
-        for r in range(len(data))
-    ]
-    return pa.array(out, type=pa.large_binary())
+def _fixed_words(arr: pa.Array, k: str, width: int, normalize: bool, valid: Valid) -> np.ndarray:
+    """Values as the integer whose low ``width`` bytes Spark writes (nulls as 0)."""
+    if k == "boolean":
+        values = arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)
+    elif pa.types.is_decimal(arr.type):
+        values = _decimal_words(arr)[:, 0]
+    elif k in ("float", "double"):
+        values = arr.fill_null(0).to_numpy(zero_copy_only=False)
+        values = _canonical_floats(values, normalize)
+    else:
+        storage = {1: pa.int8(), 2: pa.int16(), 4: pa.int32(), 8: pa.int64()}[FIXED_KINDS[k]]
+        values = arr.view(storage).fill_null(0).to_numpy(zero_copy_only=False)
+    if valid is not None:
+        values = np.where(valid, values, 0).astype(values.dtype)
+    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[values.dtype.itemsize]
+    # Zero-extend: Spark zeroes the slot, then writes only the value's own bytes.
+    raw = values.view(unsigned)
+    if width == 8:
+        return raw.astype(np.uint64).view(np.int64)
+    return raw
+
+
+def _canonical_floats(values: np.ndarray, normalize: bool) -> np.ndarray:
+    bits = values.view(np.uint32 if values.dtype == np.float32 else np.int64).copy()
+    nan = np.isnan(values)
+    if nan.any():
+        bits[nan] = _FLOAT_NAN if values.dtype == np.float32 else _DOUBLE_NAN
+    if normalize:
+        bits[values == 0] = 0  # -0.0 → 0.0
+    return bits.view(values.dtype)
+
+
+def _decimal_words(arr: pa.Array) -> np.ndarray:
+    """(n, 2) int64 little-endian halves of decimal128 values (nulls unspecified)."""
+    words = np.frombuffer(arr.buffers()[1], dtype=np.int64).reshape(-1, 2)
+    return words[arr.offset : arr.offset + len(arr)]
+
+
+def _payload(arr: pa.Array, t: SparkType, valid: Valid, normalize: bool) -> _Payload:
+    """The unpadded variable-length bytes of every value (nulls: size 0)."""
+    k = kind(t)
+    n = len(arr)
+    if k in ("string", "binary"):
+        large = arr.cast(pa.large_binary())
+        bufs = large.buffers()
+        offsets = np.frombuffer(bufs[1], np.int64)[large.offset : large.offset + n + 1]
+        data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        size = offsets[1:] - offsets[:-1]
+        return _Payload(data, offsets[:-1], size if valid is None else np.where(valid, size, 0))
+    if k == "decimal":
+        return _big_decimal_bytes(_decimal_words(arr), valid)
+    if k == "calendarinterval":
+        block = np.zeros((n, 2), dtype=np.int64)
+        months = arr.field(0).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        days = arr.field(1).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        block[:, 0] = (months & _MASK32) | (days << 32)
+        block[:, 1] = arr.field(2).fill_null(0).to_numpy(zero_copy_only=False)
+        size = np.full(n, 16, np.int64) if valid is None else np.where(valid, 16, 0)
+        return _Payload(block.view(np.uint8).reshape(-1), np.arange(n, dtype=np.int64) * 16, size)
+    if k == "struct":
+        return _encode_struct(arr, t, normalize)
+    if k == "array":
+        return _encode_array(arr, physical(t)["elementType"], normalize)  # type: ignore[index]
+    return _encode_map(arr, t, normalize)
+
+
+def _big_decimal_bytes(words: np.ndarray, valid: Valid) -> _Payload:
+    """BigInteger.toByteArray of decimal128 unscaled values: minimal big-endian bytes."""
+    n = len(words)
+    be = np.ascontiguousarray(words[:, ::-1]).byteswap().view(np.uint8).reshape(n, 16)
+    negative = words[:, 1] < 0
+    sign = np.where(negative, 0xFF, 0).astype(np.uint8)
+    # Leading bytes that only repeat the sign can go, as long as the next byte keeps its bit.
+    redundant = np.cumprod(be == sign[:, None], axis=1).sum(axis=1)
+    length = 16 - np.minimum(redundant, 15)
+    first = be[np.arange(n), 16 - length]
+    length += ((first >> 7).astype(bool) != negative) & (length < 16)
+    length = length.astype(np.int64)
+    if valid is not None:
+        length = np.where(valid, length, 0)
+    return _Payload(be.reshape(-1), np.arange(n, dtype=np.int64) * 16 + 16 - length, length)
+
+
+def _elements(arr: pa.Array, valid: Valid) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 element counts, positions in the child array) of a list or map array."""
+    offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    count = offsets[1:] - offsets[:-1]
+    if valid is not None:
+        count = np.where(valid, count, 0)
+    starts = _exclusive_cumsum(count)
+    take = np.repeat(offsets[:-1] - starts[:-1], count) + np.arange(int(starts[-1]))
+    return count, take
+
+
+def _encode_array(arr: pa.Array, elem: SparkType, normalize: bool) -> _Payload:
+    valid = _validity(arr)
+    count, take = _elements(arr, valid)
+    values = arr.values.take(pa.array(take))
+    return _encode_array_data(count, values, elem, normalize, valid)
+
+
+def _encode_array_data(
+    count: np.ndarray, values: pa.Array, elem: SparkType, normalize: bool, valid: Valid
+) -> _Payload:
+    """UnsafeArrayData for arrays of ``count`` elements taken in order from ``values``;
+    null arrays (``valid`` False, count 0) get no bytes."""
+    n = len(count)
+    m = len(values)
+    es = _element_size(elem)
+    k = kind(elem)
+    first = _exclusive_cumsum(count)
+    owner = np.repeat(np.arange(n, dtype=np.int64), count)
+    j = np.arange(m, dtype=np.int64) - first[:-1][owner]
+    bitset = _bitset_bytes(count)
+    fixed_end = 8 + bitset + _pad8(count * es)
+    elem_valid = _validity(values)
+    dec = decimal_of(elem)
+    fixed = k in FIXED_KINDS or k == "void" or bool(dec and dec[0] <= 18)
+    if fixed:
+        payload = None
+        var_room = np.zeros(n, dtype=np.int64)
+    else:
+        payload = _payload(values, elem, elem_valid, normalize)
+        room_e = _pad8(payload.size)  # no 16-byte reservation for decimals inside arrays
+        cum = _exclusive_cumsum(room_e)
+        var_room = cum[first[1:]] - cum[first[:-1]]
+    length = fixed_end + var_room
+    if valid is not None:
+        length = np.where(valid, length, 0)
+    arr_off = _exclusive_cumsum(length)
+    out = np.zeros(int(arr_off[-1]), dtype=np.uint8)
+    words = out.view("<i8")
+    live = np.arange(n) if valid is None else np.flatnonzero(valid)
+    words[arr_off[:-1][live] >> 3] = count[live]
+    start_e = arr_off[:-1][owner]
+    if elem_valid is not None:
+        null = ~elem_valid
+        # Null bit j of an array lives in byte 8 + j//8 of it.
+        np.bitwise_or.at(out, start_e[null] + 8 + (j[null] >> 3), (1 << (j[null] & 7)).astype(np.uint8))  # fmt: skip
+    slot = start_e + 8 + bitset[owner] + j * es
+    if fixed:
+        if k != "void" and m:
+            vals = _fixed_words(values, k, es, normalize, elem_valid)
+            out.view(vals.dtype)[slot // es] = vals
+    else:
+        assert payload is not None
+        rel = fixed_end[owner] + (cum[:-1] - cum[first[:-1]][owner])
+        size = payload.size
+        slot_word = (rel << 32) | size
+        words[slot >> 3] = slot_word if elem_valid is None else np.where(elem_valid, slot_word, 0)
+        _scatter(out, start_e + rel, payload.data, payload.start, size)
+    return _Payload(out, arr_off[:-1], length)
+
+
+def _encode_map(arr: pa.Array, t: SparkType, normalize: bool) -> _Payload:
+    t = physical(t)
+    valid = _validity(arr)
+    count, take = _elements(arr, valid)
+    index = pa.array(take)
+    keys = _encode_array_data(count, arr.keys.take(index), t["keyType"], normalize, valid)  # type: ignore[index]
+    items = _encode_array_data(count, arr.items.take(index), t["valueType"], normalize, valid)  # type: ignore[index]
+    n = len(arr)
+    length = 8 + keys.size + items.size
+    if valid is not None:
+        length = np.where(valid, length, 0)
+    off = _exclusive_cumsum(length)
+    out = np.zeros(int(off[-1]), dtype=np.uint8)
+    live = np.arange(n) if valid is None else np.flatnonzero(valid)
+    out.view("<i8")[off[:-1][live] >> 3] = keys.size[live]
+    _scatter(out, off[:-1] + 8, keys.data, keys.start, keys.size)
+    _scatter(out, off[:-1] + 8 + keys.size, items.data, items.start, items.size)
+    return _Payload(out, off[:-1], length)
+
+
+def _scatter(
+    out: np.ndarray, dest: np.ndarray, src: np.ndarray, src_start: np.ndarray, size: np.ndarray
+) -> None:
+    """out[dest[i] : dest[i] + size[i]] = src[src_start[i] : src_start[i] + size[i]], for all i.
+
+    Every destination is 8-byte aligned and zeroed (UnsafeRow data is word aligned), so the
+    copy moves whole words, masking the bytes past each value: several times fewer elements
+    than a byte-by-byte gather.
+    """
+    size = np.asarray(size, dtype=np.int64)
+    words = (size + 7) >> 3
+    total = int(words.sum())
+    if total == 0:
+        return
+    end = int((src_start + size).max())
+    if len(src) < end + 8:  # room to read a whole last word
+        src = np.concatenate([src[:end], np.zeros(8, np.uint8)])
+    src_words = np.ndarray((len(src) - 7,), "<i8", src, 0, (1,))
+    first = _exclusive_cumsum(words)
+    owner = np.repeat(np.arange(len(size), dtype=np.int64), words)
+    w = np.arange(total, dtype=np.int64) - first[:-1][owner]
+    value = src_words[src_start[owner] + 8 * w]
+    left = size[owner] - 8 * w  # bytes of this value from this word on
+    short = left < 8
+    if short.any():
+        value[short] &= (np.int64(1) << (8 * left[short])) - 1
+    out.view("<i8")[(dest[owner] >> 3) + w] = value
+
+
+# -- compatibility with earlier callers ----------------------------------------------------
+_FLAT_KINDS = frozenset(FIXED_KINDS) | {"string", "binary", "void"}
+
+
+def encode_flat_rows(data: pa.StructArray, fields: Sequence[dict]) -> pa.LargeBinaryArray | None:
+    """encode_unsafe_rows for rows of fixed-width, string and binary fields; None otherwise.
+
+    Kept for callers that probe for the flat fast path; encode_unsafe_rows is vectorized for
+    every schema now.
+    """
+    for f in fields:
+        dec = decimal_of(f["type"])
+        if (dec and dec[0] > 18) or (not dec and kind(f["type"]) not in _FLAT_KINDS):
+            return None
+    return encode_unsafe_rows(data, {"type": "struct", "fields": list(fields)})
 
 
 def _pylist(arr: pa.Array) -> list[Any]:
-    """Python values by position (structs as lists, so duplicate field names survive)."""
+    """Python values by position (structs as lists, so duplicate field names survive);
+    timestamps, dates and durations as their integer storage. encode_row accepts these."""
     if pa.types.is_struct(arr.type):
         children = [_pylist(arr.field(i)) for i in range(arr.type.num_fields)]
         valid = arr.is_valid().to_pylist()
         return [[c[r] for c in children] if valid[r] else None for r in range(len(arr))]
-    if (
-        pa.types.is_timestamp(arr.type)
-        or pa.types.is_duration(arr.type)
-        or pa.types.is_date(arr.type)
-    ):
-        storage = arr.cast(pa.int64() if not pa.types.is_date32(arr.type) else pa.int32())
-        return storage.to_pylist()
+    if pa.types.is_timestamp(arr.type) or pa.types.is_duration(arr.type):
+        return arr.view(pa.int64()).to_pylist()
+    if pa.types.is_date32(arr.type):
+        return arr.view(pa.int32()).to_pylist()
     if pa.types.is_map(arr.type):
         return [None if m is None else list(m) for m in arr.to_pylist()]
     return arr.to_pylist()
-
-
-# -- vectorized encoding of flat rows ---------------------------------------------------------
-def _flat_kind(t: Any) -> str | None:
-    """How a top-level field is encoded by the vectorized path, or None if it needs the loop."""
-    dec = decimal_of(t)
-    if dec:
-        return "decimal" if dec[0] <= 18 else None
-    name = atomic_name(t)
-    if name in _FIXED:
-        return name
-    if name in ("string", "binary"):
-        return "var"
-    if name == "void":
-        return "void"
-    return None
-
-
-def _scatter(
-    dst: np.ndarray,
-    dst_starts: np.ndarray,
-    src: np.ndarray,
-    src_starts: np.ndarray,
-    lengths: np.ndarray,
-) -> None:
-    total = int(lengths.sum())
-    if total == 0:
-        return
-    offs = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offs[1:])
-    within = np.arange(total, dtype=np.int64) - np.repeat(offs[:-1], lengths)
-    dst[np.repeat(dst_starts, lengths) + within] = src[np.repeat(src_starts, lengths) + within]
-
-
-def encode_flat_rows(data: pa.StructArray, fields: list[dict]) -> pa.LargeBinaryArray | None:
-    """UnsafeRows for rows whose fields are all fixed-width, string or binary, at numpy speed.
-
-    Returns None when a field needs the reference encoder (nested or big-decimal types).
-    """
-    kinds = [_flat_kind(f["type"]) for f in fields]
-    if any(k is None for k in kinds) or data.null_count:
-        return None
-    n = len(data)
-    nf = len(fields)
-    head = ((nf + 63) // 64) * 8 + 8 * nf
-    var_lens = []
-    var_src = []
-    for i, k in enumerate(kinds):
-        if k == "var":
-            col = data.field(i).cast(pa.large_binary())
-            _, off_buf, data_buf = col.buffers()
-            offs = np.frombuffer(off_buf, dtype=np.int64)[col.offset : col.offset + n + 1]
-            src = (
-                np.frombuffer(data_buf, dtype=np.uint8)
-                if data_buf is not None
-                else np.zeros(0, np.uint8)
-            )
-            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            var_lens.append(np.where(valid, np.diff(offs), 0))
-            var_src.append((src, offs[:-1]))
-    padded = [(ln + 7) & ~7 for ln in var_lens]
-    sizes = head + (np.sum(padded, axis=0) if padded else np.zeros(n, dtype=np.int64))
-    starts = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(sizes, out=starts[1:])
-    out = np.zeros(int(starts[-1]), dtype=np.uint8)
-    words = out.view("<u8")
-    row = starts[:-1]
-    cursor = np.full(n, head, dtype=np.int64)
-    v = 0
-    for i, k in enumerate(kinds):
-        col = data.field(i)
-        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        null_rows = row[~valid]
-        if len(null_rows):
-            out[null_rows + (i >> 3)] |= np.uint8(1 << (i & 7))
-        slot = (row + ((nf + 63) // 64) * 8 + 8 * i) >> 3
-        if k == "void":
-            continue
-        if k == "var":
-            lengths = var_lens[v]
-            src, src_starts = var_src[v]
-            words[slot] = np.where(
-                valid, (cursor.astype(np.uint64) << np.uint64(32)) | lengths.astype(np.uint64), 0
-            )
-            _scatter(out, row + cursor, src, src_starts, lengths)
-            cursor = cursor + padded[v]
-            v += 1
-            continue
-        if k == "decimal":
-            raw = np.frombuffer(col.buffers()[1], dtype=np.int64)[
-                2 * col.offset : 2 * (col.offset + n)
-            ][0::2]
-            bits = raw.view(np.uint64)
-        else:
-            width, dtype = _FIXED[k]
-            if k in ("date", "timestamp", "timestamp_ntz"):
-                vals = np.asarray(
-                    col.cast(pa.int32() if k == "date" else pa.int64())
-                    .fill_null(0)
-                    .to_numpy(zero_copy_only=False)
-                )
-            elif k == "boolean":
-                vals = np.asarray(col.cast(pa.int8()).fill_null(0).to_numpy(zero_copy_only=False))
-            else:
-                vals = np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False))
-            vals = vals.astype(dtype)
-            if k == "float":
-                vals = np.where(np.isnan(vals), np.float32("nan"), vals).astype(dtype)
-                bits = vals.view(np.uint32).astype(np.uint64)
-                bits = np.where(np.isnan(vals), np.uint64(0x7FC00000), bits)
-            elif k == "double":
-                bits = np.where(np.isnan(vals), np.uint64(0x7FF8000000000000), vals.view(np.uint64))
-            elif k == "boolean":
-                bits = vals.astype(np.uint64)
-            else:
-                # Only the value's own width is written; the rest of the slot stays zero.
-                bits = vals.astype(np.int64).view(np.uint64) & np.uint64(
-                    (1 << (8 * width)) - 1 if width < 8 else 0xFFFFFFFFFFFFFFFF
-                )
-        words[slot] = np.where(valid, bits, 0)
-    return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(out)]
-    )
