@@ -40,6 +40,7 @@ def spark():
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
+        .config("spark.sql.timeType.enabled", "true")  # the codec tests cover TIME
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

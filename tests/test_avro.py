@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import os
-import shutil
 from typing import Any
 
 import numpy as np
@@ -54,7 +52,14 @@ EVERY_TYPE = struct_of(
     field("tn", "timestamp_ntz"),
     field("bin", "binary"),
     field("v", "void"),
-    field("st", struct_of(field("x", "long"), field("dd", "decimal(38,0)"), field("in", struct_of(field("q", "double"))))),
+    field(
+        "st",
+        struct_of(
+            field("x", "long"),
+            field("dd", "decimal(38,0)"),
+            field("in", struct_of(field("q", "double"))),
+        ),
+    ),
     field("arr", array_of("long")),
     field("arrs", array_of(struct_of(field("z", "float")))),
     field("arrd", array_of("decimal(30,1)")),
@@ -126,7 +131,9 @@ ATOMIC = {
     "date": st.dates(),
     "timestamp": st.datetimes(timezones=st.just(dt.timezone.utc)),
     "timestamp_ntz": st.datetimes(),
-    "decimal(38,3)": st.integers(-(10**38) + 1, 10**38 - 1).map(lambda u: decimal.Decimal(u).scaleb(-3, decimal.Context(prec=50))),
+    "decimal(38,3)": st.integers(-(10**38) + 1, 10**38 - 1).map(
+        lambda u: decimal.Decimal(u).scaleb(-3, decimal.Context(prec=50))
+    ),
     "decimal(4,1)": st.integers(-9999, 9999).map(lambda u: decimal.Decimal(u).scaleb(-1)),
 }
 
@@ -140,7 +147,9 @@ def avro_types(depth: int = 2) -> st.SearchStrategy[Any]:
         atomic,
         st.builds(array_of, inner),
         st.builds(map_of, inner),
-        st.lists(inner, min_size=1, max_size=3).map(lambda ts: struct_of(*[field(f"f{depth}_{i}", t) for i, t in enumerate(ts)])),
+        st.lists(inner, min_size=1, max_size=3).map(
+            lambda ts: struct_of(*[field(f"f{depth}_{i}", t) for i, t in enumerate(ts)])
+        ),
     )
 
 
@@ -178,21 +187,8 @@ def test_round_trip(case):
 
 # -- Spark's AvroStateEncoder bytes -------------------------------------------------------------
 @pytest.fixture(scope="session")
-def _spark():
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", shutil.which("python") or "python")
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("statectl-avro-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+def _spark(spark):  # the one shared session of tests/conftest.py
+    return spark
 
 
 def _converters(spark: Any) -> Any:
@@ -258,7 +254,7 @@ def test_spark_avro_bytes(_spark):
         return "".join(rng.choice(list("ab€😀z"), size=int(rng.integers(0, 12))))
 
     def dec(p: int, s: int) -> decimal.Decimal:
-        u = int(rng.integers(-(10**min(p, 18)) + 1, 10**min(p, 18))) * 10 ** max(0, p - 18)
+        u = int(rng.integers(-(10 ** min(p, 18)) + 1, 10 ** min(p, 18))) * 10 ** max(0, p - 18)
         return decimal.Decimal(u).scaleb(-s, decimal.Context(prec=50))
 
     def inner_value() -> Any:

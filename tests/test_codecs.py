@@ -311,8 +311,17 @@ def _hdfs_fixture_rows():
     from statectl.state import StoreEncoding, load_raw
     from tests.conftest import FIXTURES
 
-    for name in ["agg-hdfs", "agg-types-hdfs", "dedup-hdfs", "dedupwm-hdfs", "join-hdfs", "window-hdfs",
-                 "fmgws-hdfs", "multi-hdfs", "spark35-join-hdfs"]:
+    for name in [
+        "agg-hdfs",
+        "agg-types-hdfs",
+        "dedup-hdfs",
+        "dedupwm-hdfs",
+        "join-hdfs",
+        "window-hdfs",
+        "fmgws-hdfs",
+        "multi-hdfs",
+        "spark35-join-hdfs",
+    ]:
         ckpt = Checkpoint.open(str(FIXTURES / name))
         b = ckpt.latest_committed_batch
         for op in ckpt.operators(b):

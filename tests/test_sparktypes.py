@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from typing import Any
 
 import pyarrow as pa
@@ -97,11 +95,56 @@ def test_nested_types_and_metadata():
     schema = {
         "type": "struct",
         "fields": [
-            {"name": "a", "type": {"type": "array", "elementType": "long", "containsNull": False}, "nullable": False, "metadata": {}},
-            {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "double", "valueContainsNull": True}, "nullable": True, "metadata": {"spark.timeWindow": True}},
-            {"name": "s", "type": {"type": "struct", "fields": [{"name": "x", "type": "interval day", "nullable": True, "metadata": {"k": 1}}]}, "nullable": True, "metadata": {}},
-            {"name": "u", "type": {"type": "udt", "class": "org.example.PointUDT", "pyClass": "example.PointUDT", "sqlType": {"type": "array", "elementType": "double", "containsNull": False}}, "nullable": True, "metadata": {}},
-            {"name": "e", "type": {"type": "array", "elementType": "void", "containsNull": False}, "nullable": False, "metadata": {}},
+            {
+                "name": "a",
+                "type": {"type": "array", "elementType": "long", "containsNull": False},
+                "nullable": False,
+                "metadata": {},
+            },
+            {
+                "name": "m",
+                "type": {
+                    "type": "map",
+                    "keyType": "string",
+                    "valueType": "double",
+                    "valueContainsNull": True,
+                },
+                "nullable": True,
+                "metadata": {"spark.timeWindow": True},
+            },
+            {
+                "name": "s",
+                "type": {
+                    "type": "struct",
+                    "fields": [
+                        {
+                            "name": "x",
+                            "type": "interval day",
+                            "nullable": True,
+                            "metadata": {"k": 1},
+                        }
+                    ],
+                },
+                "nullable": True,
+                "metadata": {},
+            },
+            {
+                "name": "u",
+                "type": {
+                    "type": "udt",
+                    "class": "org.example.PointUDT",
+                    "pyClass": "example.PointUDT",
+                    "sqlType": {"type": "array", "elementType": "double", "containsNull": False},
+                },
+                "nullable": True,
+                "metadata": {},
+            },
+            {
+                "name": "e",
+                "type": {"type": "array", "elementType": "void", "containsNull": False},
+                "nullable": False,
+                "metadata": {},
+            },
         ],
     }
     arrow = to_arrow_schema(schema)
@@ -178,22 +221,8 @@ def test_arrow_field_keeps_metadata_text():
 
 # -- against the JVM ---------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def _spark():
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", shutil.which("python") or "python")
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("statectl-sparktypes-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.timeType.enabled", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+def _spark(spark):  # the one shared session of tests/conftest.py
+    return spark
 
 
 def _jvm_json(spark: Any, text: str) -> str:

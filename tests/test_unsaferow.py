@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import os
-import shutil
 import struct
 from typing import Any
 
@@ -80,17 +78,42 @@ DOC_TYPES = [
     ("timestamp_ntz", 1709296496789000, "08c6819a98120600", ""),
     ("decimal(10,2)", decimal.Decimal("12.34"), "d204000000000000", ""),
     ("binary", b"\x01\x02\x03", "0300000010000000", "0102030000000000"),
-    ("string", "héllo wörld, longer than 8", "1c00000010000000", "68c3a96c6c6f2077c3b6726c642c206c6f6e676572207468616e203800000000"),
+    (
+        "string",
+        "héllo wörld, longer than 8",
+        "1c00000010000000",
+        "68c3a96c6c6f2077c3b6726c642c206c6f6e676572207468616e203800000000",
+    ),
     (
         "decimal(38,3)",
         decimal.Decimal("-12345678901234567890.123"),
         "0a00000010000000",
         "fd62bd49b1898ebdbb35000000000000",
     ),
-    (struct_of(field("a", "integer"), field("b", "string")), {"a": 1, "b": "x"}, "2000000010000000", "0000000000000000 0100000000000000 0100000018000000 7800000000000000"),
-    (array_of("integer"), [1, 2, None], "2000000010000000", "0300000000000000 0400000000000000 0100000002000000 0000000000000000"),
-    (array_of("string"), ["p", "qq"], "3000000010000000", "0200000000000000 0000000000000000 0100000020000000 0200000028000000 7000000000000000 7171000000000000"),
-    (map_of("string", "integer"), {"k1": 10, "k2": 20}, "5000000010000000", "3000000000000000 0200000000000000 0000000000000000 0200000020000000 0200000028000000 6b31000000000000 6b32000000000000 0200000000000000 0000000000000000 0a00000014000000"),
+    (
+        struct_of(field("a", "integer"), field("b", "string")),
+        {"a": 1, "b": "x"},
+        "2000000010000000",
+        "0000000000000000 0100000000000000 0100000018000000 7800000000000000",
+    ),
+    (
+        array_of("integer"),
+        [1, 2, None],
+        "2000000010000000",
+        "0300000000000000 0400000000000000 0100000002000000 0000000000000000",
+    ),
+    (
+        array_of("string"),
+        ["p", "qq"],
+        "3000000010000000",
+        "0200000000000000 0000000000000000 0100000020000000 0200000028000000 7000000000000000 7171000000000000",
+    ),
+    (
+        map_of("string", "integer"),
+        {"k1": 10, "k2": 20},
+        "5000000010000000",
+        "3000000000000000 0200000000000000 0000000000000000 0200000020000000 0200000028000000 6b31000000000000 6b32000000000000 0200000000000000 0000000000000000 0a00000014000000",
+    ),
 ]
 
 
@@ -314,7 +337,13 @@ def values_of(t: Any, nullable: bool = True) -> st.SearchStrategy[Any]:
             "date": st.integers(-719_162, 2_932_896),  # years 1 to 9999
             "timestamp": st.integers(-62_135_596_800 * 10**6, 253_402_300_799 * 10**6),
             "timestamp_ntz": st.integers(-62_135_596_800 * 10**6, 253_402_300_799 * 10**6),
-            "calendarinterval": st.fixed_dictionaries({"months": st.integers(-(2**31), 2**31 - 1), "days": st.integers(-(2**31), 2**31 - 1), "microseconds": st.integers(-(2**63), 2**63 - 1)}),
+            "calendarinterval": st.fixed_dictionaries(
+                {
+                    "months": st.integers(-(2**31), 2**31 - 1),
+                    "days": st.integers(-(2**31), 2**31 - 1),
+                    "microseconds": st.integers(-(2**63), 2**63 - 1),
+                }
+            ),
         }[k]
     return st.one_of(st.none(), base) if nullable else base
 
@@ -469,23 +498,8 @@ def test_unsupported_types():
 
 # -- byte-exact agreement with Spark 4.3.0 ----------------------------------------------------
 @pytest.fixture(scope="session")
-def _spark():
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", shutil.which("python") or "python")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("statectl-unsaferow-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.timeType.enabled", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+def _spark(spark):  # the one shared session of tests/conftest.py
+    return spark
 
 
 def spark_unsafe_rows(df: Any) -> tuple[str, pa.Array]:
@@ -552,7 +566,7 @@ def _spark_input(seed: int, n: int) -> tuple[Any, list[tuple], list[dict]]:
 
     def dec(p: int, s: int) -> decimal.Decimal:
         digits = int(rng.integers(1, p + 1))
-        u = int(rng.integers(0, 10**min(digits, 18))) * 10 ** max(0, digits - 18)
+        u = int(rng.integers(0, 10 ** min(digits, 18))) * 10 ** max(0, digits - 18)
         return decimal.Decimal(u if rng.random() < 0.5 else -u).scaleb(-s, _EXACT)
 
     def ts() -> dt.datetime:
@@ -595,17 +609,33 @@ def _spark_input(seed: int, n: int) -> tuple[Any, list[tuple], list[dict]]:
                 arr(lambda: dec(38, 2)),
                 arr(lambda: dec(9, 2)),
                 maybe([st_value() for _ in range(int(rng.integers(0, 4)))]),
-                maybe([maybe([int(x) for x in rng.integers(0, 9, int(rng.integers(0, 4)))]) for _ in range(int(rng.integers(0, 4)))]),
-                arr(lambda: dt.date(2000, 1, 1) + dt.timedelta(days=int(rng.integers(-1000, 1000)))),
+                maybe(
+                    [
+                        maybe([int(x) for x in rng.integers(0, 9, int(rng.integers(0, 4)))])
+                        for _ in range(int(rng.integers(0, 4)))
+                    ]
+                ),
+                arr(
+                    lambda: dt.date(2000, 1, 1) + dt.timedelta(days=int(rng.integers(-1000, 1000)))
+                ),
                 maybe({text(): maybe(float(rng.normal())) for _ in range(int(rng.integers(0, 4)))}),
                 maybe({int(k): st_value() for k in rng.integers(0, 100, int(rng.integers(0, 4)))}),
-                maybe({text(): maybe([text() for _ in range(int(rng.integers(0, 3)))]) for _ in range(int(rng.integers(0, 3)))}),
+                maybe(
+                    {
+                        text(): maybe([text() for _ in range(int(rng.integers(0, 3)))])
+                        for _ in range(int(rng.integers(0, 3)))
+                    }
+                ),
             )
         )
         extra.append(
             {
                 "ym": (i % 50) * 12 + i % 12 - 300,
-                "ci": {"months": i % 13 - 6, "days": i % 40 - 20, "microseconds": i * 1_000_001 - 10**8},
+                "ci": {
+                    "months": i % 13 - 6,
+                    "days": i % 40 - 20,
+                    "microseconds": i * 1_000_001 - 10**8,
+                },
                 "v": None,
                 "tm": (i * 7919 % 86_400) * 10**9 + (i % 1000) * 1000,
             }
