@@ -268,12 +268,27 @@ def restore(
     allow_non_restored: Annotated[
         bool, typer.Option("--allow-non-restored-state", "-n", help="Drop state with no operator.")
     ] = False,
+    query: Annotated[
+        str | None,
+        typer.Option(
+            "--query",
+            help="MODULE:FUNCTION (or FILE.py:FUNCTION) returning the new query's streaming "
+            "DataFrame; it is planned, not run, to match state to operators and check schemas.",
+        ),
+    ] = None,
+    output_mode: Annotated[
+        str, typer.Option("--output-mode", help="The new query's output mode, for --query.")
+    ] = "append",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan, write nothing.")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write a Spark checkpoint from a savepoint: either backend, any partition count."""
+    """Write a Spark checkpoint from a savepoint: either backend, any partition count.
+
+    Exits 2 when the restore would fail (unmatched state without -n, incompatible schemas), so
+    `--dry-run` is the check to run before deploying a changed query.
+    """
     from statectl.errors import StatectlError
     from statectl.restore import restore as do_restore
 
@@ -290,6 +305,8 @@ def restore(
         mapping=mapping,
         allow_non_restored=allow_non_restored,
         drop=drop or [],
+        query=query,
+        output_mode=output_mode,
         dry_run=dry_run,
     )
     info = plan.as_dict()
@@ -305,6 +322,8 @@ def restore(
             print(f"  {uid} -> operator {op_id}")
         for uid in info["dropped"]:
             print(f"  {uid} dropped (-n)")
+        for op_id, name in info["started_empty"].items():
+            print(f"  operator {op_id} ({name}) starts with empty state")
         for p in info["problems"]:
             sys.stderr.write(f"statectl: error: {p}\n")
     if plan.problems:

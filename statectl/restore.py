@@ -25,6 +25,7 @@ from statectl.checkpoint.model import (
     PROVIDER_CLASSES,
     PROVIDER_CONF,
     ROCKSDB,
+    Operator,
 )
 from statectl.checkpoint.state_metadata import write_schema_file_v2
 from statectl.codecs.compression import normalize_codec
@@ -32,8 +33,11 @@ from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.errors import StatectlError, UnsupportedError
 from statectl.io import FileIO
-from statectl.savepoints.format import OperatorState, StateTable
+from statectl.query_plan import PlannedQuery, plan_query, planning_confs
+from statectl.savepoints.create import default_uid
+from statectl.savepoints.format import OperatorState, StateTable, fingerprint_of
 from statectl.savepoints.store import Savepoint
+from statectl.schema_compat import difference
 
 FILE_SOURCE_COMPACT_INTERVAL = 10
 
@@ -47,7 +51,12 @@ class RestorePlan:
     batch: int
     restored: dict[str, int] = field(default_factory=dict)  # uid -> operator id
     dropped: list[str] = field(default_factory=list)
+    started_empty: dict[int, str] = field(default_factory=dict)  # operator id -> name
     problems: list[str] = field(default_factory=list)
+    query: str | None = None
+    # The changed query's operators (from --query), by id: restored ones take their metadata
+    # and schemas from the savepoint, new ones get empty state with these.
+    query_operators: dict[int, Operator] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,22 +65,17 @@ class RestorePlan:
             "backend": self.backend,
             "partitions": self.partitions,
             "resumes_at_batch": self.batch + 1,
+            "query": self.query,
             "restored": self.restored,
             "dropped": self.dropped,
+            "started_empty": {str(k): v for k, v in self.started_empty.items()},
             "problems": self.problems,
             "ok": not self.problems,
         }
 
 
-def plan_restore(
-    sp: Savepoint,
-    target: str,
-    backend: str | None,
-    partitions: int | None,
-    mapping: dict[str, int],
-    allow_non_restored: bool,
-    drop: list[str] | None = None,
-) -> RestorePlan:
+def choose_target(sp: Savepoint, backend: str | None, partitions: int | None) -> tuple[str, int]:
+    """The backend and partition count to restore to: the arguments, else the savepoint's."""
     m = sp.metadata
     chosen = backend or m.source_checkpoint.get("backend") or HDFS
     if chosen not in (HDFS, ROCKSDB):
@@ -83,24 +87,128 @@ def plan_restore(
     )
     if n < 1:
         raise StatectlError(f"--partitions must be at least 1, got {n}")
-    plan = RestorePlan(sp.url(), target, chosen, n, m.batch_id)
+    return chosen, n
+
+
+def _dedupe(names: list[tuple[int, str]]) -> dict[int, str]:
+    """Twin fingerprints get -2, -3 in operator id order, as default uids do."""
+    out: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for op_id, name in sorted(names):
+        seen[name] = seen.get(name, 0) + 1
+        out[op_id] = name if seen[name] == 1 else f"{name}-{seen[name]}"
+    return out
+
+
+def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]:
+    where = f"uid {uid} -> operator {target.operator_id}"
+    if op.name != target.name:
+        return [
+            f"{where}: the savepoint holds {op.name} state, the query's operator is {target.name}"
+        ]
+    problems = []
+    for table in op.tables:
+        desc = next((s for s in target.schemas if s.name == table.name), None)
+        if desc is None:
+            problems.append(
+                f"{where} ({op.name}): the query has no store {table.name!r} "
+                f"(it has {', '.join(s.name for s in target.schemas)})"
+            )
+            continue
+        for part, stored, new in (
+            ("key", table.key_schema, desc.key_schema),
+            ("value", table.value_schema, desc.value_schema),
+        ):
+            diff = difference(json.loads(stored), json.loads(new))
+            if diff:
+                store = "" if table.name == "default" else f" of store {table.name!r}"
+                problems.append(
+                    f"{where} ({op.name}): {part} schema{store} is incompatible, {diff}"
+                )
+    return problems
+
+
+def plan_restore(
+    sp: Savepoint,
+    target: str,
+    backend: str | None,
+    partitions: int | None,
+    mapping: dict[str, int],
+    allow_non_restored: bool,
+    drop: list[str] | None = None,
+    query: PlannedQuery | None = None,
+) -> RestorePlan:
+    """Which uid goes to which operator id; what is dropped or started empty; what is wrong.
+
+    A uid goes to ``--map``'s operator id, else (with ``--query``) to the query's operator with
+    the same fingerprint (what it is, not where it sits: ids shift when operators are added or
+    removed), else to the id it had. State with no operator to go to is an error unless ``-n``.
+    """
+    m = sp.metadata
+    chosen, n = choose_target(sp, backend, partitions)
+    plan = RestorePlan(sp.url(), target, chosen, n, m.batch_id, query=query.spec if query else None)
     uids = {op.uid for op in m.operators}
-    unknown = sorted(set(mapping) - uids)
-    if unknown:
-        plan.problems.append(f"--map names uids the savepoint does not have: {', '.join(unknown)}")
+    for flag, names in (("--map", sorted(mapping)), ("--drop", sorted(drop or []))):
+        unknown = [u for u in names if u not in uids]
+        if unknown:
+            plan.problems.append(
+                f"{flag} names uids the savepoint does not have: {', '.join(unknown)} "
+                f"(it has {', '.join(sorted(uids))})"
+            )
+    by_fingerprint: dict[str, int] = {}
+    if query is not None:
+        plan.query_operators = {op.operator_id: op for op in query.operators}
+        by_fingerprint = {
+            fp: op_id
+            for op_id, fp in _dedupe(
+                [(o.operator_id, default_uid(o)) for o in query.operators]
+            ).items()
+        }
+    sp_fingerprints = _dedupe([(op.operator_id, fingerprint_of(op)) for op in m.operators])
+    unmatched = []
     for op in m.operators:
         if op.uid in (drop or []):
-            if allow_non_restored:
-                plan.dropped.append(op.uid)
-            else:
-                plan.problems.append(
-                    f"state of uid {op.uid} would not be restored (pass -n to drop it)"
-                )
+            target_id = None
+        elif op.uid in mapping:
+            target_id = mapping[op.uid]
+        elif query is not None:
+            target_id = by_fingerprint.get(sp_fingerprints[op.operator_id])
+        else:
+            target_id = op.operator_id
+        if target_id is None:
+            unmatched.append(op.uid)
             continue
-        plan.restored[op.uid] = mapping.get(op.uid, op.operator_id)
+        plan.restored[op.uid] = target_id
+    if unmatched:
+        if allow_non_restored:
+            plan.dropped = unmatched
+        else:
+            plan.problems.append(
+                f"state of {', '.join(unmatched)} matches no operator of the "
+                f"{'query' if query else 'restore'}; pass -n (--allow-non-restored-state) to "
+                "drop it, or --map UID=OPERATOR_ID"
+            )
     ids = list(plan.restored.values())
     if len(set(ids)) != len(ids):
         plan.problems.append(f"two uids map to the same operator id: {plan.restored}")
+    if query is not None:
+        by_uid = {op.uid: op for op in m.operators}
+        for uid, op_id in plan.restored.items():
+            if op_id not in plan.query_operators:
+                plan.problems.append(
+                    f"uid {uid} maps to operator {op_id}, which the query does not have "
+                    f"(its operators: {', '.join(f'{i} {o.name}' for i, o in sorted(plan.query_operators.items()))})"
+                )
+            elif m.savepoint_type != "native":
+                plan.problems += _schema_problems(uid, by_uid[uid], plan.query_operators[op_id])
+        for op_id, qop in sorted(plan.query_operators.items()):
+            if op_id not in ids:
+                plan.started_empty[op_id] = qop.name
+                if qop.uses_column_families:
+                    plan.problems.append(
+                        f"operator {op_id} ({qop.name}) has no state in the savepoint; starting "
+                        "a transformWithState operator empty is not supported yet"
+                    )
     if m.savepoint_type == "native":
         plan.problems.append(
             "a native savepoint restores by copying its checkpoint/ directory (same backend and "
@@ -170,15 +278,49 @@ def _write_operator(
         store_infos.append(
             {"storeName": table.name, "numColsPrefixKey": 0, "numPartitions": plan.partitions}
         )
+    _write_operator_metadata(io, root, new_id, op.name, store_infos)
+    return rows_written
+
+
+def _write_operator_metadata(
+    io: FileIO, root: str, op_id: int, name: str, store_infos: list[dict[str, Any]]
+) -> None:
     meta = {
-        "operatorInfo": {"operatorId": new_id, "operatorName": op.name},
+        "operatorInfo": {"operatorId": op_id, "operatorName": name},
         "stateStoreInfo": store_infos,
     }
     io.write_atomic(
-        posixpath.join(root, "state", str(new_id), "_metadata", "metadata"),
+        posixpath.join(root, "state", str(op_id), "_metadata", "metadata"),
         ("v1\n" + json.dumps(meta, separators=(",", ":"))).encode(),
     )
-    return rows_written
+
+
+def _write_empty_operator(
+    op: Operator, plan: RestorePlan, io: FileIO, root: str, codec: str
+) -> None:
+    """A new operator of the changed query: valid empty state at the version Spark loads."""
+    writer = write_hdfs_store if plan.backend == HDFS else write_rocksdb_store
+    empty = pa.array([], pa.large_binary())
+    for desc in op.schemas:
+        for p in range(plan.partitions):
+            base = posixpath.join(root, "state", str(op.operator_id), str(p))
+            store_dir = base if desc.name == "default" else posixpath.join(base, desc.name)
+            writer(io, store_dir, plan.batch + 1, codec, empty, empty)
+            if p == 0:
+                io.write_atomic(
+                    posixpath.join(store_dir, "_metadata", "schema"),
+                    write_schema_file_v2(desc.key_schema, desc.value_schema),
+                )
+    _write_operator_metadata(
+        io,
+        root,
+        op.operator_id,
+        op.name,
+        [
+            {"storeName": d.name, "numColsPrefixKey": d.num_cols_prefix_key, "numPartitions": plan.partitions}
+            for d in op.schemas
+        ],
+    )
 
 
 def _offset_text(offsets: dict[str, str | None], meta: dict[str, Any]) -> str:
@@ -214,12 +356,28 @@ def restore(
     mapping: dict[str, int] | None = None,
     allow_non_restored: bool = False,
     drop: list[str] | None = None,
+    query: str | PlannedQuery | None = None,
+    output_mode: str = "append",
+    spark: Any = None,
     dry_run: bool = False,
 ) -> RestorePlan:
+    """Write a checkpoint at ``target`` from the savepoint (unless ``dry_run`` or a problem).
+
+    ``query`` (``MODULE:FUNCTION`` or a :class:`PlannedQuery`) is the changed query: it is
+    planned with Spark (``spark``, or a local session) to match state to its operators.
+    """
     sp = Savepoint.open(savepoint)
     io, root = FileIO.for_url(target)
+    if isinstance(query, str):
+        chosen, n = choose_target(sp, backend, partitions)
+        query = plan_query(
+            query,
+            output_mode=output_mode,
+            confs=planning_confs(sp.metadata.pinned_confs, chosen, n),
+            spark=spark,
+        )
     plan = plan_restore(
-        sp, io.url(root), backend, partitions, mapping or {}, allow_non_restored, drop
+        sp, io.url(root), backend, partitions, mapping or {}, allow_non_restored, drop, query
     )
     if plan.problems or dry_run:
         return plan
@@ -233,6 +391,8 @@ def restore(
     by_uid = {op.uid: op for op in m.operators}
     for uid, new_id in plan.restored.items():
         _write_operator(sp, by_uid[uid], new_id, plan, io, root, codec)
+    for op_id in plan.started_empty:
+        _write_empty_operator(plan.query_operators[op_id], plan, io, root, codec)
     _write_source_logs(io, root, m.source_logs)
     confs = dict(m.pinned_confs)
     confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,6 +16,7 @@ from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
 from statectl.restore import restore
 from statectl.savepoints.create import take_savepoint
+from statectl.savepoints.store import Savepoint
 from statectl.state import Selection, read_state
 from tests.conftest import FIXTURES, arrow_rows, normalize, spark_rows
 
@@ -299,3 +302,174 @@ def test_spark_offline_repartition_runs_on_a_migrated_checkpoint(spark, tmp_path
     after = spark.read.format("statestore").load(str(target))
     assert sorted(r[0] for r in after.select("partition_id").distinct().collect()) == [0, 1, 2]
     assert spark_rows(after.drop("partition_id")) == before
+
+
+CHANGED_QUERIES = '''
+import pyspark.sql.functions as F
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+def before(spark):
+    """Operators: 0 = count per k (stateStoreSave), 1 = dedupe on (id, k)."""
+    return src(spark).dropDuplicates(["id", "k"]).groupBy("k").count()
+
+
+def after(spark):
+    """The count is removed; a dedupe on (id, k, v) is added before the (id, k) one, which
+    moves from operator 1 to operator 0."""
+    return src(spark).select("id", "k", "v").dropDuplicates(["id", "k", "v"]).dropDuplicates(
+        ["id", "k"]
+    )
+
+
+def retyped(spark):
+    """The (id, k) dedupe with k cast to an int: its key schema is incompatible."""
+    return src(spark).select("id", F.length("k").alias("k")).dropDuplicates(["id", "k"])
+'''
+
+
+def _pairs(d, batches):
+    out = set()
+    for b in batches:
+        for line in (d / f"part-{b:03d}.json").read_text().splitlines():
+            row = json.loads(line)
+            out.add((row["id"], row["k"]))
+    return out
+
+
+@pytest.mark.spark
+def test_changed_query_restores_with_query_and_n(spark, tmp_path):
+    """A stateful operator removed, one added upstream, one shifted: --query matches the state
+    by what the operator is; without -n the restore fails and writes nothing."""
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "queries.py"
+    queries.write_text(CHANGED_QUERIES.format(input=str(d)))
+
+    def start(func, ckpt, mode):
+        sys.path.insert(0, str(tmp_path))
+        try:
+            import importlib
+
+            mod = importlib.import_module("queries")
+            importlib.reload(mod)
+        finally:
+            sys.path.remove(str(tmp_path))
+        out: dict[int, list] = {}
+
+        def collect(df, batch_id):
+            out[batch_id] = [tuple(r) for r in df.collect()]
+
+        q = (
+            getattr(mod, func)(spark)
+            .writeStream.foreachBatch(collect)
+            .outputMode(mode)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination()
+        return out
+
+    start("before", tmp_path / "ck1", "update")
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    uids = {op.name: op.uid for op in meta.operators}
+    assert {op.name: op.operator_id for op in meta.operators} == {"stateStoreSave": 0, "dedupe": 1}
+
+    spec = f"{queries}:after"
+    refused = restore(sp_url, str(tmp_path / "ck2"), query=spec, spark=spark, partitions=3)
+    assert refused.problems and uids["stateStoreSave"] in refused.problems[0]
+    assert "-n" in refused.problems[0] and not (tmp_path / "ck2").exists()
+
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=spec,
+        spark=spark,
+        allow_non_restored=True,
+        backend="rocksdb",
+        partitions=3,
+    )
+    assert not plan.problems, plan.problems
+    assert plan.restored == {uids["dedupe"]: 0}
+    assert plan.dropped == [uids["stateStoreSave"]] and plan.started_empty == {1: "dedupe"}
+
+    # Spark's reader finds the (id, k) state at its new operator id.
+    got = spark_rows(
+        spark.read.format("statestore")
+        .option("operatorId", 0)
+        .load(str(tmp_path / "ck2"))
+        .drop("partition_id")
+    )
+    want = arrow_rows(
+        Savepoint.open(sp_url).read(Selection(1), uids["dedupe"]).drop_columns(["partition_id"])
+    )
+    assert got == want
+
+    write_input(d, 3, 3)
+    now = time.time()
+    for b in range(3, 6):  # the file source takes files in modification time order
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = start("after", tmp_path / "ck2", "append")
+    assert all(b > meta.batch_id for b in continued)
+    seen = _pairs(d, range(3))
+    for b in sorted(continued):
+        batch_file = 3 + b - min(continued)
+        expected = _pairs(d, [batch_file]) - seen
+        assert {(r[0], r[1]) for r in continued[b]} == expected, b
+        seen |= expected
+    assert any(continued.values())
+
+    # Mapped onto an operator whose key schema is incompatible: named precisely, dry run fails.
+    bad = restore(
+        sp_url,
+        str(tmp_path / "ck3"),
+        query=f"{queries}:retyped",
+        spark=spark,
+        mapping={uids["dedupe"]: 0},
+        allow_non_restored=True,
+        dry_run=True,
+    )
+    assert any(
+        "key schema is incompatible" in p
+        and "field 1 (k): string in the savepoint, integer in the query" in p
+        for p in bad.problems
+    ), bad.problems
+
+    # The CLI dry run is the pre-deploy check: exit 2 without -n, the plan as JSON.
+    def dry_run(*extra):
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "statectl.cli",
+                "restore",
+                "-s",
+                sp_url,
+                str(tmp_path / "ck4"),
+                "--query",
+                spec,
+                "--dry-run",
+                "--json",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+        )
+
+    proc = dry_run()
+    assert proc.returncode == 2 and not json.loads(proc.stdout)["ok"], proc.stderr[-2000:]
+    proc = dry_run("-n")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads(proc.stdout)
+    assert info["restored"] == {uids["dedupe"]: 0} and info["started_empty"] == {"1": "dedupe"}
+    assert not (tmp_path / "ck4").exists()

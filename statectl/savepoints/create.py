@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import os
 import posixpath
 import re
@@ -32,6 +31,7 @@ from statectl.savepoints.format import (
     OperatorState,
     SavepointMetadata,
     StateTable,
+    operator_fingerprint,
 )
 from statectl.state import Selection, StoreEncoding, read_partition, state_variable_type
 
@@ -42,11 +42,9 @@ RETRIES = 3
 
 def default_uid(op: Operator) -> str:
     """Stable across runs of the same query: what the operator is, not where it sits."""
-    ident = json.dumps(
-        [op.name, sorted(op.store_names), sorted((s.name, s.key_schema) for s in op.schemas)],
-        sort_keys=True,
+    return operator_fingerprint(
+        op.name, op.store_names, [(s.name, s.key_schema) for s in op.schemas]
     )
-    return f"{op.name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}"
 
 
 def assign_uids(ops: list[Operator], explicit: dict[int, str]) -> dict[int, str]:
@@ -302,6 +300,7 @@ def build_savepoint(
                 op.store_names,
                 op.metadata_version,
                 tables,
+                default_uid(op),
             )
         )
     return savepoint_metadata(ckpt, batch, operators)

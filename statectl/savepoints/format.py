@@ -6,6 +6,7 @@ savepoint directory, so a savepoint can be copied anywhere.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -50,10 +51,29 @@ class OperatorState:
     store_names: list[str]
     metadata_version: int | None
     tables: list[StateTable]
+    # What the operator is (name, stores, key schemas), independent of its uid and position:
+    # restore --query matches savepoint state to a changed query's operators by it.
+    fingerprint: str | None = None
 
     @property
     def rows(self) -> int:
         return sum(t.rows for t in self.tables)
+
+
+def operator_fingerprint(
+    name: str, store_names: list[str], key_schemas: list[tuple[str, str]]
+) -> str:
+    """``<name>-<8 hex of sha1>``: the default uid of an operator (docs/format.md)."""
+    ident = json.dumps([name, sorted(store_names), sorted(key_schemas)], sort_keys=True)
+    return f"{name}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}"
+
+
+def fingerprint_of(op: OperatorState) -> str:
+    """The recorded fingerprint; for savepoints older than the field, derived from the tables
+    (exact for every operator whose tables are its stores, i.e. all but transformWithState)."""
+    if op.fingerprint:
+        return op.fingerprint
+    return operator_fingerprint(op.name, op.store_names, [(t.name, t.key_schema) for t in op.tables])
 
 
 @dataclass

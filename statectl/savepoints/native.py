@@ -30,6 +30,7 @@ from statectl.checkpoint.model import HDFS, Checkpoint, store_dir
 from statectl.codecs.compression import normalize_codec
 from statectl.errors import CorruptFileError
 from statectl.io import FileIO
+from statectl.savepoints.create import default_uid
 from statectl.savepoints.format import DataFile, OperatorState, SavepointMetadata, StateTable
 
 EMBEDDED = "checkpoint"
@@ -145,6 +146,7 @@ def build_native(
                 op.store_names,
                 op.metadata_version,
                 [table],
+                default_uid(op),
             )
         )
     meta = base(operators=operators)

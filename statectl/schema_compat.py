@@ -1,0 +1,81 @@
+"""Is stored state readable by a (changed) query? Spark's rule, with a precise reason.
+
+Spark 4.3 (``StateSchemaCompatibilityChecker``) accepts a new key or value schema when it equals
+the stored one ignoring field names, with nullability only widened
+(``DataType.equalsIgnoreNameAndCompatibleNullability``): the state is read by position, so a
+renamed column is fine and a retyped or reordered one is not.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from statectl.codecs.sparktypes import canonical, physical
+
+
+def simple_string(t: Any) -> str:
+    """Spark's ``simpleString``: ``struct<k:string,n:bigint>``."""
+    t = physical(t)
+    if isinstance(t, str):
+        return str(canonical(t))
+    k = t.get("type")
+    if k == "struct":
+        return (
+            "struct<"
+            + ",".join(f"{f['name']}:{simple_string(f['type'])}" for f in t["fields"])
+            + ">"
+        )
+    if k == "array":
+        return f"array<{simple_string(t['elementType'])}>"
+    if k == "map":
+        return f"map<{simple_string(t['keyType'])},{simple_string(t['valueType'])}>"
+    return json.dumps(t)
+
+
+def _nullability(stored: bool, new: bool, where: str) -> str | None:
+    if stored and not new:
+        return f"{where} was nullable and is not nullable in the query"
+    return None
+
+
+def difference(stored: Any, new: Any, where: str = "") -> str | None:
+    """None when state of type ``stored`` can be read as ``new``, else what differs."""
+    stored, new = physical(stored), physical(new)
+    if isinstance(stored, str) or isinstance(new, str):
+        if isinstance(stored, str) and isinstance(new, str) and canonical(stored) == canonical(new):
+            return None
+        return f"{where or 'type'}: {simple_string(stored)} in the savepoint, {simple_string(new)} in the query"
+    kind = stored.get("type")
+    if kind != new.get("type"):
+        return f"{where or 'type'}: {simple_string(stored)} in the savepoint, {simple_string(new)} in the query"
+    if kind == "struct":
+        a, b = stored["fields"], new["fields"]
+        if len(a) != len(b):
+            return (
+                f"{where or 'struct'} has {len(a)} fields in the savepoint "
+                f"({simple_string(stored)}), {len(b)} in the query ({simple_string(new)})"
+            )
+        for i, (fa, fb) in enumerate(zip(a, b, strict=True)):
+            at = f"{where}.{fa['name']}" if where else f"field {i} ({fa['name']})"
+            diff = difference(fa["type"], fb["type"], at) or _nullability(
+                fa.get("nullable", True), fb.get("nullable", True), at
+            )
+            if diff:
+                return diff
+        return None
+    if kind == "array":
+        return difference(stored["elementType"], new["elementType"], f"{where}[]") or _nullability(
+            stored.get("containsNull", True), new.get("containsNull", True), f"{where}[]"
+        )
+    if kind == "map":
+        return (
+            difference(stored["keyType"], new["keyType"], f"{where}{{key}}")
+            or difference(stored["valueType"], new["valueType"], f"{where}{{value}}")
+            or _nullability(
+                stored.get("valueContainsNull", True),
+                new.get("valueContainsNull", True),
+                f"{where}{{value}}",
+            )
+        )
+    return None if stored == new else f"{where or 'type'} differs"
