@@ -322,6 +322,7 @@ def restore(
             print(f"  {uid} -> operator {op_id}")
         for uid in info["dropped"]:
             print(f"  {uid} dropped (-n)")
+            sys.stderr.write(f"statectl: warning: the state of uid {uid} is not restored (-n)\n")
         for op_id, name in info["started_empty"].items():
             print(f"  operator {op_id} ({name}) starts with empty state")
         for p in info["problems"]:

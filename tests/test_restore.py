@@ -74,6 +74,27 @@ def build(spark, case, d):
         return left.join(
             right, F.expr("lk = rk AND rts BETWEEN lts AND lts + interval 2 seconds")
         ), "append"
+    if case == "dedupwm":
+        return src().withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(
+            ["id", "k"]
+        ), "append"
+    if case == "fmgws":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        # Nested so cloudpickle ships it by value: Python workers cannot import tests/.
+        def count_per_key(key, pdfs, state):
+            """applyInPandasWithState: a running row count per key, kept in user state."""
+            import pandas as pd
+
+            n = state.get[0] if state.exists else 0
+            for pdf in pdfs:
+                n += len(pdf)
+            state.update((n,))
+            yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+        return src().groupBy("k").applyInPandasWithState(
+            count_per_key, "k string, n long", "n long", "update", GroupStateTimeout.NoTimeout
+        ), "update"
     if case == "multi":
         return src().dropDuplicates(["id", "k"]).groupBy("k").count(), "update"
     raise AssertionError(case)
@@ -110,6 +131,8 @@ CASES = [
     ("dedup", "hdfs", "rocksdb", 3),
     ("window", "rocksdb", "hdfs", 4),
     ("join", "hdfs", "rocksdb", 3),
+    ("dedupwm", "rocksdb", "hdfs", 3),
+    ("fmgws", "hdfs", "rocksdb", 1),
     ("multi", "hdfs", "hdfs", 5),
 ]
 
