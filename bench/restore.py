@@ -3,7 +3,8 @@
     python bench/restore.py [--keys 1000000] [--workdir /tmp/statectl-bench]
 
 Uses the aggregation checkpoints of bench/read.py. Times in one run: `statectl migrate`
-HDFS -> RocksDB (2 -> 3 partitions) and RocksDB -> HDFS (2 -> 3), end to end through the CLI,
+HDFS -> RocksDB (2 -> 3 partitions; zip+SST snapshots, and `--changelog` files) and
+RocksDB -> HDFS (2 -> 3), end to end through the CLI,
 beside Spark 4.3's own offline `repartition` (RocksDB only, 2 -> 3) on a copy of the RocksDB
 checkpoint, in a fresh JVM.
 """
@@ -45,8 +46,12 @@ def main() -> None:
     ckpts = build_checkpoints(work, args.keys)
     statectl_bin = shutil.which("statectl") or "statectl"
     rows = []
-    for src, dst in (("hdfs", "rocksdb"), ("rocksdb", "hdfs")):
-        target = work / f"migrated-{src}-to-{dst}"
+    for src, dst, extra in (
+        ("hdfs", "rocksdb", []),
+        ("hdfs", "rocksdb", ["--changelog"]),
+        ("rocksdb", "hdfs", []),
+    ):
+        target = work / f"migrated-{src}-to-{dst}{'-changelog' if extra else ''}"
         shutil.rmtree(target, ignore_errors=True)
         t = timed(
             [
@@ -58,9 +63,11 @@ def main() -> None:
                 dst,
                 "--partitions",
                 "3",
+                *extra,
             ]
         )
-        rows.append((f"statectl migrate {src} -> {dst}, 2 -> 3 partitions", t))
+        layout = " (changelog files)" if extra else " (zip+SST)" if dst == "rocksdb" else ""
+        rows.append((f"statectl migrate {src} -> {dst}{layout}, 2 -> 3 partitions", t))
     rows.append(
         (
             "Spark repartition (rocksdb, 2 -> 3), JVM start included",

@@ -26,6 +26,13 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", help="Committed batch to read (default: latest).")
 ]
+ChangelogOpt = Annotated[
+    bool,
+    typer.Option(
+        "--changelog/--no-changelog",
+        help="RocksDB target as changelog files instead of a zip+SST snapshot.",
+    ),
+]
 
 
 @app.callback()
@@ -279,6 +286,7 @@ def restore(
     output_mode: Annotated[
         str, typer.Option("--output-mode", help="The new query's output mode, for --query.")
     ] = "append",
+    changelog: ChangelogOpt = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan, write nothing.")
     ] = False,
@@ -307,6 +315,7 @@ def restore(
         drop=drop or [],
         query=query,
         output_mode=output_mode,
+        changelog=changelog,
         dry_run=dry_run,
     )
     info = plan.as_dict()
@@ -344,6 +353,7 @@ def migrate(
         str | None,
         typer.Option("--keep-savepoint", help="Keep the intermediate savepoint under DIR."),
     ] = None,
+    changelog: ChangelogOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Savepoint then restore in one step: change backend and/or partition count."""
@@ -354,7 +364,9 @@ def migrate(
 
     with tempfile.TemporaryDirectory(prefix="statectl-migrate-") as tmp:
         sp_url, _ = take_savepoint(source, keep_savepoint or tmp, batch=batch)
-        plan = do_restore(sp_url, target, backend=backend, partitions=partitions)
+        plan = do_restore(
+            sp_url, target, backend=backend, partitions=partitions, changelog=changelog
+        )
     info = {**plan.as_dict(), "savepoint": sp_url if keep_savepoint else None}
     if as_json:
         _print_json(info)

@@ -11,23 +11,37 @@ from __future__ import annotations
 
 import json
 import posixpath
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.backends.writers import write_hdfs_store, write_rocksdb_store
+from statectl.backends.writers import (
+    write_hdfs_store,
+    write_rocksdb_snapshot,
+    write_rocksdb_store,
+)
 from statectl.checkpoint.model import (
     CODEC_CONF,
+    ENCODING_CONF,
     HDFS,
+    MERGE_OPERATOR_CONF,
     PARTITIONS_CONF,
     PROVIDER_CLASSES,
     PROVIDER_CONF,
     ROCKSDB,
+    ROW_CHECKSUM_CONF,
     Operator,
 )
-from statectl.checkpoint.state_metadata import write_schema_file_v2
+from statectl.checkpoint.state_metadata import (
+    ColumnFamilySchema,
+    write_schema_file_v2,
+    write_schema_file_v3,
+)
 from statectl.codecs.compression import normalize_codec
 from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.unsaferow import encode_unsafe_rows
@@ -38,6 +52,8 @@ from statectl.savepoints.create import default_uid
 from statectl.savepoints.format import OperatorState, StateTable, fingerprint_of
 from statectl.savepoints.store import Savepoint
 from statectl.schema_compat import difference
+from statectl.state import read_le_int
+from statectl.tws_encode import VERSION, assign_cf_ids, concat_binary, encode_operator_partition
 
 FILE_SOURCE_COMPACT_INTERVAL = 10
 
@@ -54,6 +70,7 @@ class RestorePlan:
     started_empty: dict[int, str] = field(default_factory=dict)  # operator id -> name
     problems: list[str] = field(default_factory=list)
     query: str | None = None
+    rocksdb_layout: str = "snapshot"  # RocksDB target files: "snapshot" (zip) or "changelog"
     # The changed query's operators (from --query), by id: restored ones take their metadata
     # and schemas from the savepoint, new ones get empty state with these.
     query_operators: dict[int, Operator] = field(default_factory=dict)
@@ -137,6 +154,7 @@ def plan_restore(
     allow_non_restored: bool,
     drop: list[str] | None = None,
     query: PlannedQuery | None = None,
+    rocksdb_layout: str = "snapshot",
 ) -> RestorePlan:
     """Which uid goes to which operator id; what is dropped or started empty; what is wrong.
 
@@ -146,7 +164,15 @@ def plan_restore(
     """
     m = sp.metadata
     chosen, n = choose_target(sp, backend, partitions)
-    plan = RestorePlan(sp.url(), target, chosen, n, m.batch_id, query=query.spec if query else None)
+    plan = RestorePlan(
+        sp.url(),
+        target,
+        chosen,
+        n,
+        m.batch_id,
+        query=query.spec if query else None,
+        rocksdb_layout=rocksdb_layout,
+    )
     uids = {op.uid for op in m.operators}
     for flag, names in (("--map", sorted(mapping)), ("--drop", sorted(drop or []))):
         unknown = [u for u in names if u not in uids]
@@ -216,11 +242,20 @@ def plan_restore(
         )
         return plan
     for op in m.operators:
-        if op.uid in plan.restored and any(
-            t.kind not in ("store", "join-store") for t in op.tables
-        ):
+        if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
+            continue
+        what = f"uid {op.uid} ({op.name}, transformWithState)"
+        if not op.column_families:
             plan.problems.append(
-                f"uid {op.uid}: restoring {op.name} (transformWithState) is not supported yet"
+                f"{what}: the savepoint predates column-family records; take a new savepoint "
+                "with this statectl"
+            )
+        elif m.pinned_confs.get(ENCODING_CONF) == "avro":
+            plan.problems.append(f"{what}: Avro-encoded state cannot be restored yet")
+        elif chosen != ROCKSDB or plan.rocksdb_layout != "snapshot":
+            plan.problems.append(
+                f"{what}: restores only to RocksDB snapshots (--backend rocksdb, no --changelog); "
+                "Spark runs transformWithState on RocksDB only"
             )
     return plan
 
@@ -242,6 +277,21 @@ def _partition_key(table: StateTable, key: pa.StructArray) -> pa.StructArray:
     return key
 
 
+def _store_writer(
+    plan: RestorePlan, codec: str
+) -> Callable[[FileIO, str, pa.Array, pa.Array], None]:
+    """Writes one store partition's UnsafeRow keys and values at version N+1."""
+    version = plan.batch + 1
+    if plan.backend == HDFS:
+        return lambda io, d, k, v: write_hdfs_store(io, d, version, codec, k, v)
+    if plan.rocksdb_layout == "changelog":
+        return lambda io, d, k, v: write_rocksdb_store(io, d, version, codec, k, v)
+    # RocksDB rows carry Spark 4's encoding-version byte in front of key and value.
+    return lambda io, d, k, v: write_rocksdb_snapshot(
+        io, d, version, concat_binary(VERSION, k), concat_binary(VERSION, v)
+    )
+
+
 def _write_operator(
     sp: Savepoint,
     op: OperatorState,
@@ -251,8 +301,9 @@ def _write_operator(
     root: str,
     codec: str,
 ) -> dict[str, int]:
-    version = plan.batch + 1
-    writer = write_hdfs_store if plan.backend == HDFS else write_rocksdb_store
+    if op.column_families:
+        return _write_cf_operator(sp, op, new_id, plan, io, root)
+    writer = _store_writer(plan, codec)
     rows_written = {}
     store_infos = []
     for table in op.tables:
@@ -268,7 +319,7 @@ def _write_operator(
             v = encode_unsafe_rows(pc.filter(value, mask), value_schema)
             base = posixpath.join(root, "state", str(new_id), str(p))
             store_dir = base if table.name == "default" else posixpath.join(base, table.name)
-            writer(io, store_dir, version, codec, k, v)
+            writer(io, store_dir, k, v)
             if p == 0:
                 io.write_atomic(
                     posixpath.join(store_dir, "_metadata", "schema"),
@@ -280,6 +331,66 @@ def _write_operator(
         )
     _write_operator_metadata(io, root, new_id, op.name, store_infos)
     return rows_written
+
+
+def _hadoop_url(io: FileIO, path: str) -> str:
+    """How Spark writes a qualified path into operator metadata (``file:/abs/path`` locally)."""
+    return f"file:{path}" if io.protocol == "file" else io.url(path)
+
+
+def _write_cf_operator(
+    sp: Savepoint, op: OperatorState, new_id: int, plan: RestorePlan, io: FileIO, root: str
+) -> dict[str, int]:
+    """transformWithState: every column family in one RocksDB snapshot per partition, the
+    schema file (v3, verbatim from the savepoint) and operator metadata v2 pointing at it."""
+    families = [ColumnFamilySchema(**cf) for cf in op.column_families or []]
+    cf_ids = assign_cf_ids(families)
+    internal = np.array(sorted(i for name, i in cf_ids.items() if name.startswith("$")))
+    confs = sp.metadata.pinned_confs
+    delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
+    data = {t.name: sp.read_table(t) for t in op.tables}
+    pids = {
+        name: partition_ids(t.column("key").combine_chunks(), plan.partitions)
+        for name, t in data.items()
+    }
+    kinds = {t.name: t.kind for t in op.tables}
+    version = plan.batch + 1
+    for p in range(plan.partitions):
+        tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
+        keys, values = encode_operator_partition(
+            tables, kinds, families, cf_ids, op.properties.get("timeMode", ""), delimiter
+        )
+        ids = read_le_int(keys, 0, 2) if len(keys) else np.zeros(0)
+        write_rocksdb_snapshot(
+            io,
+            posixpath.join(root, "state", str(new_id), str(p)),
+            version,
+            keys,
+            values,
+            column_families=cf_ids,
+            num_internal_keys=int(np.isin(ids, internal).sum()),
+        )
+    schema_path = posixpath.join(
+        root, "state", str(new_id), "_stateSchema", "default", f"{plan.batch}_{uuid.uuid4()}"
+    )
+    io.write_atomic(schema_path, write_schema_file_v3(families))
+    meta = {
+        "operatorInfo": {"operatorId": new_id, "operatorName": op.name},
+        "stateStoreInfo": [
+            {
+                "storeName": "default",
+                "numColsPrefixKey": 0,
+                "numPartitions": plan.partitions,
+                "stateSchemaFilePaths": [_hadoop_url(io, schema_path)],
+            }
+        ],
+        "operatorPropertiesJson": json.dumps(op.properties, separators=(",", ":")),
+    }
+    io.write_atomic(
+        posixpath.join(root, "state", str(new_id), "_metadata", "v2", str(plan.batch)),
+        ("v2\n" + json.dumps(meta, separators=(",", ":"))).encode(),
+    )
+    return {name: t.num_rows for name, t in data.items()}
 
 
 def _write_operator_metadata(
@@ -299,13 +410,13 @@ def _write_empty_operator(
     op: Operator, plan: RestorePlan, io: FileIO, root: str, codec: str
 ) -> None:
     """A new operator of the changed query: valid empty state at the version Spark loads."""
-    writer = write_hdfs_store if plan.backend == HDFS else write_rocksdb_store
+    writer = _store_writer(plan, codec)
     empty = pa.array([], pa.large_binary())
     for desc in op.schemas:
         for p in range(plan.partitions):
             base = posixpath.join(root, "state", str(op.operator_id), str(p))
             store_dir = base if desc.name == "default" else posixpath.join(base, desc.name)
-            writer(io, store_dir, plan.batch + 1, codec, empty, empty)
+            writer(io, store_dir, empty, empty)
             if p == 0:
                 io.write_atomic(
                     posixpath.join(store_dir, "_metadata", "schema"),
@@ -317,7 +428,11 @@ def _write_empty_operator(
         op.operator_id,
         op.name,
         [
-            {"storeName": d.name, "numColsPrefixKey": d.num_cols_prefix_key, "numPartitions": plan.partitions}
+            {
+                "storeName": d.name,
+                "numColsPrefixKey": d.num_cols_prefix_key,
+                "numPartitions": plan.partitions,
+            }
             for d in op.schemas
         ],
     )
@@ -359,6 +474,7 @@ def restore(
     query: str | PlannedQuery | None = None,
     output_mode: str = "append",
     spark: Any = None,
+    changelog: bool = False,
     dry_run: bool = False,
 ) -> RestorePlan:
     """Write a checkpoint at ``target`` from the savepoint (unless ``dry_run`` or a problem).
@@ -377,7 +493,15 @@ def restore(
             spark=spark,
         )
     plan = plan_restore(
-        sp, io.url(root), backend, partitions, mapping or {}, allow_non_restored, drop, query
+        sp,
+        io.url(root),
+        backend,
+        partitions,
+        mapping or {},
+        allow_non_restored,
+        drop,
+        query,
+        "changelog" if changelog else "snapshot",
     )
     if plan.problems or dry_run:
         return plan
@@ -397,6 +521,9 @@ def restore(
     confs = dict(m.pinned_confs)
     confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]
     confs[PARTITIONS_CONF] = str(plan.partitions)
+    # statectl writes plain rows; the restarted query keeps writing them.
+    if confs.get(ROW_CHECKSUM_CONF) == "true":
+        confs[ROW_CHECKSUM_CONF] = "false"
     meta = {
         "batchWatermarkMs": m.batch_watermark_ms,
         "batchTimestampMs": m.batch_timestamp_ms,

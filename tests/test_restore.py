@@ -46,6 +46,52 @@ def write_input(d, start, count):
         (d / f"part-{b:03d}.json").write_text("\n".join(rows))
 
 
+def tws_processor():
+    """Value, list and map state and event-time timers (the tws fixtures' processor).
+
+    Defined inside a function so cloudpickle ships it by value to the Python workers."""
+    import pandas as pd
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    class Processor(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.cnt = handle.getValueState("cnt", StructType([StructField("c", LongType())]))
+            self.lst = handle.getListState("lst", StructType([StructField("v", LongType())]))
+            self.mp = handle.getMapState(
+                "mp",
+                StructType([StructField("mk", StringType())]),
+                StructType([StructField("mv", LongType())]),
+            )
+
+        def handleInputRows(self, key, rows, timerValues):
+            n, latest = 0, 0
+            for pdf in rows:
+                for v, ts in zip(pdf["v"], pdf["ts"], strict=True):
+                    self.lst.appendValue((int(v),))
+                    self.mp.updateValue((str(int(v) % 3),), (int(v),))
+                    latest = max(latest, int(pd.Timestamp(ts).timestamp() * 1000))
+                    n += 1
+            # The list length and a map value make the output depend on all restored state.
+            total = sum(1 for _ in self.lst.get())
+            first = self.mp.getValue(("0",))[0] if self.mp.containsKey(("0",)) else -2
+            c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+            self.cnt.update((c,))
+            self.handle.registerTimer(latest + 10_000)
+            yield pd.DataFrame({"k": [key[0]], "c": [c * 1_000_000 + total * 100 + first]})
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            if self.mp.containsKey(("0",)):
+                self.mp.removeKey(("0",))
+            yield pd.DataFrame({"k": [key[0]], "c": [-1]})
+
+        def close(self):
+            pass
+
+    return Processor()
+
+
 def build(spark, case, d):
     import pyspark.sql.functions as F
 
@@ -95,6 +141,13 @@ def build(spark, case, d):
         return src().groupBy("k").applyInPandasWithState(
             count_per_key, "k string, n long", "n long", "update", GroupStateTimeout.NoTimeout
         ), "update"
+    if case == "tws":
+        return src().withWatermark("ts", "5 seconds").groupBy("k").transformWithStateInPandas(
+            tws_processor(),
+            outputStructType="k string, c long",
+            outputMode="Update",
+            timeMode="EventTime",
+        ), "update"
     if case == "multi":
         return src().dropDuplicates(["id", "k"]).groupBy("k").count(), "update"
     raise AssertionError(case)
@@ -133,6 +186,7 @@ CASES = [
     ("join", "hdfs", "rocksdb", 3),
     ("dedupwm", "rocksdb", "hdfs", 3),
     ("fmgws", "hdfs", "rocksdb", 1),
+    ("tws", "rocksdb", "rocksdb", 3),
     ("multi", "hdfs", "hdfs", 5),
 ]
 
@@ -152,22 +206,28 @@ def test_restored_query_continues_like_an_uninterrupted_run(
 
     # Spark's own reader sees the savepoint's rows in the restored checkpoint.
     for op in meta.operators:
-        sels = (
-            [{"joinSide": "left"}, {"joinSide": "right"}]
-            if op.name == "symmetricHashJoin"
-            else [{}]
-        )
+        if op.name == "symmetricHashJoin":
+            sels = [{"joinSide": "left"}, {"joinSide": "right"}]
+        elif op.column_families:
+            sels = [
+                {"readRegisteredTimers": "true"} if t.kind == "timers" else {"stateVarName": t.name}
+                for t in op.tables
+            ]
+        else:
+            sels = [{}]
         for opts in sels:
             reader = spark.read.format("statestore").option("operatorId", op.operator_id)
             for k, v in opts.items():
                 reader = reader.option(k, v)
             df = reader.load(str(tmp_path / "ck2")).drop("partition_id")
-            from statectl.savepoints.store import Savepoint
-            from statectl.state import Selection
-
-            sel = Selection(op.operator_id, join_side=opts.get("joinSide"))
+            sel = Selection(
+                op.operator_id,
+                join_side=opts.get("joinSide"),
+                state_var=opts.get("stateVarName"),
+                registered_timers="readRegisteredTimers" in opts,
+            )
             ours = Savepoint.open(sp_url).read(sel, op.uid).drop_columns(["partition_id"])
-            assert spark_rows(df) == arrow_rows(ours)
+            assert spark_rows(df) == arrow_rows(ours), opts
 
     write_input(d, 3, 2)
     continued = run(spark, case, d, tmp_path / "ck2")
@@ -188,7 +248,7 @@ def test_restored_query_continues_like_an_uninterrupted_run(
 
 
 def test_restore_every_fixture_reads_back(tmp_path):
-    """Without Spark: each non-transformWithState fixture restores to both backends and 3
+    """Without Spark: fixtures restore to both backends (transformWithState: RocksDB) and 3
     partitions, and the restored state equals the source state row for row."""
     names = [
         "agg-hdfs",
@@ -200,18 +260,29 @@ def test_restore_every_fixture_reads_back(tmp_path):
         "multi-hdfs",
         "agg-zstd-hdfs",
         "spark35-agg-hdfs",
+        "agg-rowchecksum-rocksdb-changelog",
+        "tws-rocksdb",
+        "tws-mergev1-rocksdb-changelog",
     ]
     for name in names:
         url, meta = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
         src = Checkpoint.open(str(FIXTURES / name))
-        for backend in ("hdfs", "rocksdb"):
+        tws = any(op.column_families for op in meta.operators)
+        for backend in ("rocksdb",) if tws else ("hdfs", "rocksdb"):
             target = tmp_path / f"{name}-{backend}"
             restore(url, str(target), backend=backend, partitions=3)
             dst = Checkpoint.open(str(target))
             assert dst.latest_committed_batch == src.latest_committed_batch
             for op in meta.operators:
                 for table in op.tables:
-                    sel = Selection(op.operator_id, store=table.name)
+                    if op.column_families:
+                        sel = Selection(
+                            op.operator_id,
+                            state_var=None if table.kind == "timers" else table.name,
+                            registered_timers=table.kind == "timers",
+                        )
+                    else:
+                        sel = Selection(op.operator_id, store=table.name)
                     a = read_state(dst, sel)
                     b = read_state(src, sel)
                     assert arrow_rows(a.drop_columns(["partition_id"])) == arrow_rows(
@@ -220,15 +291,20 @@ def test_restore_every_fixture_reads_back(tmp_path):
                     assert set(a.column("partition_id").to_pylist()) <= {0, 1, 2}
 
 
-def test_restore_refuses_a_non_empty_target_and_tws(tmp_path):
+def test_restore_refuses_a_non_empty_target_and_unsupported_tws(tmp_path):
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path / "sp"))
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("x")
     with pytest.raises(StatectlError, match="not empty"):
         restore(url, str(tmp_path / "busy"))
     tws, _ = take_savepoint(str(FIXTURES / "tws-rocksdb"), str(tmp_path / "sp"))
-    plan = restore(tws, str(tmp_path / "tws"))
-    assert plan.problems and "not supported yet" in plan.problems[0]
+    plan = restore(tws, str(tmp_path / "tws"), backend="hdfs")
+    assert plan.problems and "restores only to RocksDB" in plan.problems[0]
+    plan = restore(tws, str(tmp_path / "tws"), changelog=True)
+    assert plan.problems and "restores only to RocksDB snapshots" in plan.problems[0]
+    avro, _ = take_savepoint(str(FIXTURES / "tws-avro-rocksdb"), str(tmp_path / "sp"))
+    plan = restore(avro, str(tmp_path / "tws"))
+    assert plan.problems and "Avro-encoded state cannot be restored yet" in plan.problems[0]
     assert not (tmp_path / "tws").exists()
 
 

@@ -10,7 +10,14 @@
 
 from __future__ import annotations
 
+import io as _io
+import json
+import os
 import posixpath
+import re
+import tempfile
+import uuid
+import zipfile
 
 import pyarrow as pa
 
@@ -43,4 +50,102 @@ def write_rocksdb_store(
     data = write_state_records(keys, values, prefix=b"\x00")
     io.write_atomic(path, compress_stream(codec, data))
     written.append(path)
+    return written
+
+
+# Files of a RocksDB directory that a Spark snapshot zip carries; SSTs travel separately.
+_ZIPPED = re.compile(r"^(CURRENT|MANIFEST-\d+|OPTIONS-\d+|\d+\.log)$")
+_BATCH = 100_000
+
+
+def _build_rocksdb(local: str, keys: pa.Array, values: pa.Array) -> None:
+    """A RocksDB database holding the entries, flushed to SSTs, with an empty WAL."""
+    from rocksdict import (
+        BlockBasedOptions,
+        DBCompressionType,
+        Options,
+        Rdict,
+        WriteBatch,
+        WriteOptions,
+    )
+
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_compression_type(DBCompressionType.lz4())
+    table = BlockBasedOptions()
+    table.set_format_version(5)  # readable by Spark 4.3's RocksDB 9.8.4 and older
+    opts.set_block_based_table_factory(table)
+    db = Rdict(local, opts)
+    try:
+        wopts = WriteOptions()
+        wopts.disable_wal = True
+        k, v = keys.to_pylist(), values.to_pylist()
+        for start in range(0, len(k), _BATCH):
+            wb = WriteBatch(raw_mode=True)
+            for key, value in zip(
+                k[start : start + _BATCH], v[start : start + _BATCH], strict=True
+            ):
+                wb.put(key, value)
+            db.write(wb, wopts)
+        db.flush()
+    finally:
+        db.close()
+
+
+def write_rocksdb_snapshot(
+    io: FileIO,
+    store_dir: str,
+    version: int,
+    keys: pa.Array,
+    values: pa.Array,
+    *,
+    column_families: dict[str, int] | None = None,
+    num_internal_keys: int = 0,
+    unique_id: str | None = None,
+) -> list[str]:
+    """``SSTs/<n>-<uuid>.sst`` files, then ``<version>.zip`` (Spark's snapshot layout).
+
+    ``keys``/``values`` are the exact bytes in RocksDB (encoding-version byte, and the 2-byte
+    virtual column family id for ``column_families`` stores). ``column_families`` is the
+    name -> id mapping recorded in the zip's metadata; names starting with ``$`` are Spark's
+    internal families, and ``num_internal_keys`` counts their entries.
+    """
+    written = []
+    with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as local:
+        db_dir = os.path.join(local, "db")
+        _build_rocksdb(db_dir, keys, values)
+        sst_files = []
+        zipped = []
+        for name in sorted(os.listdir(db_dir)):
+            path = os.path.join(db_dir, name)
+            if name.endswith(".sst"):
+                dfs_name = f"{name[:-4]}-{uuid.uuid4()}.sst"
+                with open(path, "rb") as f:
+                    data = f.read()
+                target = posixpath.join(store_dir, "SSTs", dfs_name)
+                io.write_atomic(target, data)
+                written.append(target)
+                sst_files.append(
+                    {"localFileName": name, "dfsSstFileName": dfs_name, "sizeBytes": len(data)}
+                )
+            elif _ZIPPED.match(name):
+                zipped.append(path)
+        cfs = column_families or {}
+        meta = {
+            "sstFiles": sst_files,
+            "numKeys": len(keys) - num_internal_keys,
+            "numInternalKeys": num_internal_keys,
+            "columnFamilyMapping": cfs,
+            "columnFamilyTypeMap": {name: name.startswith("$") for name in cfs},
+            "maxColumnFamilyId": max(cfs.values(), default=0),
+        }
+        buf = _io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for path in zipped:
+                z.write(path, os.path.basename(path))
+            z.writestr("metadata", "v1\n" + json.dumps(meta, separators=(",", ":")))
+    name = f"{version}_{unique_id}.zip" if unique_id else f"{version}.zip"
+    target = posixpath.join(store_dir, name)
+    io.write_atomic(target, buf.getvalue())
+    written.append(target)
     return written

@@ -287,7 +287,9 @@ def _decode_value(
         start, size = np.where(valid, start, 0), np.where(valid, size, 0)
     if k == "decimal":
         wrong = (size < 1) | (size > 16)
-        buf.check(wrong if valid is None else wrong & valid, slot.at, "decimal not 1-16 bytes", name)
+        buf.check(
+            wrong if valid is None else wrong & valid, slot.at, "decimal not 1-16 bytes", name
+        )
         return _big_decimal(buf, start, size, valid, arrow_t)
     if k in ("string", "binary"):
         return _var_bytes(buf, start, size, valid, arrow_t, name)
@@ -602,7 +604,9 @@ def _encode_struct(arr: pa.Array, struct: SparkType, normalize: bool) -> _Payloa
         payload = _payload(child, t, child_valid, normalize)
         slot_word = (cursor << 32) | payload.size
         # A null field's slot is 0, but a null big decimal still points at its 16 bytes.
-        slots[:, i] = slot_word if dec or child_valid is None else np.where(child_valid, slot_word, 0)
+        slots[:, i] = (
+            slot_word if dec or child_valid is None else np.where(child_valid, slot_word, 0)
+        )
         pieces.append((cursor.copy(), payload))
         # UnsafeRowWriter always reserves 16 bytes for a big decimal, null or not.
         cursor += np.full(n, 16, dtype=np.int64) if dec else _pad8(payload.size)

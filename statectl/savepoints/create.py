@@ -301,6 +301,20 @@ def build_savepoint(
                 op.metadata_version,
                 tables,
                 default_uid(op),
+                [
+                    {
+                        "name": s.name,
+                        "key_schema": s.key_schema,
+                        "value_schema": s.value_schema,
+                        "key_schema_id": s.key_schema_id,
+                        "value_schema_id": s.value_schema_id,
+                        "key_encoder_spec": s.key_encoder_spec,
+                        "user_key_schema": s.user_key_schema,
+                    }
+                    for s in op.schemas
+                ]
+                if op.uses_column_families
+                else None,
             )
         )
     return savepoint_metadata(ckpt, batch, operators)

@@ -54,6 +54,9 @@ class OperatorState:
     # What the operator is (name, stores, key schemas), independent of its uid and position:
     # restore --query matches savepoint state to a changed query's operators by it.
     fingerprint: str | None = None
+    # Column-family operators (transformWithState): every family of Spark's schema file,
+    # internal ones included (timers, list row counters), so restore can rewrite it verbatim.
+    column_families: list[dict[str, Any]] | None = None
 
     @property
     def rows(self) -> int:
@@ -73,7 +76,9 @@ def fingerprint_of(op: OperatorState) -> str:
     (exact for every operator whose tables are its stores, i.e. all but transformWithState)."""
     if op.fingerprint:
         return op.fingerprint
-    return operator_fingerprint(op.name, op.store_names, [(t.name, t.key_schema) for t in op.tables])
+    return operator_fingerprint(
+        op.name, op.store_names, [(t.name, t.key_schema) for t in op.tables]
+    )
 
 
 @dataclass
