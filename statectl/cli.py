@@ -287,6 +287,13 @@ def restore(
         str, typer.Option("--output-mode", help="The new query's output mode, for --query.")
     ] = "append",
     changelog: ChangelogOpt = False,
+    checkpoint_format: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-format",
+            help="RocksDB state checkpoint format 1 or 2 (default: the savepoint source's).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan, write nothing.")
     ] = False,
@@ -316,6 +323,7 @@ def restore(
         query=query,
         output_mode=output_mode,
         changelog=changelog,
+        checkpoint_format=checkpoint_format,
         dry_run=dry_run,
     )
     info = plan.as_dict()

@@ -71,6 +71,9 @@ class RestorePlan:
     problems: list[str] = field(default_factory=list)
     query: str | None = None
     rocksdb_layout: str = "snapshot"  # RocksDB target files: "snapshot" (zip) or "changelog"
+    checkpoint_format: int = 1  # 2: file names carry unique ids, listed in commits/N
+    # checkpoint format 2: operator id -> partition -> store index -> unique id
+    unique_ids: dict[int, list[list[str]]] = field(default_factory=dict)
     # The changed query's operators (from --query), by id: restored ones take their metadata
     # and schemas from the savepoint, new ones get empty state with these.
     query_operators: dict[int, Operator] = field(default_factory=dict)
@@ -82,6 +85,7 @@ class RestorePlan:
             "backend": self.backend,
             "partitions": self.partitions,
             "resumes_at_batch": self.batch + 1,
+            "checkpoint_format": self.checkpoint_format,
             "query": self.query,
             "restored": self.restored,
             "dropped": self.dropped,
@@ -155,6 +159,7 @@ def plan_restore(
     drop: list[str] | None = None,
     query: PlannedQuery | None = None,
     rocksdb_layout: str = "snapshot",
+    checkpoint_format: int | None = None,
 ) -> RestorePlan:
     """Which uid goes to which operator id; what is dropped or started empty; what is wrong.
 
@@ -173,6 +178,15 @@ def plan_restore(
         query=query.spec if query else None,
         rocksdb_layout=rocksdb_layout,
     )
+    # Format 2 (RocksDB snapshots only) when the savepoint came from it, or when asked.
+    if checkpoint_format not in (None, 1, 2):
+        raise StatectlError(f"--checkpoint-format must be 1 or 2, not {checkpoint_format}")
+    wanted = checkpoint_format or int(m.source_checkpoint.get("checkpoint_format_version") or 1)
+    if wanted == 2 and (chosen != ROCKSDB or rocksdb_layout != "snapshot"):
+        if checkpoint_format == 2:
+            plan.problems.append("checkpoint format 2 needs --backend rocksdb without --changelog")
+        wanted = 1
+    plan.checkpoint_format = wanted
     uids = {op.uid for op in m.operators}
     for flag, names in (("--map", sorted(mapping)), ("--drop", sorted(drop or []))):
         unknown = [u for u in names if u not in uids]
@@ -279,17 +293,34 @@ def _partition_key(table: StateTable, key: pa.StructArray) -> pa.StructArray:
 
 def _store_writer(
     plan: RestorePlan, codec: str
-) -> Callable[[FileIO, str, pa.Array, pa.Array], None]:
-    """Writes one store partition's UnsafeRow keys and values at version N+1."""
+) -> Callable[[FileIO, str, pa.Array, pa.Array], str | None]:
+    """Writes one store partition's UnsafeRow keys and values at version N+1; returns the
+    unique id the files carry (checkpoint format 2) or None."""
     version = plan.batch + 1
+
+    def hdfs(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
+        write_hdfs_store(io, d, version, codec, k, v)
+
+    def changelog(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
+        write_rocksdb_store(io, d, version, codec, k, v)
+
+    def snapshot(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> str | None:
+        # RocksDB rows carry Spark 4's encoding-version byte in front of key and value.
+        uid = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
+        write_rocksdb_snapshot(
+            io, d, version, concat_binary(VERSION, k), concat_binary(VERSION, v), unique_id=uid
+        )
+        return uid
+
     if plan.backend == HDFS:
-        return lambda io, d, k, v: write_hdfs_store(io, d, version, codec, k, v)
-    if plan.rocksdb_layout == "changelog":
-        return lambda io, d, k, v: write_rocksdb_store(io, d, version, codec, k, v)
-    # RocksDB rows carry Spark 4's encoding-version byte in front of key and value.
-    return lambda io, d, k, v: write_rocksdb_snapshot(
-        io, d, version, concat_binary(VERSION, k), concat_binary(VERSION, v)
-    )
+        return hdfs
+    return changelog if plan.rocksdb_layout == "changelog" else snapshot
+
+
+def _record_unique_id(plan: RestorePlan, op_id: int, partition: int, uid: str | None) -> None:
+    if uid is not None:
+        parts = plan.unique_ids.setdefault(op_id, [[] for _ in range(plan.partitions)])
+        parts[partition].append(uid)
 
 
 def _write_operator(
@@ -319,7 +350,7 @@ def _write_operator(
             v = encode_unsafe_rows(pc.filter(value, mask), value_schema)
             base = posixpath.join(root, "state", str(new_id), str(p))
             store_dir = base if table.name == "default" else posixpath.join(base, table.name)
-            writer(io, store_dir, k, v)
+            _record_unique_id(plan, new_id, p, writer(io, store_dir, k, v))
             if p == 0:
                 io.write_atomic(
                     posixpath.join(store_dir, "_metadata", "schema"),
@@ -361,6 +392,8 @@ def _write_cf_operator(
             tables, kinds, families, cf_ids, op.properties.get("timeMode", ""), delimiter
         )
         ids = read_le_int(keys, 0, 2) if len(keys) else np.zeros(0)
+        unique_id = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
+        _record_unique_id(plan, new_id, p, unique_id)
         write_rocksdb_snapshot(
             io,
             posixpath.join(root, "state", str(new_id), str(p)),
@@ -369,6 +402,7 @@ def _write_cf_operator(
             values,
             column_families=cf_ids,
             num_internal_keys=int(np.isin(ids, internal).sum()),
+            unique_id=unique_id,
         )
     schema_path = posixpath.join(
         root, "state", str(new_id), "_stateSchema", "default", f"{plan.batch}_{uuid.uuid4()}"
@@ -416,7 +450,7 @@ def _write_empty_operator(
         for p in range(plan.partitions):
             base = posixpath.join(root, "state", str(op.operator_id), str(p))
             store_dir = base if desc.name == "default" else posixpath.join(base, desc.name)
-            writer(io, store_dir, empty, empty)
+            _record_unique_id(plan, op.operator_id, p, writer(io, store_dir, empty, empty))
             if p == 0:
                 io.write_atomic(
                     posixpath.join(store_dir, "_metadata", "schema"),
@@ -475,6 +509,7 @@ def restore(
     output_mode: str = "append",
     spark: Any = None,
     changelog: bool = False,
+    checkpoint_format: int | None = None,
     dry_run: bool = False,
 ) -> RestorePlan:
     """Write a checkpoint at ``target`` from the savepoint (unless ``dry_run`` or a problem).
@@ -502,6 +537,7 @@ def restore(
         drop,
         query,
         "changelog" if changelog else "snapshot",
+        checkpoint_format,
     )
     if plan.problems or dry_run:
         return plan
@@ -540,11 +576,11 @@ def restore(
             _offset_text(m.previous_offsets or m.offsets, meta).encode(),
         )
     io.write_atomic(posixpath.join(root, "offsets", str(b)), _offset_text(m.offsets, meta).encode())
+    commit: dict[str, Any] = {"nextBatchWatermarkMs": m.next_batch_watermark_ms}
+    if plan.checkpoint_format == 2:
+        commit["stateUniqueIds"] = {str(k): v for k, v in sorted(plan.unique_ids.items())}
     io.write_atomic(
         posixpath.join(root, "commits", str(b)),
-        (
-            "v1\n"
-            + json.dumps({"nextBatchWatermarkMs": m.next_batch_watermark_ms}, separators=(",", ":"))
-        ).encode(),
+        f"v{plan.checkpoint_format}\n{json.dumps(commit, separators=(',', ':'))}".encode(),
     )
     return plan

@@ -153,16 +153,19 @@ def build(spark, case, d):
     raise AssertionError(case)
 
 
-def run(spark, case, d, ckpt, provider=None):
+def run(spark, case, d, ckpt, provider=None, confs=None):
     """Run to the end of the input; return {batch id: sorted output rows}."""
     out: dict[int, list] = {}
+    confs = dict(confs or {})
 
     def collect(df, batch_id):
         out[batch_id] = sorted((normalize(tuple(r)) for r in df.collect()), key=repr)
 
     key = "spark.sql.streaming.stateStore.providerClass"
     if provider:
-        spark.conf.set(key, PROVIDERS[provider])
+        confs[key] = PROVIDERS[provider]
+    for k, v in confs.items():
+        spark.conf.set(k, v)
     try:
         df, mode = build(spark, case, d)
         q = (
@@ -172,7 +175,8 @@ def run(spark, case, d, ckpt, provider=None):
         )
         q.trigger(availableNow=True).start().awaitTermination()
     finally:
-        spark.conf.unset(key)
+        for k in confs:
+            spark.conf.unset(k)
     return out
 
 
@@ -247,6 +251,39 @@ def test_restored_query_continues_like_an_uninterrupted_run(
     assert restored.backend(last) == dst_backend and restored.num_partitions(last) == partitions
 
 
+CKPT_V2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
+
+
+@pytest.mark.spark
+def test_checkpoint_format_v2_query_restores_and_continues(spark, tmp_path):
+    """A checkpoint format v2 query (ids in the commit log, ``N_<id>.zip``) restores to format
+    v2 at another partition count and continues exactly."""
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    first = run(spark, "agg", d, tmp_path / "ck1", "rocksdb", CKPT_V2)
+    src = Checkpoint.open(str(tmp_path / "ck1"))
+    assert src.checkpoint_format_version(src.latest_committed_batch) == 2
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(sp_url, str(tmp_path / "ck2"), partitions=3)
+    assert not plan.problems and plan.backend == "rocksdb" and plan.checkpoint_format == 2
+    ck2 = Checkpoint.open(str(tmp_path / "ck2"))
+    assert ck2.checkpoint_format_version(meta.batch_id) == 2
+    ids = ck2.commit(meta.batch_id).state_unique_ids
+    assert [len(p) for p in ids["0"]] == [1, 1, 1]
+    zip_name = f"{meta.batch_id + 1}_{ids['0'][2][0]}.zip"
+    assert (tmp_path / "ck2" / "state" / "0" / "2" / zip_name).exists()
+    write_input(d, 3, 2)
+    continued = run(spark, "agg", d, tmp_path / "ck2", confs=CKPT_V2)
+    full = run(spark, "agg", d, tmp_path / "ck3", "rocksdb", CKPT_V2)
+    split = sorted(
+        (r for part in (first, continued) for rows in part.values() for r in rows), key=repr
+    )
+    assert split == sorted((r for rows in full.values() for r in rows), key=repr)
+    restored = Checkpoint.open(str(tmp_path / "ck2"))
+    last = restored.latest_committed_batch
+    assert last > meta.batch_id and restored.num_partitions(last) == 3
+
+
 def test_restore_every_fixture_reads_back(tmp_path):
     """Without Spark: fixtures restore to both backends (transformWithState: RocksDB) and 3
     partitions, and the restored state equals the source state row for row."""
@@ -263,6 +300,7 @@ def test_restore_every_fixture_reads_back(tmp_path):
         "agg-rowchecksum-rocksdb-changelog",
         "tws-rocksdb",
         "tws-mergev1-rocksdb-changelog",
+        "agg-ckptv2-rocksdb-changelog",
     ]
     for name in names:
         url, meta = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
