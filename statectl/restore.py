@@ -35,6 +35,7 @@ from statectl.checkpoint.model import (
     PROVIDER_CONF,
     ROCKSDB,
     ROW_CHECKSUM_CONF,
+    UNKNOWN_OPERATOR,
     Operator,
 )
 from statectl.checkpoint.state_metadata import (
@@ -49,7 +50,12 @@ from statectl.errors import StatectlError, UnsupportedError
 from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid
-from statectl.savepoints.format import OperatorState, StateTable, fingerprint_of
+from statectl.savepoints.format import (
+    OperatorState,
+    StateTable,
+    fingerprint_of,
+    operator_fingerprint,
+)
 from statectl.savepoints.store import Savepoint
 from statectl.schema_compat import difference
 from statectl.state import read_le_int
@@ -123,7 +129,7 @@ def _dedupe(names: list[tuple[int, str]]) -> dict[int, str]:
 
 def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]:
     where = f"uid {uid} -> operator {target.operator_id}"
-    if op.name != target.name:
+    if op.name not in (target.name, UNKNOWN_OPERATOR):
         return [
             f"{where}: the savepoint holds {op.name} state, the query's operator is {target.name}"
         ]
@@ -204,6 +210,26 @@ def plan_restore(
                 [(o.operator_id, default_uid(o)) for o in query.operators]
             ).items()
         }
+        # Spark < 4 wrote no operator metadata, so its operators are named "unknown": they
+        # match by stores and key schemas alone.
+        by_fingerprint.update(
+            {
+                fp: op_id
+                for op_id, fp in _dedupe(
+                    [
+                        (
+                            o.operator_id,
+                            operator_fingerprint(
+                                UNKNOWN_OPERATOR,
+                                o.store_names,
+                                [(d.name, d.key_schema) for d in o.schemas],
+                            ),
+                        )
+                        for o in query.operators
+                    ]
+                ).items()
+            }
+        )
     sp_fingerprints = _dedupe([(op.operator_id, fingerprint_of(op)) for op in m.operators])
     unmatched = []
     for op in m.operators:
@@ -360,7 +386,11 @@ def _write_operator(
         store_infos.append(
             {"storeName": table.name, "numColsPrefixKey": 0, "numPartitions": plan.partitions}
         )
-    _write_operator_metadata(io, root, new_id, op.name, store_infos)
+    name = op.name
+    if name == UNKNOWN_OPERATOR and new_id in plan.query_operators:
+        name = plan.query_operators[new_id].name
+    if name != UNKNOWN_OPERATOR:  # Spark < 4 state has none; Spark 4 writes it on restart
+        _write_operator_metadata(io, root, new_id, name, store_infos)
     return rows_written
 
 

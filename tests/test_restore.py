@@ -6,14 +6,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
+from statectl.query_plan import load_query_function
 from statectl.restore import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
@@ -191,6 +194,15 @@ CASES = [
     ("dedupwm", "rocksdb", "hdfs", 3),
     ("fmgws", "hdfs", "rocksdb", 1),
     ("tws", "rocksdb", "rocksdb", 3),
+    # Every operator also on its own backend and partition count (a relocation), and the join
+    # to the other backend at the same count.
+    ("dedup", "rocksdb", "rocksdb", 2),
+    ("window", "hdfs", "hdfs", 2),
+    ("join", "rocksdb", "hdfs", 2),
+    ("dedupwm", "hdfs", "hdfs", 2),
+    ("fmgws", "rocksdb", "rocksdb", 2),
+    ("tws", "rocksdb", "rocksdb", 2),
+    ("multi", "rocksdb", "rocksdb", 2),
     ("multi", "hdfs", "hdfs", 5),
 ]
 
@@ -610,3 +622,68 @@ def test_changed_query_restores_with_query_and_n(spark, tmp_path):
     info = json.loads(proc.stdout)
     assert info["restored"] == {uids["dedupe"]: 0} and info["started_empty"] == {"1": "dedupe"}
     assert not (tmp_path / "ck4").exists()
+
+
+UPGRADE_QUERY = '''
+import pyspark.sql.functions as F
+
+
+def agg(spark):
+    """fixtures/generate.py's q_agg, the query that wrote spark35-agg-hdfs."""
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json({input!r})
+        .groupBy("k")
+        .agg(F.count("*").alias("cnt"), F.sum("v").alias("total"), F.avg("v").alias("mean"))
+    )
+'''
+
+
+@pytest.mark.spark
+def test_spark35_state_moves_to_spark43_with_query(spark, tmp_path):
+    """Spark 3.5 wrote no operator metadata ("unknown" operators): --query still matches the
+    state to 4.3's operator by its stores and schemas, and 4.3 continues from it."""
+    sp_url, meta = take_savepoint(str(FIXTURES / "spark35-agg-hdfs"), str(tmp_path / "sp"))
+    assert [op.name for op in meta.operators] == ["unknown"]
+    # The file source re-plans the last batch on restart and wants its files under the same
+    # input directory, so the query reads the directory the fixture's query read (now empty).
+    recorded = meta.source_logs["0"][0]["path"]
+    d = Path(recorded.removeprefix("file://")).parent
+    d.mkdir(parents=True, exist_ok=True)
+    queries = tmp_path / "upgrade.py"
+    queries.write_text(UPGRADE_QUERY.format(input=str(d)))
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck"),
+        query=f"{queries}:agg",
+        output_mode="update",
+        spark=spark,
+        backend="rocksdb",
+        partitions=3,
+    )
+    assert not plan.problems and plan.restored == {meta.operators[0].uid: 0}
+    ck = Checkpoint.open(str(tmp_path / "ck"))
+    assert ck.operator(0, meta.batch_id).name == "stateStoreSave"
+
+    state = Savepoint.open(sp_url).read(Selection(0), meta.operators[0].uid)
+    keys = state.column("key").combine_chunks().field("k").to_pylist()
+    counts = state.column("value").combine_chunks().field(0).to_pylist()  # count(*)
+    before = dict(zip(keys, counts, strict=True))
+    rows = [{"id": 1, "k": k, "v": 1, "ts": "2024-01-01T00:00:00"} for k in ("k0", "k3", "znew")]
+    try:
+        (d / "part-new.json").write_text("\n".join(json.dumps(r) for r in rows))
+        out: list = []
+        (
+            load_query_function(f"{queries}:agg")(spark)
+            .writeStream.foreachBatch(lambda df, _: out.extend(df.collect()))
+            .outputMode("update")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+    finally:
+        shutil.rmtree(d)
+    got = {r["k"]: r["cnt"] for r in out}
+    assert got == {"k0": before["k0"] + 1, "k3": before["k3"] + 1, "znew": 1}

@@ -38,6 +38,8 @@ PROVIDER_CLASSES = {
     HDFS: "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     ROCKSDB: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
 }
+# The name of operators of checkpoints without operator metadata (Spark < 4.0).
+UNKNOWN_OPERATOR = "unknown"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
@@ -336,7 +338,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
             )
     return Operator(
         operator_id=op,
-        name=meta.operator_name if meta else "unknown",
+        name=meta.operator_name if meta else UNKNOWN_OPERATOR,
         num_partitions=partitions,
         metadata_version=meta.version if meta else None,
         store_names=[i.store_name for i in infos],
