@@ -18,8 +18,11 @@ import re
 import tempfile
 import uuid
 import zipfile
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statectl.codecs.compression import compress_stream
 from statectl.codecs.records import write_state_records
@@ -55,38 +58,56 @@ def write_rocksdb_store(
 
 # Files of a RocksDB directory that a Spark snapshot zip carries; SSTs travel separately.
 _ZIPPED = re.compile(r"^(CURRENT|MANIFEST-\d+|OPTIONS-\d+|\d+\.log)$")
-_BATCH = 100_000
 
 
-def _build_rocksdb(local: str, keys: pa.Array, values: pa.Array) -> None:
-    """A RocksDB database holding the entries, flushed to SSTs, with an empty WAL."""
-    from rocksdict import (
-        BlockBasedOptions,
-        DBCompressionType,
-        Options,
-        Rdict,
-        WriteBatch,
-        WriteOptions,
-    )
+def _bytewise_order(keys: pa.Array) -> pa.Array:
+    """Indices that sort the keys the way RocksDB's BytewiseComparator does."""
+    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False)
+    if len(keys) and (lengths == lengths[0]).all():
+        # Equal-length keys: numpy's fixed-width byte strings sort bytewise, much faster.
+        start = keys.offset
+        offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[start : start + len(keys) + 1]
+        data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+        fixed = data.view(f"S{int(lengths[0])}") if lengths[0] else np.zeros(len(keys), "S1")
+        return pa.array(np.argsort(fixed, kind="stable"))
+    return pc.sort_indices(keys)
+
+
+def _rocksdb_options() -> Any:
+    from rocksdict import BlockBasedOptions, DBCompressionType, Options
 
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.set_compression_type(DBCompressionType.lz4())
     table = BlockBasedOptions()
-    table.set_format_version(5)  # readable by Spark 4.3's RocksDB 9.8.4 and older
+    table.set_format_version(5)  # Spark pins rocksdb.formatVersion=5; RocksDB 9.8.4 reads it
     opts.set_block_based_table_factory(table)
+    return opts
+
+
+def _build_rocksdb(local: str, keys: pa.Array, values: pa.Array) -> None:
+    """A RocksDB database holding the entries in one SST: sorted, written with an
+    SstFileWriter and ingested (no memtable, no compaction), with an empty WAL."""
+    from rocksdict import Rdict, SstFileWriter
+
+    opts = _rocksdb_options()
+    keys, values = keys.cast(pa.large_binary()), values.cast(pa.large_binary())
+    ingest = []
+    if len(keys):
+        order = _bytewise_order(keys)
+        sst = local + ".ingest.sst"
+        writer = SstFileWriter(options=opts)
+        writer.open(sst)
+        for key, value in zip(
+            keys.take(order).to_pylist(), values.take(order).to_pylist(), strict=True
+        ):
+            writer[key] = value
+        writer.finish()
+        ingest.append(sst)
     db = Rdict(local, opts)
     try:
-        wopts = WriteOptions()
-        wopts.disable_wal = True
-        k, v = keys.to_pylist(), values.to_pylist()
-        for start in range(0, len(k), _BATCH):
-            wb = WriteBatch(raw_mode=True)
-            for key, value in zip(
-                k[start : start + _BATCH], v[start : start + _BATCH], strict=True
-            ):
-                wb.put(key, value)
-            db.write(wb, wopts)
+        if ingest:
+            db.ingest_external_file(ingest)
         db.flush()
     finally:
         db.close()
