@@ -78,6 +78,7 @@ class RestorePlan:
     query: str | None = None
     rocksdb_layout: str = "snapshot"  # RocksDB target files: "snapshot" (zip) or "changelog"
     checkpoint_format: int = 1  # 2: file names carry unique ids, listed in commits/N
+    scheme: str = ""  # the URL scheme the target was given with (s3a stays s3a for Spark)
     # checkpoint format 2: operator id -> partition -> store index -> unique id
     unique_ids: dict[int, list[list[str]]] = field(default_factory=dict)
     # The changed query's operators (from --query), by id: restored ones take their metadata
@@ -394,9 +395,12 @@ def _write_operator(
     return rows_written
 
 
-def _hadoop_url(io: FileIO, path: str) -> str:
-    """How Spark writes a qualified path into operator metadata (``file:/abs/path`` locally)."""
-    return f"file:{path}" if io.protocol == "file" else io.url(path)
+def _hadoop_url(io: FileIO, path: str, scheme: str) -> str:
+    """How Spark writes a qualified path into operator metadata: ``file:/abs/path`` locally,
+    else with the scheme the target was given with (``s3a://`` stays ``s3a://``)."""
+    if io.protocol == "file":
+        return f"file:{path}"
+    return f"{scheme}://{path}" if scheme else io.url(path)
 
 
 def _write_cf_operator(
@@ -445,7 +449,7 @@ def _write_cf_operator(
                 "storeName": "default",
                 "numColsPrefixKey": 0,
                 "numPartitions": plan.partitions,
-                "stateSchemaFilePaths": [_hadoop_url(io, schema_path)],
+                "stateSchemaFilePaths": [_hadoop_url(io, schema_path, plan.scheme)],
             }
         ],
         "operatorPropertiesJson": json.dumps(op.properties, separators=(",", ":")),
@@ -572,6 +576,8 @@ def restore(
     if plan.problems or dry_run:
         return plan
     _check_target(io, root)
+    scheme, sep, _ = target.partition("://")
+    plan.scheme = scheme if sep else ""
     m = sp.metadata
     if m.offset_log_version != 1:
         raise UnsupportedError(
