@@ -291,8 +291,6 @@ def plan_restore(
                 f"{what}: the savepoint predates column-family records; take a new savepoint "
                 "with this statectl"
             )
-        elif m.pinned_confs.get(ENCODING_CONF) == "avro":
-            plan.problems.append(f"{what}: Avro-encoded state cannot be restored yet")
         elif chosen != ROCKSDB or plan.rocksdb_layout != "snapshot":
             plan.problems.append(
                 f"{what}: restores only to RocksDB snapshots (--backend rocksdb, no --changelog); "
@@ -423,7 +421,13 @@ def _write_cf_operator(
     for p in range(plan.partitions):
         tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
         keys, values = encode_operator_partition(
-            tables, kinds, families, cf_ids, op.properties.get("timeMode", ""), delimiter
+            tables,
+            kinds,
+            families,
+            cf_ids,
+            op.properties.get("timeMode", ""),
+            delimiter,
+            avro=confs.get(ENCODING_CONF) == "avro",
         )
         ids = read_le_int(keys, 0, 2) if len(keys) else np.zeros(0)
         unique_id = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statectl.checkpoint.state_metadata import ColumnFamilySchema
+from statectl.codecs.avro import encode_avro_rows
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.errors import UnsupportedError
 
@@ -61,8 +62,16 @@ def _struct(arrays: list[pa.Array], fields: list[dict]) -> pa.StructArray:
     return pa.StructArray.from_arrays(arrays, names=[f["name"] for f in fields])
 
 
-def _row(data: pa.StructArray, fields: list[dict]) -> pa.LargeBinaryArray:
-    return concat_binary(VERSION, encode_unsafe_rows(data, {"type": "struct", "fields": fields}))
+def _row(
+    data: pa.StructArray, fields: list[dict], avro: bool = False, schema_id: int | None = 0
+) -> pa.LargeBinaryArray:
+    """``0x00`` + UnsafeRow, or with Avro ``0x00`` + int16 schema id + the Avro record (the
+    prefix part of a prefix/range key carries no schema id: ``schema_id=None``)."""
+    struct = {"type": "struct", "fields": fields}
+    if not avro:
+        return concat_binary(VERSION, encode_unsafe_rows(data, struct))
+    head = VERSION if schema_id is None else VERSION + schema_id.to_bytes(2, "big", signed=True)
+    return concat_binary(head, encode_avro_rows(data, struct))
 
 
 def _sub(
@@ -96,35 +105,55 @@ def _range_blob(data: pa.StructArray, fields: list[dict], ordinals: list[int]) -
     return concat_binary(*parts) if len(parts) > 1 else parts[0].cast(pa.large_binary())
 
 
-def encode_key(data: pa.StructArray, family: ColumnFamilySchema) -> pa.LargeBinaryArray:
+def _avro_range_blob(data: pa.StructArray, fields: list[dict], ordinals: list[int]) -> pa.Array:
+    """Avro's range-scan prefix: per ordering column a record of two nullable byte fields,
+    the sign marker and the big-endian value (``02 02 <marker> 02 <2*width> <value>``)."""
+    plain = _range_blob(data, fields, ordinals)  # marker + value per column, concatenated
+    parts, at = [], 0
+    for i in ordinals:
+        width = {"long": 8, "integer": 4, "short": 2, "byte": 1}[fields[i]["type"]]
+        marker = pc.binary_slice(plain, at, at + 1)
+        value = pc.binary_slice(plain, at + 1, at + 1 + width)
+        parts += [b"\x02\x02", marker, b"\x02" + bytes([2 * width]), value]
+        at += 1 + width
+    return concat_binary(*parts)
+
+
+def encode_key(
+    data: pa.StructArray, family: ColumnFamilySchema, avro: bool = False
+) -> pa.LargeBinaryArray:
     """The encoded key (without the column-family id) for the family's key encoder."""
     fields = _fields(family.key_schema)
     spec = family.key_encoder_spec
     kind = spec.get("keyStateEncoderType", "NoPrefixKeyStateEncoderSpec")
+    sid = family.key_schema_id
     if kind == "NoPrefixKeyStateEncoderSpec":
-        return _row(data, fields)
+        return _row(data, fields, avro, sid)
     if kind == "PrefixKeyScanStateEncoderSpec":
         n = int(spec["numColsPrefixKey"])
-        head = _row(*_sub(data, fields, range(n)))
-        tail = _row(*_sub(data, fields, range(n, len(fields))))
+        head = _row(*_sub(data, fields, range(n)), avro, None)
+        tail = _row(*_sub(data, fields, range(n, len(fields))), avro, sid)
     elif kind == "RangeKeyScanStateEncoderSpec":
         ordinals = [int(i) for i in spec["orderingOrdinals"]]
-        blob = _range_blob(data, fields, ordinals)
-        head = _row(
-            pa.StructArray.from_arrays([blob.cast(pa.binary())], names=["range"]),
-            [{"name": "range", "type": "binary", "nullable": True, "metadata": {}}],
-        )
+        if avro:
+            head = concat_binary(VERSION, _avro_range_blob(data, fields, ordinals))
+        else:
+            blob = _range_blob(data, fields, ordinals)
+            head = _row(
+                pa.StructArray.from_arrays([blob.cast(pa.binary())], names=["range"]),
+                [{"name": "range", "type": "binary", "nullable": True, "metadata": {}}],
+            )
         rest = [i for i in range(len(fields)) if i not in ordinals]
-        tail = _row(*_sub(data, fields, rest))
+        tail = _row(*_sub(data, fields, rest), avro, sid)
     else:
         raise UnsupportedError(f"key encoder {kind} is not supported yet")
     lengths = pc.binary_length(head).to_numpy(zero_copy_only=False)
     return concat_binary(_le32(lengths), head, tail)
 
 
-def _dummy(n: int, family: ColumnFamilySchema) -> pa.LargeBinaryArray:
+def _dummy(n: int, family: ColumnFamilySchema, avro: bool) -> pa.LargeBinaryArray:
     fields = _fields(family.value_schema)
-    return _row(_struct([pa.nulls(n)], fields), fields)
+    return _row(_struct([pa.nulls(n)], fields), fields, avro, family.value_schema_id)
 
 
 def _merge_lists(
@@ -172,6 +201,7 @@ def encode_operator_partition(
     cf_ids: dict[str, int],
     time_mode: str,
     merge_delimiter: bytes,
+    avro: bool = False,
 ) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
     """All RocksDB entries (keys with their 2-byte family id) of one partition.
 
@@ -199,27 +229,28 @@ def encode_operator_partition(
                 fields = _fields(fam.key_schema)
                 cols = {"key": key, "expiryTimestampMs": ts}
                 data = _struct([cols[f["name"]] for f in fields], fields)
-                put(fam.name, encode_key(data, fam), _dummy(len(table), fam))
+                put(fam.name, encode_key(data, fam, avro), _dummy(len(table), fam, avro))
             continue
         fam = by_name[name]
+        vid = fam.value_schema_id
         key = table.column("key").combine_chunks()
         value_fields = _fields(fam.value_schema)
         if kind == "MapState":
             fields = _fields(fam.key_schema)
             data = _struct([key, table.column("user_map_key").combine_chunks()], fields)
-            values = _row(table.column("user_map_value").combine_chunks(), value_fields)
-            put(name, encode_key(data, fam), values)
+            values = _row(table.column("user_map_value").combine_chunks(), value_fields, avro, vid)
+            put(name, encode_key(data, fam, avro), values)
         elif kind == "ListState":
-            enc_keys = encode_key(key, fam)
-            elements = _row(table.column("list_element").combine_chunks(), value_fields)
+            enc_keys = encode_key(key, fam, avro)
+            elements = _row(table.column("list_element").combine_chunks(), value_fields, avro, vid)
             keys, merged, counts = _merge_lists(enc_keys, elements, merge_delimiter)
             put(name, keys, merged)
             list_counts[name] = (keys, counts)
         elif kind == "ValueState":
             put(
                 name,
-                encode_key(key, fam),
-                _row(table.column("value").combine_chunks(), value_fields),
+                encode_key(key, fam, avro),
+                _row(table.column("value").combine_chunks(), value_fields, avro, vid),
             )
         else:
             raise UnsupportedError(f"state variable {name!r} of kind {kind} cannot be restored yet")
@@ -229,7 +260,7 @@ def encode_operator_partition(
             keys, counts = list_counts.get(var, (pa.array([], pa.large_binary()), np.zeros(0)))
             fields = _fields(fam.value_schema)
             count = _struct([pa.array(counts, pa.int64())], fields)
-            put(fam.name, keys, _row(count, fields))
+            put(fam.name, keys, _row(count, fields, avro, fam.value_schema_id))
         elif fam.name.startswith("$") and not any(fam.name.endswith(s) for s in TIMER_SUFFIXES):
             raise UnsupportedError(
                 f"internal column family {fam.name!r} (TTL state) cannot be restored yet"

@@ -27,6 +27,7 @@ from tests.conftest import FIXTURES
         "tws-rocksdb-changelog",
         "tws-mergev1-rocksdb",
         "tws-mergev1-rocksdb-changelog",
+        "tws-avro-rocksdb",
     ],
 )
 def test_encoded_entries_equal_the_ones_spark_wrote(tmp_path, name):
@@ -50,6 +51,7 @@ def test_encoded_entries_equal_the_ones_spark_wrote(tmp_path, name):
             raw.cf_ids,
             state.properties["timeMode"],
             enc.merge_delimiter,
+            enc.avro,
         )
         ours = sorted(zip(keys.to_pylist(), values.to_pylist(), strict=True))
         spark = sorted(zip(raw.keys.to_pylist(), raw.values.to_pylist(), strict=True))
