@@ -510,9 +510,15 @@ def _write_empty_operator(
     )
 
 
-def _offset_text(offsets: dict[str, str | None], meta: dict[str, Any]) -> str:
-    lines = ["v1", json.dumps(meta, separators=(",", ":"))]
-    lines += ["-" if offsets[k] is None else str(offsets[k]) for k in sorted(offsets, key=int)]
+def _offset_text(offsets: dict[str, str | None], meta: dict[str, Any], version: int) -> str:
+    """``offsets/N``: v1 lists offsets in source order; v2 (named sources, Spark 4.3's
+    ``queryEvolution.enableSourceEvolution``) as ``name:offset`` lines."""
+    lines = [f"v{version}", json.dumps(meta, separators=(",", ":"))]
+    if version == 1:
+        keys = sorted(offsets, key=int)
+        lines += ["-" if offsets[k] is None else str(offsets[k]) for k in keys]
+    else:
+        lines += [f"{k}:{'-' if v is None else v}" for k, v in offsets.items()]
     return "\n".join(lines)
 
 
@@ -583,9 +589,9 @@ def restore(
     scheme, sep, _ = target.partition("://")
     plan.scheme = scheme if sep else ""
     m = sp.metadata
-    if m.offset_log_version != 1:
+    if m.offset_log_version not in (1, 2):
         raise UnsupportedError(
-            "restoring a savepoint of an offset log v2 query is not supported yet"
+            f"restoring offset log v{m.offset_log_version} is not supported", sp.url()
         )
     codec = normalize_codec(m.pinned_confs.get(CODEC_CONF, "lz4"))
     by_uid = {op.uid: op for op in m.operators}
@@ -604,6 +610,7 @@ def restore(
         "batchWatermarkMs": m.batch_watermark_ms,
         "batchTimestampMs": m.batch_timestamp_ms,
         "conf": confs,
+        **m.offset_metadata_extra,  # e.g. v2's sourceMetadataInfo
     }
     io.write_atomic(
         posixpath.join(root, "metadata"),
@@ -613,9 +620,12 @@ def restore(
     if b > 0:
         io.write_atomic(
             posixpath.join(root, "offsets", str(b - 1)),
-            _offset_text(m.previous_offsets or m.offsets, meta).encode(),
+            _offset_text(m.previous_offsets or m.offsets, meta, m.offset_log_version).encode(),
         )
-    io.write_atomic(posixpath.join(root, "offsets", str(b)), _offset_text(m.offsets, meta).encode())
+    io.write_atomic(
+        posixpath.join(root, "offsets", str(b)),
+        _offset_text(m.offsets, meta, m.offset_log_version).encode(),
+    )
     commit: dict[str, Any] = {"nextBatchWatermarkMs": m.next_batch_watermark_ms}
     if plan.checkpoint_format == 2:
         commit["stateUniqueIds"] = {str(k): v for k, v in sorted(plan.unique_ids.items())}

@@ -102,13 +102,14 @@ def build(spark, case, d):
     import pyspark.sql.functions as F
 
     def src():
+        reader = spark.readStream.name("events") if case.endswith("-named") else spark.readStream
         return (
-            spark.readStream.schema("id long, k string, v long, ts timestamp")
+            reader.schema("id long, k string, v long, ts timestamp")
             .option("maxFilesPerTrigger", 1)
             .json(str(d))
         )
 
-    if case == "agg":
+    if case in ("agg", "agg-named"):
         return src().groupBy("k").agg(
             F.count("*").alias("n"), F.sum("v").alias("s"), F.avg("v").alias("a")
         ), "update"
@@ -299,6 +300,30 @@ def test_checkpoint_format_v2_query_restores_and_continues(spark, tmp_path):
     restored = Checkpoint.open(str(tmp_path / "ck2"))
     last = restored.latest_committed_batch
     assert last > meta.batch_id and restored.num_partitions(last) == 3
+
+
+@pytest.mark.spark
+def test_offset_log_v2_query_restores_and_continues(spark, tmp_path):
+    """Named sources (``queryEvolution.enableSourceEvolution``) write offset log v2 with
+    ``name:offset`` lines and ``sources/<name>``; a restore keeps both and the query continues."""
+    named = {"spark.sql.streaming.queryEvolution.enableSourceEvolution": "true"}
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    first = run(spark, "agg-named", d, tmp_path / "ck1", "hdfs", named)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    assert meta.offset_log_version == 2 and list(meta.offsets) == ["events"]
+    plan = restore(sp_url, str(tmp_path / "ck2"), backend="rocksdb", partitions=3)
+    assert not plan.problems
+    restored = (tmp_path / "ck2" / "offsets" / str(meta.batch_id)).read_text().splitlines()
+    assert restored[0] == "v2" and restored[2].startswith("events:")
+    write_input(d, 3, 2)
+    continued = run(spark, "agg-named", d, tmp_path / "ck2", confs=named)
+    full = run(spark, "agg-named", d, tmp_path / "ck3", "hdfs", named)
+    split = sorted(
+        (r for part in (first, continued) for rows in part.values() for r in rows), key=repr
+    )
+    assert split == sorted((r for rows in full.values() for r in rows), key=repr)
+    assert all(b > meta.batch_id for b in continued) and any(continued.values())
 
 
 def test_restore_every_fixture_reads_back(tmp_path):
