@@ -168,12 +168,17 @@ def plan_query(
             spark.conf.set(k, v)
         df = build_dataframe(func, spark)
         with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
+            # What MicroBatchExecution writes before it plans batch 0; transformWithState's
+            # schema validation checks that the batch is in the offset log.
+            with open(os.path.join(tmp, "metadata"), "w") as f:
+                f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
+            os.makedirs(os.path.join(tmp, "offsets"))
+            with open(os.path.join(tmp, "offsets", "0"), "w") as f:
+                f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
             ie = _incremental_execution(
                 spark, df._jdf.logicalPlan(), output_mode, os.path.join(tmp, "state"), confs
             )
             ie.executedPlan()  # planning writes state/<op>/_metadata and schema files
-            with open(os.path.join(tmp, "metadata"), "w") as f:
-                f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
             ckpt = Checkpoint.open(tmp)
             ids = sorted(
                 int(f.name)

@@ -271,10 +271,10 @@ def plan_restore(
         for op_id, qop in sorted(plan.query_operators.items()):
             if op_id not in ids:
                 plan.started_empty[op_id] = qop.name
-                if qop.uses_column_families:
+                if qop.uses_column_families and (chosen != ROCKSDB or rocksdb_layout != "snapshot"):
                     plan.problems.append(
-                        f"operator {op_id} ({qop.name}) has no state in the savepoint; starting "
-                        "a transformWithState operator empty is not supported yet"
+                        f"operator {op_id} ({qop.name}, transformWithState) starts empty only "
+                        "on RocksDB snapshots (--backend rocksdb, no --changelog)"
                     )
     if m.savepoint_type == "native":
         plan.problems.append(
@@ -404,19 +404,36 @@ def _hadoop_url(io: FileIO, path: str, scheme: str) -> str:
 def _write_cf_operator(
     sp: Savepoint, op: OperatorState, new_id: int, plan: RestorePlan, io: FileIO, root: str
 ) -> dict[str, int]:
-    """transformWithState: every column family in one RocksDB snapshot per partition, the
-    schema file (v3, verbatim from the savepoint) and operator metadata v2 pointing at it."""
+    """transformWithState from the savepoint: its tables and its column families verbatim."""
     families = [ColumnFamilySchema(**cf) for cf in op.column_families or []]
+    data = {t.name: sp.read_table(t) for t in op.tables}
+    kinds = {t.name: t.kind for t in op.tables}
+    _write_cf_state(sp, new_id, op.name, op.properties, families, data, kinds, plan, io, root)
+    return {name: t.num_rows for name, t in data.items()}
+
+
+def _write_cf_state(
+    sp: Savepoint,
+    new_id: int,
+    name: str,
+    properties: dict[str, Any],
+    families: list[ColumnFamilySchema],
+    data: dict[str, pa.Table],
+    kinds: dict[str, str],
+    plan: RestorePlan,
+    io: FileIO,
+    root: str,
+) -> None:
+    """Every column family in one RocksDB snapshot per partition, the schema file (v3) and
+    operator metadata v2 pointing at it."""
     cf_ids = assign_cf_ids(families)
-    internal = np.array(sorted(i for name, i in cf_ids.items() if name.startswith("$")))
+    internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
     confs = sp.metadata.pinned_confs
     delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    data = {t.name: sp.read_table(t) for t in op.tables}
     pids = {
         name: partition_ids(t.column("key").combine_chunks(), plan.partitions)
         for name, t in data.items()
     }
-    kinds = {t.name: t.kind for t in op.tables}
     version = plan.batch + 1
     for p in range(plan.partitions):
         tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
@@ -425,7 +442,7 @@ def _write_cf_operator(
             kinds,
             families,
             cf_ids,
-            op.properties.get("timeMode", ""),
+            properties.get("timeMode", ""),
             delimiter,
             avro=confs.get(ENCODING_CONF) == "avro",
         )
@@ -447,7 +464,7 @@ def _write_cf_operator(
     )
     io.write_atomic(schema_path, write_schema_file_v3(families))
     meta = {
-        "operatorInfo": {"operatorId": new_id, "operatorName": op.name},
+        "operatorInfo": {"operatorId": new_id, "operatorName": name},
         "stateStoreInfo": [
             {
                 "storeName": "default",
@@ -456,13 +473,12 @@ def _write_cf_operator(
                 "stateSchemaFilePaths": [_hadoop_url(io, schema_path, plan.scheme)],
             }
         ],
-        "operatorPropertiesJson": json.dumps(op.properties, separators=(",", ":")),
+        "operatorPropertiesJson": json.dumps(properties, separators=(",", ":")),
     }
     io.write_atomic(
         posixpath.join(root, "state", str(new_id), "_metadata", "v2", str(plan.batch)),
         ("v2\n" + json.dumps(meta, separators=(",", ":"))).encode(),
     )
-    return {name: t.num_rows for name, t in data.items()}
 
 
 def _write_operator_metadata(
@@ -479,9 +495,27 @@ def _write_operator_metadata(
 
 
 def _write_empty_operator(
-    op: Operator, plan: RestorePlan, io: FileIO, root: str, codec: str
+    sp: Savepoint, op: Operator, plan: RestorePlan, io: FileIO, root: str, codec: str
 ) -> None:
-    """A new operator of the changed query: valid empty state at the version Spark loads."""
+    """A new operator of the changed query: valid empty state at the version Spark loads,
+    with the metadata and schemas Spark's planning of the query wrote."""
+    if op.uses_column_families:
+        families = [
+            ColumnFamilySchema(
+                d.name,
+                d.key_schema,
+                d.value_schema,
+                d.key_schema_id,
+                d.value_schema_id,
+                d.key_encoder_spec,
+                d.user_key_schema,
+            )
+            for d in op.schemas
+        ]
+        _write_cf_state(
+            sp, op.operator_id, op.name, op.properties, families, {}, {}, plan, io, root
+        )
+        return
     writer = _store_writer(plan, codec)
     empty = pa.array([], pa.large_binary())
     for desc in op.schemas:
@@ -598,7 +632,7 @@ def restore(
     for uid, new_id in plan.restored.items():
         _write_operator(sp, by_uid[uid], new_id, plan, io, root, codec)
     for op_id in plan.started_empty:
-        _write_empty_operator(plan.query_operators[op_id], plan, io, root, codec)
+        _write_empty_operator(sp, plan.query_operators[op_id], plan, io, root, codec)
     _write_source_logs(io, root, m.source_logs)
     confs = dict(m.pinned_confs)
     confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]

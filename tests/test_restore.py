@@ -481,7 +481,9 @@ def test_spark_offline_repartition_runs_on_a_migrated_checkpoint(spark, tmp_path
 
 
 CHANGED_QUERIES = '''
+import pandas as pd
 import pyspark.sql.functions as F
+from pyspark.sql.streaming import StatefulProcessor
 
 INPUT = {input!r}
 
@@ -507,10 +509,100 @@ def after(spark):
     )
 
 
+def dedup_only(spark):
+    return src(spark).dropDuplicates(["id", "k"])
+
+
+class Counter(StatefulProcessor):
+    def init(self, handle):
+        self.cnt = handle.getValueState("cnt", "c long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = sum(len(pdf) for pdf in rows)
+        c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+        self.cnt.update((c,))
+        yield pd.DataFrame({{"k": [key[0]], "c": [c]}})
+
+    def close(self):
+        pass
+
+
+def with_tws(spark):
+    """A transformWithState operator added after the dedupe: it becomes operator 0 and starts
+    empty; the dedupe moves to operator 1."""
+    return (
+        src(spark)
+        .dropDuplicates(["id", "k"])
+        .groupBy("k")
+        .transformWithStateInPandas(
+            Counter(), outputStructType="k string, c long", outputMode="Update", timeMode="None"
+        )
+    )
+
+
 def retyped(spark):
     """The (id, k) dedupe with k cast to an int: its key schema is incompatible."""
     return src(spark).select("id", F.length("k").alias("k")).dropDuplicates(["id", "k"])
 '''
+
+
+@pytest.mark.spark
+def test_changed_query_adds_a_transform_with_state_operator(spark, tmp_path):
+    """A new transformWithState operator with no state in the savepoint starts empty (RocksDB
+    snapshot with no entries, its schema file and metadata v2 from planning)."""
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "queries_tws.py"
+    queries.write_text(CHANGED_QUERIES.format(input=str(d)))
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+
+    def start(func, ckpt, mode, confs=None):
+        out: list = []
+        for k, v in (confs or {}).items():
+            spark.conf.set(k, v)
+        try:
+            (
+                load_query_function(f"{queries}:{func}")(spark)
+                .writeStream.foreachBatch(lambda df, _: out.extend(tuple(r) for r in df.collect()))
+                .outputMode(mode)
+                .option("checkpointLocation", str(ckpt))
+                .trigger(availableNow=True)
+                .start()
+                .awaitTermination()
+            )
+        finally:
+            for k in confs or {}:
+                spark.conf.unset(k)
+        return out
+
+    start("dedup_only", tmp_path / "ck1", "append", rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:with_tws",
+        output_mode="update",
+        spark=spark,
+    )
+    assert not plan.problems, plan.problems
+    assert plan.restored == {meta.operators[0].uid: 1}
+    assert plan.started_empty == {0: "transformWithStateInPandasExec"}
+    ck2 = Checkpoint.open(str(tmp_path / "ck2"))
+    assert [s.name for s in ck2.operator(0, meta.batch_id).schemas] == ["cnt"]
+
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    out = start("with_tws", tmp_path / "ck2", "update")
+    # The counter counts, per k, the (id, k) pairs the restored dedupe lets through.
+    seen = _pairs(d, range(3))
+    fresh: dict[str, int] = {}
+    for b in (3, 4):
+        for _, k in _pairs(d, [b]) - seen:
+            fresh[k] = fresh.get(k, 0) + 1
+        seen |= _pairs(d, [b])
+    assert {k: c for k, c in out if c == max(c2 for k2, c2 in out if k2 == k)} == fresh
 
 
 def _pairs(d, batches):
