@@ -59,7 +59,13 @@ from statectl.savepoints.format import (
 from statectl.savepoints.store import Savepoint
 from statectl.schema_compat import difference
 from statectl.state import read_le_int
-from statectl.tws_encode import VERSION, assign_cf_ids, concat_binary, encode_operator_partition
+from statectl.tws_encode import (
+    VERSION,
+    assign_cf_ids,
+    concat_binary,
+    encode_operator_partition,
+    unsupported_families,
+)
 
 FILE_SOURCE_COMPACT_INTERVAL = 10
 
@@ -295,6 +301,10 @@ def plan_restore(
             plan.problems.append(
                 f"{what}: restores only to RocksDB snapshots (--backend rocksdb, no --changelog); "
                 "Spark runs transformWithState on RocksDB only"
+            )
+        elif bad := unsupported_families(cf["name"] for cf in op.column_families):
+            plan.problems.append(
+                f"{what}: column families {', '.join(bad)} (state TTL) cannot be restored yet"
             )
     return plan
 

@@ -261,7 +261,7 @@ def encode_operator_partition(
             fields = _fields(fam.value_schema)
             count = _struct([pa.array(counts, pa.int64())], fields)
             put(fam.name, keys, _row(count, fields, avro, fam.value_schema_id))
-        elif fam.name.startswith("$") and not any(fam.name.endswith(s) for s in TIMER_SUFFIXES):
+        elif unsupported_families([fam.name]):
             raise UnsupportedError(
                 f"internal column family {fam.name!r} (TTL state) cannot be restored yet"
             )
@@ -272,6 +272,17 @@ def encode_operator_partition(
         pa.concat_arrays([k.cast(pa.large_binary()) for k in out_keys]),
         pa.concat_arrays([v.cast(pa.large_binary()) for v in out_values]),
     )
+
+
+def unsupported_families(names: Iterable[str]) -> list[str]:
+    """Internal column families this encoder cannot rebuild (TTL indexes and others)."""
+    return [
+        n
+        for n in names
+        if n.startswith("$")
+        and not n.startswith(ROW_COUNTER)
+        and not any(n.endswith(s) for s in TIMER_SUFFIXES)
+    ]
 
 
 def assign_cf_ids(families: list[ColumnFamilySchema]) -> dict[str, Any]:
