@@ -246,6 +246,8 @@ def plan_restore(
             target_id = mapping[op.uid]
         elif query is not None:
             target_id = by_fingerprint.get(sp_fingerprints[op.operator_id])
+        elif op.operator_id in mapping.values():
+            target_id = None  # its old id now belongs to a --map'ed uid: no operator left
         else:
             target_id = op.operator_id
         if target_id is None:

@@ -426,6 +426,16 @@ def test_cli_restore_dry_run_and_map(tmp_path):
     assert not (tmp_path / "new").exists()
     proc = cli("restore", "-s", url, str(tmp_path / "new"), "--map", "nope=3", "--json")
     assert proc.returncode == 2 and json.loads(proc.stdout)["problems"]
+    # The dedupe moves to operator 0 (the count was removed): without -n the count's state has
+    # no operator left and the restore fails; with -n it is dropped.
+    proc = cli("restore", "-s", url, str(tmp_path / "new"), "--map", "dedup=0", "--json")
+    assert proc.returncode == 2 and "counts" in json.loads(proc.stdout)["problems"][0]
+    proc = cli("restore", "-s", url, str(tmp_path / "m"), "--map", "dedup=0", "-n", "--json")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["restored"] == {"dedup": 0} and info["dropped"] == ["counts"]
+    proc = cli("restore", "-s", url, str(tmp_path / "m2"), "--map", "dedup=0", "-n")
+    assert proc.returncode == 0 and "the state of uid counts is not restored (-n)" in proc.stderr
     proc = cli("restore", "-s", url, str(tmp_path / "new"), "--drop", "dedup", "--json")
     assert proc.returncode == 2 and "-n" in json.loads(proc.stdout)["problems"][0]
     proc = cli("restore", "-s", url, str(tmp_path / "new"), "--drop", "dedup", "-n", "--json")
