@@ -19,7 +19,7 @@ from statectl.errors import StatectlError
 from statectl.query_plan import load_query_function
 from statectl.restore import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
-from statectl.savepoints.store import Savepoint
+from statectl.savepoints.store import Savepoint, table_selection
 from statectl.state import Selection, read_state
 from tests.conftest import FIXTURES, arrow_rows, normalize, spark_rows
 
@@ -359,14 +359,7 @@ def test_restore_every_fixture_reads_back(tmp_path):
             assert dst.latest_committed_batch == src.latest_committed_batch
             for op in meta.operators:
                 for table in op.tables:
-                    if op.column_families:
-                        sel = Selection(
-                            op.operator_id,
-                            state_var=None if table.kind == "timers" else table.name,
-                            registered_timers=table.kind == "timers",
-                        )
-                    else:
-                        sel = Selection(op.operator_id, store=table.name)
+                    sel = table_selection(op.operator_id, table)
                     a = read_state(dst, sel)
                     b = read_state(src, sel)
                     assert arrow_rows(a.drop_columns(["partition_id"])) == arrow_rows(

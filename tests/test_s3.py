@@ -126,6 +126,7 @@ def test_restore_from_and_to_s3(bucket, tmp_path, name, backend):
     """A savepoint on S3 restores to a checkpoint on S3 that reads back like a local one."""
     from statectl.restore import restore
     from statectl.savepoints.create import take_savepoint
+    from statectl.savepoints.store import table_selection
 
     url, meta = take_savepoint(str(FIXTURES / name), "s3://statectl-test/sp-restore")
     target = f"s3://statectl-test/restored/{name}-{backend}"
@@ -136,14 +137,7 @@ def test_restore_from_and_to_s3(bucket, tmp_path, name, backend):
     assert dst.backend(dst.latest_committed_batch) == backend
     for op in meta.operators:
         for t in op.tables:
-            if op.column_families:
-                sel = Selection(
-                    op.operator_id,
-                    state_var=None if t.kind == "timers" else t.name,
-                    registered_timers=t.kind == "timers",
-                )
-            else:
-                sel = Selection(op.operator_id, store=t.name)
+            sel = table_selection(op.operator_id, t)
             a = read_state(dst, sel).drop_columns(["partition_id"])
             b = read_state(src, sel).drop_columns(["partition_id"])
             assert arrow_rows(a) == arrow_rows(b)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pyarrow as pa
+
+from statectl.errors import MissingFileError
+
+F = TypeVar("F")
 
 
 @dataclass
@@ -28,3 +35,22 @@ class RawState:
 def empty_raw_state() -> RawState:
     empty = pa.array([], type=pa.large_binary())
     return RawState(empty, empty)
+
+
+def version_chain(
+    snapshots: Mapping[int, F], increments: Mapping[int, F], version: int, store_dir: str, ext: str
+) -> tuple[F | None, list[F]]:
+    """The newest snapshot at or below ``version`` and the increments (deltas or changelogs)
+    after it up to ``version``, the way both providers load a version."""
+    base = max((v for v in snapshots if v <= version), default=0)
+    chain = []
+    for v in range(base + 1, version + 1):
+        if v not in increments:
+            raise MissingFileError(
+                f"state version {version} needs {v}.{ext}, which is missing "
+                f"(newest usable snapshot: {base or 'none'})",
+                posixpath.join(store_dir, f"{v}.{ext}"),
+                "the checkpoint is incomplete; pick an older --batch",
+            )
+        chain.append(increments[v])
+    return snapshots.get(base), chain

@@ -6,12 +6,9 @@ Version V is the newest snapshot at or below V plus every later delta up to V, a
 
 from __future__ import annotations
 
-import posixpath
-
-from statectl.backends import RawState, empty_raw_state
+from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import last_writer_wins, parse_state_records
-from statectl.errors import MissingFileError
 from statectl.io import FileIO
 
 
@@ -38,18 +35,8 @@ def files_for_version(io: FileIO, store_dir: str, version: int) -> list[str]:
     if version == 0:
         return []
     snapshots, deltas = list_versions(io, store_dir)
-    base = max((v for v in snapshots if v <= version), default=0)
-    files = [snapshots[base]] if base else []
-    for v in range(base + 1, version + 1):
-        if v not in deltas:
-            raise MissingFileError(
-                f"state version {version} needs {v}.delta, which is missing "
-                f"(newest usable snapshot: {base or 'none'})",
-                posixpath.join(store_dir, f"{v}.delta"),
-                "the checkpoint is incomplete; pick an older --batch",
-            )
-        files.append(deltas[v])
-    return files
+    snapshot, chain = version_chain(snapshots, deltas, version, store_dir, "delta")
+    return ([snapshot] if snapshot else []) + chain
 
 
 def read_hdfs_store(io: FileIO, store_dir: str, version: int, codec: str) -> RawState:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from statectl.backends import RawState, empty_raw_state
+from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
 from statectl.errors import CorruptFileError, MissingFileError
@@ -138,18 +138,7 @@ def chain_v1(
 ) -> tuple[VersionFile | None, list[VersionFile]]:
     zips = {f.version: f for f in files if f.kind == "zip" and f.unique_id is None}
     logs = {f.version: f for f in files if f.kind == "changelog" and f.unique_id is None}
-    base = max((v for v in zips if v <= version), default=0)
-    chain = []
-    for v in range(base + 1, version + 1):
-        if v not in logs:
-            raise MissingFileError(
-                f"state version {version} needs {v}.changelog, which is missing "
-                f"(newest usable snapshot: {base or 'none'})",
-                posixpath.join(store_dir, f"{v}.changelog"),
-                "the checkpoint is incomplete; pick an older --batch",
-            )
-        chain.append(logs[v])
-    return zips.get(base), chain
+    return version_chain(zips, logs, version, store_dir, "changelog")
 
 
 def chain_v2(

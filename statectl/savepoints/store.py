@@ -123,6 +123,16 @@ class Savepoint:
         return self.read_table(by_name[name])
 
 
+def table_selection(operator_id: int, table: StateTable) -> Selection:
+    """The ``statestore`` selection that reads ``table`` from a checkpoint (the inverse of
+    what a savepoint stores per selection)."""
+    if table.kind == "timers":
+        return Selection(operator_id, registered_timers=True)
+    if table.kind in ("store", "join-store"):
+        return Selection(operator_id, store=table.name)
+    return Selection(operator_id, state_var=table.name)
+
+
 def is_savepoint_dir(io: FileIO, path: str) -> bool:
     return io.exists(posixpath.join(path, METADATA_FILE)) and not io.is_dir(
         posixpath.join(path, METADATA_FILE)
