@@ -390,35 +390,24 @@ def migrate(
 
 
 def main() -> None:
-    from statectl.errors import StatectlError
+    """Run the CLI: usage errors are Typer's (exit 2); every failure is one line, exit 2.
+
+    Typer runs in standalone mode, so it prints usage errors itself and exits with code 2
+    (typer vendors its own click: importing ``click`` here would fail without it installed).
+    """
+    from statectl.errors import describe_failure
 
     try:
-        rc = app(standalone_mode=False)
-        # Without standalone mode click returns, not raises, the code of typer.Exit.
-        if isinstance(rc, int) and rc:
-            sys.exit(rc)
-    except StatectlError as e:
-        if _state["debug"]:
+        app(prog_name="statectl")
+    except KeyboardInterrupt:
+        sys.stderr.write("statectl: interrupted\n")
+        sys.exit(130)
+    except Exception as e:
+        if _state["debug"] or os.environ.get("STATECTL_DEBUG") == "1":
             raise
-        sys.stderr.write(f"statectl: error: {e}\n")
-        sys.exit(2)
-    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
-        if _state["debug"]:
-            raise
-        sys.stderr.write(f"statectl: error: {e.filename or ''}: {e.strerror or e}\n")
-        sys.exit(2)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        sys.stderr.write("Aborted.\n")
-        sys.exit(1)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(2)
-        raise
+        message, code = describe_failure(e)
+        sys.stderr.write(f"statectl: {message}\n")
+        sys.exit(code)
 
 
 if __name__ == "__main__":

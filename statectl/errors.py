@@ -33,3 +33,69 @@ class MissingFileError(StatectlError):
 
 class UnsupportedError(StatectlError):
     """A format version, codec or type that statectl does not support (yet)."""
+
+
+# Exceptions of libraries statectl drives, recognised by module so that none of them has to be
+# imported (or installed) to classify a failure.
+_STORAGE_MODULES = ("botocore", "aiobotocore", "s3fs", "aiohttp", "gcsfs", "adlfs", "pyarrow.fs")
+_SPARK_MODULES = ("pyspark", "py4j")
+
+
+def _module_of(exc: BaseException) -> str:
+    return type(exc).__module__ or ""
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def describe_failure(exc: BaseException) -> tuple[str, int]:
+    """The one line the CLI prints for a failure, and its exit code.
+
+    Exit 2: bad input, storage, or Spark errors (something the user can act on). Exit 3: a bug in
+    statectl (an exception nobody anticipated): still one line, with the way to get the traceback.
+    """
+    if isinstance(exc, StatectlError):
+        return f"error: {exc}", 2
+    module = _module_of(exc)
+    chain = [exc, *(_causes(exc))]
+    if any(_module_of(e).startswith(_STORAGE_MODULES) for e in chain):
+        return f"error: storage: {_storage_message(exc)}", 2
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        return f"error: {where}{exc.strerror or _first_line(str(exc)) or type(exc).__name__}", 2
+    if module.startswith(_SPARK_MODULES):
+        return f"error: Spark: {_first_line(str(exc)) or type(exc).__name__}", 2
+    if isinstance(exc, MemoryError):
+        return "error: out of memory (try a machine with more memory, or fewer workers)", 2
+    detail = _first_line(str(exc))
+    return (
+        f"internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
+        "(a bug in statectl; rerun with --debug for the traceback and report it)",
+        3,
+    )
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    seen = {id(exc)}
+    cur = exc.__cause__ or exc.__context__
+    while cur is not None and id(cur) not in seen and len(out) < 10:
+        out.append(cur)
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _storage_message(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = _first_line(str(exc))
+    if name == "NoCredentialsError":
+        return (
+            "no credentials found; pass --storage-option key=... --storage-option secret=..., "
+            "set them in statectl.toml [storage], or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        )
+    if name in ("EndpointConnectionError", "ClientConnectorError", "ConnectTimeoutError"):
+        return f"cannot reach the storage endpoint ({text}); check endpoint_url"
+    return text or name

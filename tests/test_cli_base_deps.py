@@ -1,0 +1,86 @@
+"""The CLI with only the base dependencies installed, as a user's fresh ``pip install statectl``.
+
+The test extras pull in packages (click through moto, pandas, pyspark) that a user does not
+have; an import of one of them in the CLI once turned every usage error into a traceback while
+the suite stayed green. This test builds a venv from pyproject.toml's base dependencies alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def base_venv(tmp_path_factory) -> Path:
+    where = tmp_path_factory.mktemp("base-venv")
+    venv.EnvBuilder(with_pip=True, clear=True).create(where)
+    python = where / "bin" / "python"
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return where
+
+
+def _run(venv_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STATECTL"))}
+    return subprocess.run(
+        [str(venv_dir / "bin" / "statectl"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=venv_dir,  # not the repository: nothing from the work tree may be imported
+    )
+
+
+def test_the_venv_has_no_test_extras(base_venv):
+    for module in ("click", "pyspark", "pandas", "moto"):
+        proc = subprocess.run(
+            [str(base_venv / "bin" / "python"), "-c", f"import {module}"], capture_output=True
+        )
+        assert proc.returncode != 0, f"{module} is installed in the base venv"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((), "Usage: statectl"),
+        (("nosuchcommand",), "No such command"),
+        (("inspect",), "Missing argument"),
+        (("inspect", "--nosuchflag", "x"), "No such option"),
+        (("export", str(FIXTURES / "agg-hdfs"), "-o", "x.parquet", "--batch", "abc"), "--batch"),
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(base_venv, args, needle):
+    proc = _run(base_venv, *args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert needle in proc.stderr + proc.stdout
+
+
+def test_help_and_a_real_command_work(base_venv):
+    assert _run(base_venv, "--help").returncode == 0
+    proc = _run(base_venv, "inspect", str(FIXTURES / "agg-hdfs"))
+    assert proc.returncode == 0, proc.stderr
+    assert "stateStoreSave" in proc.stdout
+
+
+def test_bad_input_is_one_line_exit_2(base_venv, tmp_path):
+    proc = _run(base_venv, "inspect", str(tmp_path / "nope"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("statectl: error: ")
+    assert len(proc.stderr.strip().splitlines()) == 1
