@@ -382,11 +382,18 @@ def take_savepoint(
         sp = Savepoint(src_io, src_root)
         if sp.metadata.savepoint_type != "native":
             raise StatectlError("is already a canonical savepoint", src_root)
+        sp.verify_native()
         uids = {op.operator_id: op.uid for op in sp.metadata.operators} | dict(uids or {})
         batch = sp.metadata.batch_id
         src_root = posixpath.join(src_root, EMBEDDED)
     ckpt = Checkpoint(src_io, src_root)
     out_io, parent = FileIO.for_url(resolve_target(target))
+    if out_io.is_within(parent, src_io, src_root):
+        raise StatectlError(
+            f"the savepoint target {out_io.url(parent)} is inside the checkpoint it saves; "
+            "choose a directory outside it",
+            src_root,
+        )
     last_error: StatectlError | None = None
     for _ in range(RETRIES):
         fresh = Checkpoint(ckpt.io, ckpt.root)  # re-list the logs: the query may have moved on
