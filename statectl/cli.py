@@ -405,9 +405,11 @@ def main() -> None:
     (typer vendors its own click: importing ``click`` here would fail without it installed).
     """
     from statectl.errors import describe_failure
+    from statectl.processes import exit_on_termination
 
     try:
-        app(prog_name="statectl")
+        with exit_on_termination():
+            app(prog_name="statectl")
     except KeyboardInterrupt:
         sys.stderr.write("statectl: interrupted\n")
         sys.exit(130)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -226,3 +228,75 @@ def test_dispose_refuses_symlinks_dot_forms_and_the_current_directory(canonical,
     proc = run_cli("dispose", str(canonical), "--yes")
     assert proc.returncode == 0, proc.stderr
     assert not canonical.exists() and link.is_symlink()
+
+
+# -- interrupted savepoints: workers die with the parent, SIGTERM cleans up ------------------
+
+SLOW_SAVEPOINT = """
+import os, sys, time
+import statectl.savepoints.create as c
+orig = c._write_table
+def slow(*a, **k):
+    open(os.path.join({pids!r}, str(os.getpid())), "w").close()
+    time.sleep(60)
+    return orig(*a, **k)
+c._write_table = slow
+sys.argv = ["statectl", "savepoint", {ckpt!r}, {target!r}]
+from statectl.cli import main
+main()
+"""
+
+
+def _start_slow_savepoint(tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
+    pids, target = tmp_path / "pids", tmp_path / "sp"
+    pids.mkdir()
+    code = SLOW_SAVEPOINT.format(
+        pids=str(pids), ckpt=str(FIXTURES / "join-hdfs"), target=str(target)
+    )
+    env = {**os.environ, "STATECTL_WORKERS": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2:
+        assert time.monotonic() < deadline, "workers never started"
+        time.sleep(0.1)
+    return proc, pids, target
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead
+        return f.read().split()[2] != "Z"
+
+
+def _wait_dead(pids: list[int], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_workers_die_with_a_killed_parent(tmp_path):
+    proc, pids, _ = _start_slow_savepoint(tmp_path)
+    workers = [int(p.name) for p in pids.iterdir()]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert _wait_dead(workers), "worker processes outlived their killed parent"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_ctrl_c_remove_the_partial_savepoint(tmp_path, sig):
+    proc, pids, target = _start_slow_savepoint(tmp_path)
+    workers = [int(p.name) for p in pids.iterdir()]
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode in (128 + sig, 130), stderr
+    assert "Traceback" not in stderr
+    assert _wait_dead(workers)
+    assert not target.exists() or not any(target.iterdir()), list(target.rglob("*"))

@@ -121,16 +121,13 @@ def run_tasks(
             out.append(job())
             note(job)
         return out
-    import concurrent.futures as cf
-    import multiprocessing as mp
+    from statectl.processes import run_in_pool
 
-    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-        futures = [pool.submit(_run, job) for job in jobs]
-        out = []
-        for job, fut in zip(jobs, futures, strict=True):
-            out.append(fut.result())
-            note(job)
-        return out
+    out = []
+    for job, result in zip(jobs, run_in_pool(_run, jobs, workers), strict=True):
+        out.append(result)
+        note(job)
+    return out
 
 
 def default_workers(ckpt: Checkpoint) -> int:
