@@ -7,6 +7,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import pytest
 
 from statectl.savepoints.create import take_savepoint
 from tests.conftest import FIXTURES
+from tests.test_s3 import bucket, s3_endpoint  # noqa: F401 (pytest fixtures)
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -300,3 +302,72 @@ def test_sigterm_and_ctrl_c_remove_the_partial_savepoint(tmp_path, sig):
     assert "Traceback" not in stderr
     assert _wait_dead(workers)
     assert not target.exists() or not any(target.iterdir()), list(target.rglob("*"))
+
+
+# -- storage errors are one line too ----------------------------------------------------------
+
+
+def _cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(extra)
+    return env
+
+
+def test_unreachable_endpoint_is_one_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    env = _cli_env(
+        AWS_ACCESS_KEY_ID="x",
+        AWS_SECRET_ACCESS_KEY="y",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_MAX_ATTEMPTS="1",
+        HOME=str(tmp_path),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "statectl.cli", "inspect", "s3://lake/ckpt"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert_refused(proc, "storage")
+
+
+def test_missing_credentials_is_one_line(s3_endpoint, tmp_path):  # noqa: F811
+    env = _cli_env(AWS_ENDPOINT_URL=s3_endpoint["AWS_ENDPOINT_URL"], HOME=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "statectl.cli", "inspect", "s3://statectl-test/ckpts/agg-hdfs"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert_refused(proc, "credentials")
+
+
+def test_dispose_refuses_a_bucket_root(bucket, s3_endpoint):  # noqa: F811
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
+    url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), "s3://statectl-test/root-sp")
+    fs.pipe("statectl-test/_metadata", fs.cat(url.removeprefix("s3://") + "/_metadata"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "statectl.cli", "dispose", "s3://statectl-test", "--yes"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **s3_endpoint},
+        timeout=120,
+    )
+    assert_refused(proc, "bucket root")
+    assert fs.exists("statectl-test/_metadata")
+    proc = subprocess.run(
+        [sys.executable, "-m", "statectl.cli", "dispose", url, "--yes"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **s3_endpoint},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    fs.invalidate_cache()
+    assert not fs.exists(url.removeprefix("s3://") + "/_metadata")
