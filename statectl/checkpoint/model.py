@@ -37,6 +37,7 @@ from statectl.errors import (
     UnsupportedError,
 )
 from statectl.io import FileIO
+from statectl.operators import OperatorKind, classify
 
 HDFS = "hdfs"
 ROCKSDB = "rocksdb"
@@ -94,6 +95,18 @@ class Operator:
     schemas: list[StoreDescription]
     properties: dict[str, Any] = field(default_factory=dict)
     uses_column_families: bool = False
+
+    @property
+    def kind(self) -> OperatorKind:
+        """The operator kind spec (statectl/operators.py) this state matches."""
+        plain = [] if self.uses_column_families else self.schemas
+        return classify(
+            self.name,
+            self.store_names,
+            column_families=self.uses_column_families,
+            prefix_columns=[s.num_cols_prefix_key for s in plain],
+            key_schemas=[s.key_schema for s in plain],
+        )
 
     def schema(self, name: str) -> StoreDescription:
         for s in self.schemas:

@@ -14,10 +14,13 @@ from typing import Any
 
 from statectl.errors import CorruptFileError, NotACheckpointError, UnsupportedError
 from statectl.io import relative_inside
+from statectl.operators import OperatorKind, classify
 
 FORMAT_NAME = "statectl-savepoint"
 FORMAT_VERSION = 1
 METADATA_FILE = "_metadata"
+# Tables of column-family operators (transformWithState): state variables and timers.
+CF_TABLE_KINDS = ("ValueState", "ListState", "MapState", "timers")
 
 
 @dataclass
@@ -63,6 +66,17 @@ class OperatorState:
     @property
     def rows(self) -> int:
         return sum(t.rows for t in self.tables)
+
+    @property
+    def kind(self) -> OperatorKind:
+        """The operator kind spec (statectl/operators.py) this state matches."""
+        cf = self.column_families is not None or any(t.kind in CF_TABLE_KINDS for t in self.tables)
+        return classify(
+            self.name,
+            self.store_names,
+            column_families=cf,
+            key_schemas=[] if cf else [t.key_schema for t in self.tables],
+        )
 
 
 def operator_fingerprint(

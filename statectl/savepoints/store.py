@@ -252,6 +252,8 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
                 "id": op.operator_id,
                 "uid": op.uid,
                 "name": op.name,
+                "kind": op.kind.kind,
+                "restorable": op.kind.restorable,
                 "partitions": op.partitions,
                 "stores": [
                     {
