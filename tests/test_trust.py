@@ -21,16 +21,17 @@ from tests.conftest import FIXTURES
 from tests.test_s3 import bucket, s3_endpoint  # noqa: F401 (pytest fixtures)
 
 
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root)}
     return subprocess.run(
         [sys.executable, "-m", "statectl.cli", *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=cwd,
-        env=env,
+        env={**(os.environ if env is None else env), "PYTHONPATH": str(root)},
     )
 
 
@@ -324,25 +325,12 @@ def test_unreachable_endpoint_is_one_line(tmp_path):
         AWS_MAX_ATTEMPTS="1",
         HOME=str(tmp_path),
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "statectl.cli", "inspect", "s3://lake/ckpt"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert_refused(proc, "storage")
+    assert_refused(run_cli("inspect", "s3://lake/ckpt", env=env), "storage")
 
 
 def test_missing_credentials_is_one_line(s3_endpoint, tmp_path):  # noqa: F811
     env = _cli_env(AWS_ENDPOINT_URL=s3_endpoint["AWS_ENDPOINT_URL"], HOME=str(tmp_path))
-    proc = subprocess.run(
-        [sys.executable, "-m", "statectl.cli", "inspect", "s3://statectl-test/ckpts/agg-hdfs"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = run_cli("inspect", "s3://statectl-test/ckpts/agg-hdfs", env=env)
     assert_refused(proc, "credentials")
 
 
@@ -352,22 +340,10 @@ def test_dispose_refuses_a_bucket_root(bucket, s3_endpoint):  # noqa: F811
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), "s3://statectl-test/root-sp")
     fs.pipe("statectl-test/_metadata", fs.cat(url.removeprefix("s3://") + "/_metadata"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "statectl.cli", "dispose", "s3://statectl-test", "--yes"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **s3_endpoint},
-        timeout=120,
-    )
+    proc = run_cli("dispose", "s3://statectl-test", "--yes", env={**os.environ, **s3_endpoint})
     assert_refused(proc, "bucket root")
     assert fs.exists("statectl-test/_metadata")
-    proc = subprocess.run(
-        [sys.executable, "-m", "statectl.cli", "dispose", url, "--yes"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **s3_endpoint},
-        timeout=120,
-    )
+    proc = run_cli("dispose", url, "--yes", env={**os.environ, **s3_endpoint})
     assert proc.returncode == 0, proc.stderr
     fs.invalidate_cache()
     assert not fs.exists(url.removeprefix("s3://") + "/_metadata")
