@@ -71,6 +71,13 @@ class FileIO:
         except IsADirectoryError:
             raise StatectlError("is a directory, expected a file", path) from None
 
+    def read_bytes_if_exists(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist (one request either way)."""
+        try:
+            return self.fs.cat_file(path)
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
     def read_text(self, path: str) -> str:
         data = self.read_bytes(path)
         try:

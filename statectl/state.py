@@ -80,7 +80,7 @@ def load_raw(
     directory = store_dir(ckpt, op.operator_id, partition, store)
     version = batch + 1
     if enc.backend == HDFS:
-        return read_hdfs_store(ckpt.io, directory, version, enc.codec)
+        return read_hdfs_store(ckpt.io, directory, version, enc.codec, verify=ckpt.verify)
     unique_id = None
     if enc.checkpoint_format >= 2:
         ids = ckpt.commit(batch).state_unique_ids or {}
@@ -100,6 +100,7 @@ def load_raw(
         enc.codec,
         unique_id=unique_id,
         merge_delimiter=enc.merge_delimiter,
+        verify=ckpt.verify,
     )
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from statectl.backends import RawState, empty_raw_state, version_chain
+from statectl.checksums import read_verified
 from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
 from statectl.errors import CorruptFileError, MissingFileError
@@ -76,11 +77,13 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
     )
 
 
-def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, SnapshotMetadata]:
+def _read_zip(
+    io: FileIO, store_dir: str, zip_path: str, verify: bool = True
+) -> tuple[RawState, SnapshotMetadata]:
     """Materialize a snapshot zip and its SSTs locally, then read every key read-only."""
     from rocksdict import AccessType, Options, Rdict  # native; imported only when needed
 
-    data = io.read_bytes(zip_path)
+    data = read_verified(io, zip_path, data_file=True, verify=verify)
     try:
         archive = zipfile.ZipFile(_io.BytesIO(data))
     except zipfile.BadZipFile:
@@ -101,7 +104,7 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
             (e, "logs", "dfsLogFileName") for e in meta.log_files
         ]:
             src = posixpath.join(store_dir, folder, entry[dfs_key])
-            blob = io.read_bytes(src)
+            blob = read_verified(io, src, data_file=True, verify=verify)
             if "sizeBytes" in entry and len(blob) != int(entry["sizeBytes"]):
                 raise CorruptFileError(
                     f"size {len(blob)} differs from {entry['sizeBytes']} recorded in {zip_path}",
@@ -142,7 +145,13 @@ def chain_v1(
 
 
 def chain_v2(
-    io: FileIO, codec: str, files: list[VersionFile], version: int, unique_id: str, store_dir: str
+    io: FileIO,
+    codec: str,
+    files: list[VersionFile],
+    version: int,
+    unique_id: str,
+    store_dir: str,
+    verify: bool = True,
 ) -> tuple[VersionFile | None, list[VersionFile], dict[tuple[int, str], RecordBatch]]:
     by_key = {(f.version, f.unique_id, f.kind): f for f in files}
     if (version, unique_id, "zip") in by_key:
@@ -155,7 +164,10 @@ def chain_v2(
         )
     parsed = {
         (version, unique_id): parse_changelog(
-            decompress_stream(codec, io.read_bytes(top.path), top.path), top.path
+            decompress_stream(
+                codec, read_verified(io, top.path, data_file=True, verify=verify), top.path
+            ),
+            top.path,
         )
     }
     lineage = [
@@ -194,6 +206,7 @@ def read_rocksdb_store(
     *,
     unique_id: str | None = None,
     merge_delimiter: bytes = b"",
+    verify: bool = True,
 ) -> RawState:
     """Live entries of one RocksDB store at ``version``; merge operands are combined by us."""
     if version == 0:
@@ -203,9 +216,9 @@ def read_rocksdb_store(
     if unique_id is None:
         base, chain = chain_v1(files, version, store_dir)
     else:
-        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir)
+        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir, verify)
     if base is not None:
-        state, _ = _read_zip(io, store_dir, base.path)
+        state, _ = _read_zip(io, store_dir, base.path, verify)
     else:
         state = empty_raw_state()
     if not chain:
@@ -216,7 +229,10 @@ def read_rocksdb_store(
         cached = parsed.get((f.version, f.unique_id or ""))
         if cached is None:
             cached = parse_changelog(
-                decompress_stream(codec, io.read_bytes(f.path), f.path), f.path
+                decompress_stream(
+                    codec, read_verified(io, f.path, data_file=True, verify=verify), f.path
+                ),
+                f.path,
             )
         batches.append(cached)
     keys, values = last_writer_wins(batches, merge_delimiter=merge_delimiter)

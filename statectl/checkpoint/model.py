@@ -29,6 +29,7 @@ from statectl.checkpoint.state_metadata import (
     parse_operator_metadata,
     parse_schema_file,
 )
+from statectl.checksums import read_text_verified, read_verified
 from statectl.errors import MissingFileError, NotACheckpointError, StatectlError, UnsupportedError
 from statectl.io import FileIO
 
@@ -100,11 +101,16 @@ class Operator:
 
 
 class Checkpoint:
-    """A checkpoint directory opened read-only through a :class:`FileIO`."""
+    """A checkpoint directory opened read-only through a :class:`FileIO`.
 
-    def __init__(self, io: FileIO, root: str) -> None:
+    ``verify=False`` (``--no-verify``) skips the expensive checks only: checksums over state
+    data files and key placement. Metadata checksums and consistency checks always run.
+    """
+
+    def __init__(self, io: FileIO, root: str, *, verify: bool = True) -> None:
         self.io = io
         self.root = root.rstrip("/")
+        self.verify = verify
         if not io.is_dir(self.root):
             if io.exists(self.root):
                 raise NotACheckpointError("is a file, not a checkpoint directory", self.root)
@@ -119,12 +125,19 @@ class Checkpoint:
         self._commits: dict[int, CommitMetadata] = {}
 
     @classmethod
-    def open(cls, url: str) -> Checkpoint:
+    def open(cls, url: str, *, verify: bool = True) -> Checkpoint:
         io, root = FileIO.for_url(url)
-        return cls(io, root)
+        return cls(io, root, verify=verify)
 
     def path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
+
+    def read_text(self, path: str) -> str:
+        """A metadata file of this checkpoint, checked against its checksum sidecar."""
+        return read_text_verified(self.io, path)
+
+    def read_bytes(self, path: str) -> bytes:
+        return read_verified(self.io, path)
 
     def url(self) -> str:
         return self.io.url(self.root)
@@ -135,7 +148,7 @@ class Checkpoint:
         p = self.path("metadata")
         if not self.io.exists(p):
             return None
-        return parse_stream_metadata(self.io.read_text(p), p)
+        return parse_stream_metadata(self.read_text(p), p)
 
     def _batch_ids(self, log: str) -> list[int]:
         ids = set()
@@ -187,7 +200,7 @@ class Checkpoint:
             p = self.path("offsets", str(batch))
             if not self.io.exists(p):
                 raise MissingFileError(f"offset log entry for batch {batch} is missing", p)
-            self._offsets[batch] = parse_offset_seq(self.io.read_text(p), batch, p)
+            self._offsets[batch] = parse_offset_seq(self.read_text(p), batch, p)
         return self._offsets[batch]
 
     def commit(self, batch: int) -> CommitMetadata:
@@ -195,7 +208,7 @@ class Checkpoint:
             p = self.path("commits", str(batch))
             if not self.io.exists(p):
                 raise MissingFileError(f"commit log entry for batch {batch} is missing", p)
-            self._commits[batch] = parse_commit(self.io.read_text(p), batch, p)
+            self._commits[batch] = parse_commit(self.read_text(p), batch, p)
         return self._commits[batch]
 
     def source_log_dirs(self) -> list[str]:
@@ -206,7 +219,7 @@ class Checkpoint:
         for name in (str(batch), f"{batch}.compact"):
             p = self.path("sources", source, name)
             if self.io.exists(p):
-                return parse_source_log(self.io.read_text(p), p)
+                return parse_source_log(self.read_text(p), p)
         raise MissingFileError(f"source log entry {batch} missing", self.path("sources", source))
 
     # -- pinned configuration --------------------------------------------------------------
@@ -259,10 +272,10 @@ def _operator_metadata(ckpt: Checkpoint, op: int, batch: int) -> OperatorMetadat
     eligible = [b for b in v2 if b <= batch] or v2
     if eligible:
         p = posixpath.join(meta_dir, "v2", str(max(eligible)))
-        return parse_operator_metadata(ckpt.io.read_text(p), p)
+        return parse_operator_metadata(ckpt.read_text(p), p)
     p = posixpath.join(meta_dir, "metadata")
     if ckpt.io.exists(p):
-        return parse_operator_metadata(ckpt.io.read_text(p), p)
+        return parse_operator_metadata(ckpt.read_text(p), p)
     return None
 
 
@@ -313,7 +326,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
         if info.schema_file_paths:
             uses_cf = True
             p = relocate_schema_path(ckpt, op, info.schema_file_paths[-1])
-            _, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+            _, families = parse_schema_file(ckpt.read_bytes(p), p)
             schemas.extend(_describe(f, p) for f in families)
             continue
         p = posixpath.join(store_dir(ckpt, op, 0, info.store_name), "_metadata", "schema")
@@ -321,7 +334,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
             raise MissingFileError(
                 f"state schema file of operator {op} store {info.store_name!r} is missing", p
             )
-        version, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+        version, families = parse_schema_file(ckpt.read_bytes(p), p)
         if version == 3:
             uses_cf = True
             schemas.extend(_describe(f, p) for f in families)

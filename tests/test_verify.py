@@ -1,0 +1,172 @@
+"""Verification on every read: checksums, RocksDB key counts, partition counts, key placement.
+
+Each test damages a copy of a bundled fixture the way a real failure would (an edited log, a
+swapped state file, a flipped bit) and proves the read fails with a one-line error naming the
+file instead of returning different rows.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import pytest
+
+from statectl.checkpoint.model import Checkpoint
+from statectl.checksums import check_hadoop_crc, check_spark_checksum, crc32c, hadoop_crc_path
+from statectl.errors import CorruptFileError, StatectlError
+from statectl.inspect import inspect_checkpoint
+from statectl.state import Selection, read_state
+from tests.conftest import FIXTURES, drop_crc
+from tests.test_cli import assert_one_line_error, run
+
+
+def read(ck, *, verify: bool = True, **sel):
+    return read_state(Checkpoint.open(str(ck), verify=verify), Selection(**sel))
+
+
+# -- the checksum formats themselves -----------------------------------------------------------
+def test_crc32c_check_value():
+    assert crc32c(b"123456789") == 0xE3069283
+
+
+def test_every_bundled_checksum_verifies():
+    """Every Hadoop sidecar and every Spark checksum file in the fixtures matches its file."""
+    n = 0
+    for sidecar in glob.glob(str(FIXTURES / "**" / ".*.crc"), recursive=True):
+        d, b = os.path.split(sidecar)
+        main = os.path.join(d, b[1:-4])
+        with open(main, "rb") as f, open(sidecar, "rb") as s:
+            check_hadoop_crc(f.read(), s.read(), main, sidecar)
+        n += 1
+    spark = glob.glob(str(FIXTURES / "**" / "[0-9]*.crc"), recursive=True)
+    for sidecar in spark:
+        with open(sidecar[:-4], "rb") as f, open(sidecar, "rb") as s:
+            check_spark_checksum(f.read(), s.read(), sidecar[:-4], sidecar)
+    assert n > 1000 and len(spark) >= 10
+
+
+# -- 1. Hadoop .crc sidecars -------------------------------------------------------------------
+def test_edited_commit_log_fails_naming_it(fixture_copy):
+    ck = fixture_copy("agg-hdfs")
+    f = ck / "commits" / "3"
+    f.write_text(f.read_text().replace('"nextBatchWatermarkMs":0', '"nextBatchWatermarkMs":9'))
+    with pytest.raises(CorruptFileError, match=r"commits/3: does not match its checksum \.3\.crc"):
+        inspect_checkpoint(Checkpoint.open(str(ck)), rows=False)
+
+
+def test_edited_operator_metadata_fails(fixture_copy):
+    ck = fixture_copy("agg-hdfs")
+    f = ck / "state" / "0" / "_metadata" / "metadata"
+    f.write_text(f.read_text().replace("stateStoreSave", "stateStoreSavX"))
+    with pytest.raises(CorruptFileError, match=r"_metadata/metadata: does not match its checksum"):
+        inspect_checkpoint(Checkpoint.open(str(ck)), rows=False)
+
+
+def test_swapped_delta_files_fail_on_their_sidecars(fixture_copy):
+    """Swapped state files (a classic of copying tools) are caught by the stale sidecars."""
+    ck = fixture_copy("agg-snappy-hdfs")  # snappy: no checksum of its own
+    a, b = ck / "state/0/0/4.delta", ck / "state/0/1/4.delta"
+    tmp = ck / "swap"
+    shutil.move(a, tmp)
+    shutil.move(b, a)
+    shutil.move(tmp, b)
+    with pytest.raises(
+        CorruptFileError, match=r"4\.delta: does not match its checksum \.4\.delta\.crc"
+    ):
+        read(ck)
+
+
+def test_sidecar_mismatch_is_a_one_line_cli_error(fixture_copy):
+    ck = fixture_copy("agg-rocksdb")
+    sst = sorted((ck / "state/0/0/SSTs").glob("*.sst"))[-1]
+    data = bytearray(sst.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    sst.write_bytes(bytes(data))
+    proc = run("export", str(ck), "-o", str(ck.parent / "o.parquet"), check_rc=None)
+    assert_one_line_error(proc, sst.name, f".{sst.name}.crc", "changed or damaged")
+    assert not (ck.parent / "o.parquet").exists()
+
+
+def test_damaged_sidecar_header_is_named(fixture_copy):
+    ck = fixture_copy("agg-hdfs")
+    side = ck / "offsets" / ".3.crc"
+    side.write_bytes(b"xyz\x00" + side.read_bytes()[4:])
+    with pytest.raises(CorruptFileError, match=r"\.3\.crc: is not a Hadoop checksum file"):
+        Checkpoint.open(str(ck)).offsets(3)
+
+
+def test_missing_sidecars_are_fine(fixture_copy):
+    ck = fixture_copy("agg-hdfs")
+    want = read(ck).num_rows
+    for side in glob.glob(str(ck / "**" / ".*.crc"), recursive=True):
+        os.remove(side)
+    assert read(ck).num_rows == want
+
+
+# -- 2. Spark 4.1+ CRC32C checkpoint file checksums --------------------------------------------
+def _latest(store, ext):
+    return max(store.glob(f"*.{ext}"), key=lambda p: int(p.name.split("_")[0]))
+
+
+def test_spark_checksum_catches_an_edited_changelog(fixture_copy):
+    ck = fixture_copy("agg-ckptv2-rocksdb-changelog")
+    log = _latest(ck / "state/0/0", "changelog")
+    data = bytearray(log.read_bytes())
+    data[-10] ^= 0x40
+    log.write_bytes(bytes(data))
+    drop_crc(log)  # only the Spark checksum is left to catch it
+    with pytest.raises(
+        CorruptFileError, match=rf"{log.name}: does not match its checksum {log.name}\.crc"
+    ):
+        read(ck)
+
+
+def test_spark_checksum_catches_a_swapped_zip(fixture_copy):
+    ck = fixture_copy("agg-ckptv2-rocksdb")
+    z = _latest(ck / "state/0/0", "zip")
+    older = sorted((ck / "state/0/0").glob("*.zip"), key=lambda p: int(p.name.split("_")[0]))[0]
+    z.write_bytes(older.read_bytes())
+    drop_crc(z)
+    with pytest.raises(
+        CorruptFileError, match=rf"{z.name}: does not match its checksum {z.name}\.crc"
+    ):
+        read(ck)
+
+
+def test_spark_checksum_files_are_not_data(fixture_copy):
+    """``X.crc`` beside every v2 state file is never taken for a state file or a log entry."""
+    ck = fixture_copy("agg-ckptv2-rocksdb")
+    for name in ("offsets", "commits"):
+        (ck / name / "3.crc").write_text("{}")
+    c = Checkpoint.open(str(ck))
+    assert c.latest_committed_batch == 3
+    assert read(ck).num_rows == read(FIXTURES / "agg-ckptv2-rocksdb").num_rows
+
+
+def test_invalid_spark_checksum_json_is_named(fixture_copy):
+    ck = fixture_copy("agg-ckptv2-rocksdb")
+    z = _latest(ck / "state/0/1", "zip")
+    crc = z.parent / (z.name + ".crc")
+    crc.write_text("{not json")
+    drop_crc(crc)
+    with pytest.raises(CorruptFileError, match=rf"{crc.name}: is not a Spark checksum file"):
+        read(ck)
+
+
+# -- 7. --no-verify skips checksums over data files, never over metadata -----------------------
+def test_no_verify_skips_data_file_checksums_only(fixture_copy):
+    ck = fixture_copy("agg-hdfs")
+    delta = ck / "state/0/0/4.delta"
+    side = hadoop_crc_path(str(delta))
+    with open(side, "r+b") as f:  # a stale sidecar over an intact file
+        f.seek(8)
+        f.write(b"\x00\x00\x00\x00")
+    with pytest.raises(CorruptFileError):
+        read(ck)
+    assert read(ck, verify=False).num_rows == read(FIXTURES / "agg-hdfs").num_rows
+    f = ck / "commits" / "3"
+    f.write_text(f.read_text() + " ")
+    with pytest.raises(StatectlError, match="commits/3"):
+        read(ck, verify=False)
