@@ -56,6 +56,15 @@ class SnapshotMetadata:
     num_keys: int
     cf_ids: dict[str, int]
     raw: dict
+    num_internal_keys: int = 0
+
+    @property
+    def expected_keys(self) -> int:
+        """Keys a full iteration returns: user plus internal column families (checked against
+        every bundled fixture); -1 when the writer did not count (Spark then recounts)."""
+        if self.num_keys < 0:
+            return -1
+        return self.num_keys + max(self.num_internal_keys, 0)
 
 
 def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
@@ -72,9 +81,23 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
         sst_files=obj.get("sstFiles") or [],
         log_files=obj.get("logFiles") or [],
         num_keys=int(obj.get("numKeys", -1)),
+        num_internal_keys=int(obj.get("numInternalKeys") or 0),
         cf_ids={str(k): int(v) for k, v in (obj.get("columnFamilyMapping") or {}).items()},
         raw=obj,
     )
+
+
+def _raise_iterator_error(db: object, zip_path: str) -> None:
+    it = db.iter()  # type: ignore[attr-defined]
+    it.seek_to_first()
+    while it.valid():
+        it.next()
+    try:
+        it.status()
+    except Exception as e:  # rocksdict raises plain Exception
+        raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
+    finally:
+        del it
 
 
 def _read_zip(
@@ -123,6 +146,18 @@ def _read_zip(
             for k, v in db.items():
                 keys.append(k)
                 values.append(v)
+            if len(keys) != meta.expected_keys:
+                # rocksdict's items() ends silently at a damaged block: ask a raw iterator
+                # for RocksDB's own error, else report the count that does not add up.
+                _raise_iterator_error(db, zip_path)
+                if meta.expected_keys >= 0:
+                    raise CorruptFileError(
+                        f"RocksDB returned {len(keys)} keys, the snapshot metadata records "
+                        f"{meta.expected_keys}; an SST file is damaged",
+                        zip_path,
+                    )
+        except CorruptFileError:
+            raise
         except Exception as e:
             raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
         finally:
