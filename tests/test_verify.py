@@ -223,3 +223,56 @@ def test_key_count_below_metadata_is_corruption(fixture_copy):
         CorruptFileError, match=rf"{z.name}: RocksDB returned \d+ keys, the snapshot"
     ):
         read(ck)
+
+
+# -- 4. partition counts: pinned conf, operator metadata and directories agree ----------------
+def _pin_partitions(ck, value: str):
+    f = ck / "offsets" / "3"
+    text = f.read_text()
+    assert '"spark.sql.shuffle.partitions":"2"' in text
+    f.write_text(
+        text.replace(
+            '"spark.sql.shuffle.partitions":"2"', f'"spark.sql.shuffle.partitions":"{value}"'
+        )
+    )
+    drop_crc(f)  # an edit that also fixed (or dropped) the sidecar
+    return f
+
+
+@pytest.mark.parametrize("value", ["1", "0", "3"])
+def test_edited_pinned_partition_count_fails(fixture_copy, value):
+    ck = fixture_copy("agg-hdfs")
+    _pin_partitions(ck, value)
+    out = ck.parent / "o.parquet"
+    proc = run("export", str(ck), "-o", str(out), check_rc=None)
+    assert_one_line_error(
+        proc, "offsets/3", f"spark.sql.shuffle.partitions={value}", "partition counts disagree"
+    )
+    assert not out.exists()
+
+
+def test_non_numeric_pinned_partition_count_fails(fixture_copy):
+    ck = fixture_copy("agg-rocksdb")
+    _pin_partitions(ck, "two")
+    with pytest.raises(
+        CorruptFileError, match=r"offsets/3: pinned spark\.sql\.shuffle\.partitions='two'"
+    ):
+        inspect_checkpoint(Checkpoint.open(str(ck)), rows=False)
+
+
+def test_missing_partition_directory_fails(fixture_copy):
+    ck = fixture_copy("agg-rocksdb")
+    shutil.move(ck / "state/0/1", ck / "state/0/7")
+    with pytest.raises(
+        CorruptFileError, match=r"offsets/3: partition counts disagree.*directories 0,7"
+    ):
+        read(ck)
+
+
+def test_operator_metadata_partition_count_must_agree(fixture_copy):
+    ck = fixture_copy("agg-hdfs")
+    f = ck / "state/0/_metadata/metadata"
+    f.write_text(f.read_text().replace('"numPartitions":2', '"numPartitions":4'))
+    drop_crc(f)
+    with pytest.raises(CorruptFileError, match="operator metadata of operator 0 says 4"):
+        read(ck)

@@ -30,7 +30,13 @@ from statectl.checkpoint.state_metadata import (
     parse_schema_file,
 )
 from statectl.checksums import read_text_verified, read_verified
-from statectl.errors import MissingFileError, NotACheckpointError, StatectlError, UnsupportedError
+from statectl.errors import (
+    CorruptFileError,
+    MissingFileError,
+    NotACheckpointError,
+    StatectlError,
+    UnsupportedError,
+)
 from statectl.io import FileIO
 
 HDFS = "hdfs"
@@ -237,6 +243,11 @@ class Checkpoint:
             raise StatectlError(
                 "the offset log does not pin spark.sql.shuffle.partitions", off_path(self, batch)
             )
+        if not value.strip().isdigit():
+            raise CorruptFileError(
+                f"pinned {PARTITIONS_CONF}={value!r} is not a partition count",
+                off_path(self, batch),
+            )
         return int(value)
 
     # -- operators -------------------------------------------------------------------------
@@ -309,13 +320,56 @@ def store_dir(ckpt: Checkpoint, op: int, partition: int, store: str) -> str:
     return base if store == "default" else posixpath.join(base, store)
 
 
+def check_partition_count(
+    ckpt: Checkpoint, op: int, batch: int, meta: OperatorMetadata | None
+) -> int:
+    """The operator's partition count, after checking that the pinned conf, the operator
+    metadata and the partition directories agree.
+
+    Believing one of them alone turns an edited offset log into an export of half the rows.
+    """
+    listed = sorted(
+        int(f.name)
+        for f in ckpt.io.list_dir(ckpt.path("state", str(op)))
+        if f.is_dir and f.name.isdigit()
+    )
+    recorded = sorted({s.num_partitions for s in meta.stores if s.num_partitions}) if meta else []
+    try:
+        pinned: int | None = ckpt.num_partitions(batch)
+    except CorruptFileError:
+        raise
+    except StatectlError:
+        pinned = None  # very old checkpoints: the directories and metadata must agree
+    partitions = pinned if pinned is not None else (recorded[0] if recorded else len(listed))
+    problems = []
+    if partitions < 1:
+        problems.append(f"{PARTITIONS_CONF}={partitions} is not a partition count")
+    if recorded and recorded != [partitions]:
+        problems.append(f"operator metadata of operator {op} says {'/'.join(map(str, recorded))}")
+    if listed != list(range(len(listed))) or (listed and len(listed) != partitions):
+        problems.append(
+            f"state/{op} has partition directories {_ranges(listed)}"
+            if listed != list(range(len(listed)))
+            else f"state/{op} has {len(listed)} partition directories"
+        )
+    if problems:
+        pinned_text = f"pins {PARTITIONS_CONF}={pinned}" if pinned is not None else "pins no count"
+        raise CorruptFileError(
+            f"partition counts disagree: the offset log {pinned_text}, but " + "; ".join(problems),
+            off_path(ckpt, batch),
+            "the offset log or the state directory was edited; restore them from a backup",
+        )
+    return partitions
+
+
+def _ranges(ids: list[int]) -> str:
+    return ",".join(map(str, ids[:8])) + (",..." if len(ids) > 8 else "")
+
+
 def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
     meta = _operator_metadata(ckpt, op, batch)
-    listed_partitions, listed_stores = _store_dir_names(ckpt, op)
-    try:
-        partitions = ckpt.num_partitions(batch)
-    except StatectlError:
-        partitions = listed_partitions
+    _, listed_stores = _store_dir_names(ckpt, op)
+    partitions = check_partition_count(ckpt, op, batch, meta)
     if meta is not None and meta.stores:
         infos = meta.stores
     else:
