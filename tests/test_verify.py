@@ -276,3 +276,48 @@ def test_operator_metadata_partition_count_must_agree(fixture_copy):
     drop_crc(f)
     with pytest.raises(CorruptFileError, match="operator metadata of operator 0 says 4"):
         read(ck)
+
+
+# -- 6. symbolic links inside a checkpoint are followed, never skipped -------------------------
+def _symlink_operator(ck, tmp_path):
+    real = tmp_path / "elsewhere" / "op0"
+    real.parent.mkdir()
+    shutil.move(ck / "state" / "0", real)
+    (ck / "state" / "0").symlink_to(real, target_is_directory=True)
+    return real
+
+
+def test_symlinked_operator_directory_is_followed(fixture_copy, tmp_path):
+    ck = fixture_copy("agg-rocksdb")
+    want = read(FIXTURES / "agg-rocksdb")
+    _symlink_operator(ck, tmp_path)
+    info = inspect_checkpoint(Checkpoint.open(str(ck)))
+    assert [op["name"] for op in info["operators"]] == ["stateStoreSave"]
+    assert info["operators"][0]["stores"][0]["rows"] == want.num_rows
+    assert info["operators"][0]["bytes"] > 0
+    assert read(ck).equals(want)
+
+
+def test_symlinked_partition_and_log_directories_are_followed(fixture_copy, tmp_path):
+    ck = fixture_copy("agg-hdfs")
+    want = read(FIXTURES / "agg-hdfs")
+    for rel in ("state/0/1", "commits", "offsets"):
+        real = tmp_path / rel.replace("/", "_")
+        shutil.move(ck / rel, real)
+        (ck / rel).symlink_to(real, target_is_directory=True)
+    assert read(ck).equals(want)
+
+
+def test_broken_symlinked_operator_is_an_error(fixture_copy, tmp_path):
+    ck = fixture_copy("agg-hdfs")
+    shutil.rmtree(ck / "state" / "0")
+    (ck / "state" / "0").symlink_to(tmp_path / "gone", target_is_directory=True)
+    proc = run("inspect", str(ck), check_rc=None)
+    assert_one_line_error(proc, "state/0", "broken symbolic link")
+
+
+def test_symlink_loop_is_an_error(fixture_copy):
+    ck = fixture_copy("agg-hdfs")
+    (ck / "state" / "0" / "0" / "loop").symlink_to(ck / "state", target_is_directory=True)
+    with pytest.raises(StatectlError, match="symbolic link loop"):
+        inspect_checkpoint(Checkpoint.open(str(ck)))

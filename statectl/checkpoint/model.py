@@ -252,11 +252,15 @@ class Checkpoint:
 
     # -- operators -------------------------------------------------------------------------
     def operator_ids(self) -> list[int]:
-        return sorted(
-            int(f.name)
-            for f in self.io.list_dir(self.path("state"))
-            if f.is_dir and f.name.isdigit()
-        )
+        ids = []
+        for f in self.io.list_dir(self.path("state")):
+            if not f.name.isdigit():
+                continue
+            if not f.is_dir:  # never skip an operator silently
+                what = "a broken symbolic link" if f.is_link else "a file"
+                raise CorruptFileError(f"is {what}, not an operator's state directory", f.path)
+            ids.append(int(f.name))
+        return sorted(ids)
 
     def operator(self, operator_id: int, batch: int) -> Operator:
         return load_operator(self, operator_id, batch)
