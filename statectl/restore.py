@@ -58,7 +58,7 @@ from statectl.savepoints.format import (
 )
 from statectl.savepoints.store import Savepoint
 from statectl.schema_compat import difference
-from statectl.state import read_le_int
+from statectl.state import placement_key, read_le_int
 from statectl.tws_encode import (
     VERSION,
     assign_cf_ids,
@@ -319,13 +319,8 @@ def _check_target(io: FileIO, root: str) -> None:
 
 
 def _partition_key(table: StateTable, key: pa.StructArray) -> pa.StructArray:
-    """The columns Spark partitions by: the key, minus the join store's trailing ``index``."""
-    if table.name.endswith("keyWithIndexToValue"):
-        n = key.type.num_fields - 1
-        return pa.StructArray.from_arrays(
-            [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
-        )
-    return key
+    """The columns Spark partitions by: the rule reads verify placement with."""
+    return placement_key(table.name, key)
 
 
 def _store_writer(

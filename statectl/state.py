@@ -30,10 +30,12 @@ from statectl.checkpoint.model import (
     store_dir,
 )
 from statectl.codecs.compression import normalize_codec
+from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
 from statectl.codecs.unsaferow import decode_unsafe_rows
-from statectl.errors import StatectlError, UnsupportedError
+from statectl.errors import CorruptFileError, StatectlError, UnsupportedError
 
+STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 TIMER_CFS = ("$eventTimers_keyToTimestamp", "$procTimers_keyToTimestamp")
 
 
@@ -291,9 +293,62 @@ def split_list_values(values: pa.Array, path: str) -> tuple[np.ndarray, pa.Large
     return np.array(owners, dtype=np.int64), pa.array(elements, type=pa.large_binary())
 
 
+def placement_key(store: str | None, key: pa.Array) -> pa.StructArray:
+    """The columns Spark partitions a store's keys by: the key, minus the trailing ``index`` of a
+    join's ``keyWithIndexToValue`` store. (Every other table's ``key`` column, transformWithState
+    included, is exactly the grouping key.) Restore places keys with this same rule."""
+    if isinstance(key, pa.ChunkedArray):
+        key = key.combine_chunks()
+    if store is not None and store.endswith("keyWithIndexToValue"):
+        n = key.type.num_fields - 1
+        return pa.StructArray.from_arrays(
+            [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
+        )
+    return key
+
+
+def check_placement(
+    ckpt: Checkpoint, op: Operator, table: pa.Table, store: str | None, partition: int, batch: int
+) -> None:
+    """Every key read from partition p must hash to p, as Spark placed it.
+
+    Catches state files swapped or moved between partitions, which no checksum sees when the
+    files carry none of their own (snappy, lzf, zstd, a copy without sidecars). Checked only
+    where Spark pinned strict distribution (queries started on Spark >= 3.3); older queries may
+    have partitioned by a subset of the key.
+    """
+    if table.num_rows == 0 or op.num_partitions < 1:
+        return
+    strict = ckpt.offsets(batch).pinned_conf(STRICT_DISTRIBUTION_CONF)
+    if strict != "true":
+        return
+    pids = partition_ids(placement_key(store, table.column("key")), op.num_partitions)
+    wrong = pids != partition
+    if wrong.any():
+        first = int(pids[np.argmax(wrong)])
+        raise CorruptFileError(
+            f"{int(wrong.sum())} of {table.num_rows} keys read from partition {partition} "
+            f"belong to another partition (first: {first}); state files were swapped or moved "
+            "between partitions",
+            ckpt.path("state", str(op.operator_id), str(partition)),
+            "restore the partition directories from a backup",
+        )
+
+
 def read_partition(
     ckpt: Checkpoint, op: Operator, sel: Selection, partition: int, batch: int, enc: StoreEncoding
 ) -> pa.Table:
+    """One partition of a selection, its key placement verified (unless ``--no-verify``)."""
+    table, store = _read_partition(ckpt, op, sel, partition, batch, enc)
+    if ckpt.verify:
+        check_placement(ckpt, op, table, store, partition, batch)
+    return table
+
+
+def _read_partition(
+    ckpt: Checkpoint, op: Operator, sel: Selection, partition: int, batch: int, enc: StoreEncoding
+) -> tuple[pa.Table, str | None]:
+    """(table, the store whose key rule places its rows)."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
     if op.uses_column_families:
         raw = load_raw(ckpt, op, "default", partition, batch, enc)
@@ -311,7 +366,7 @@ def read_partition(
                     pa.array(np.full(len(k), partition, dtype=np.int32)),
                 ],
                 names=["key", "expiration_timestamp_ms", "partition_id"],
-            )
+            ), None
         name = sel.state_var or sel.store or "default"
         desc = op.schema(name)
         check_schema(desc)
@@ -321,7 +376,7 @@ def read_partition(
         if kind == "ListState":
             owners, elems = split_list_values(values, where)
             v = decode_rows(elems, desc.value_schema, enc, where)
-            return _table(k.take(pa.array(owners)), "list_element", v, partition)
+            return _table(k.take(pa.array(owners)), "list_element", v, partition), None
         v = decode_rows(values, desc.value_schema, enc, where)
         if kind == "MapState":
             return pa.Table.from_arrays(
@@ -332,13 +387,13 @@ def read_partition(
                     pa.array(np.full(len(k), partition, dtype=np.int32)),
                 ],
                 names=["key", "user_map_key", "user_map_value", "partition_id"],
-            )
-        return _table(k, "value", v, partition)
+            ), None
+        return _table(k, "value", v, partition), None
     if sel.join_side:
         store = f"{sel.join_side}-keyWithIndexToValue"
         desc = op.schema(store)
         raw = load_raw(ckpt, op, store, partition, batch, enc)
-        return join_side_view(_kv_rows(raw, desc, enc, partition, where))
+        return join_side_view(_kv_rows(raw, desc, enc, partition, where)), None
     store = sel.store or "default"
     if store not in op.store_names:
         raise StatectlError(
@@ -351,7 +406,7 @@ def read_partition(
             )
         )
     raw = load_raw(ckpt, op, store, partition, batch, enc)
-    return _kv_rows(raw, op.schema(store), enc, partition, where)
+    return _kv_rows(raw, op.schema(store), enc, partition, where), store
 
 
 def join_side_view(t: pa.Table) -> pa.Table:
