@@ -386,3 +386,35 @@ def test_every_fixture_table_is_placed_where_spark_put_it():
             for task in table_tasks(op):
                 for p in range(op.num_partitions):
                     read_partition(c, op, task.selection, p, b, enc)
+
+
+# -- 7. --no-verify on the read commands ------------------------------------------------------
+def test_no_verify_on_every_read_command(fixture_copy, tmp_path):
+    """Swapped partitions (sidecars included): each read command refuses, and with
+    --no-verify reads what is there, as the user asked."""
+    ck = fixture_copy("agg-hdfs")
+    for name in ("4.delta", ".4.delta.crc"):
+        _swap(ck / "state/0/0" / name, ck / "state/0/1" / name)
+    out = tmp_path / "o.parquet"
+    commands = {
+        "export": ["export", str(ck), "-o", str(out)],
+        "savepoint": ["savepoint", str(ck), str(tmp_path / "sps"), "--json"],
+        "migrate": ["migrate", str(ck), str(tmp_path / "migrated"), "--json"],
+    }
+    for cmd in commands.values():
+        assert_one_line_error(run(*cmd, check_rc=None), "belong to another partition")
+    assert not out.exists() and not (tmp_path / "migrated").exists()
+    for cmd in commands.values():
+        run(*cmd, "--no-verify")
+    assert out.exists() and (tmp_path / "migrated" / "commits").exists()
+
+
+def test_inspect_no_verify_skips_data_checksums(fixture_copy):
+    ck = fixture_copy("agg-rocksdb")
+    sst = sorted((ck / "state/0/0/SSTs").glob("*.sst"))[-1]
+    side = ck / "state/0/0/SSTs" / f".{sst.name}.crc"
+    data = bytearray(side.read_bytes())
+    data[-1] ^= 0x01  # a stale sidecar over an intact SST
+    side.write_bytes(bytes(data))
+    assert_one_line_error(run("inspect", str(ck), check_rc=None), sst.name)
+    run("inspect", str(ck), "--no-verify", "--json")
