@@ -53,11 +53,11 @@ def check_hadoop_crc(data: bytes, sidecar: bytes, path: str, sidecar_path: str) 
     if chunk <= 0:
         raise CorruptFileError(f"invalid bytesPerChecksum {chunk}", sidecar_path)
     n_chunks = -(-len(data) // chunk)
-    stored = np.frombuffer(sidecar, dtype=">u4", offset=8) if len(sidecar) > 8 else None
-    if stored is None or len(stored) != n_chunks or (len(sidecar) - 8) % 4:
-        if n_chunks == 0 and len(sidecar) == 8:
-            return
+    if len(sidecar) != 8 + 4 * n_chunks:  # also a file that grew or shrank
         raise _mismatch(path, sidecar_path)
+    if n_chunks == 0:
+        return
+    stored = np.frombuffer(sidecar, dtype=">u4", offset=8)
     view = memoryview(data)
     crc = zlib.crc32
     computed = np.fromiter(

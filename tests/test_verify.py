@@ -48,6 +48,27 @@ def test_every_bundled_checksum_verifies():
 
 
 # -- 1. Hadoop .crc sidecars -------------------------------------------------------------------
+def _sidecar(data: bytes, chunk: int = 512) -> bytes:
+    import struct
+    import zlib
+
+    crcs = [zlib.crc32(data[i : i + chunk]) for i in range(0, len(data), chunk)]
+    return b"crc\x00" + struct.pack(f">i{len(crcs)}I", chunk, *crcs)
+
+
+@pytest.mark.parametrize("size", [0, 1, 511, 512, 513, 5000])
+def test_hadoop_crc_of_any_length(size):
+    data = bytes(range(256)) * 20
+    data = data[:size]
+    check_hadoop_crc(data, _sidecar(data), "f", ".f.crc")
+    for damaged in (data + b"!", data[:-1] if data else b"?", b"\x01" + data[1:] if data else None):
+        if damaged is not None and damaged != data:
+            with pytest.raises(CorruptFileError, match=r"f: does not match its checksum \.f\.crc"):
+                check_hadoop_crc(damaged, _sidecar(data), "f", ".f.crc")
+    with pytest.raises(CorruptFileError):
+        check_hadoop_crc(data, _sidecar(data)[:-1] if size else b"crc", "f", ".f.crc")
+
+
 def test_edited_commit_log_fails_naming_it(fixture_copy):
     ck = fixture_copy("agg-hdfs")
     f = ck / "commits" / "3"
