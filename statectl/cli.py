@@ -23,6 +23,12 @@ app = typer.Typer(
 _state = {"debug": False}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+NoVerifyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-verify", help="Skip checksums over state files and the key placement check."
+    ),
+]
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", help="Committed batch to read (default: latest).")
 ]
@@ -58,11 +64,12 @@ def inspect(
     batch: BatchOpt = None,
     as_json: JsonOpt = False,
     rows: Annotated[bool, typer.Option(help="Count state rows (reads all state files).")] = True,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
     from statectl.inspect import inspect_path
 
-    info = inspect_path(path, batch, rows=rows)
+    info = inspect_path(path, batch, rows=rows, verify=not no_verify)
     if as_json:
         _print_json(info)
         return
@@ -114,6 +121,7 @@ def export(
         bool, typer.Option("--overwrite", help="Replace an existing output file.")
     ] = False,
     as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""
     from statectl.errors import StatectlError
@@ -124,7 +132,16 @@ def export(
     if sum(x is not None for x in (store, join_side, state_var)) + timers > 1:
         raise StatectlError("give at most one of --store, --join-side, --state-var, --timers")
     result = export_state(
-        path, operator, store, join_side, state_var, timers, batch, output, overwrite
+        path,
+        operator,
+        store,
+        join_side,
+        state_var,
+        timers,
+        batch,
+        output,
+        overwrite,
+        verify=not no_verify,
     )
     if as_json:
         _print_json(result)
@@ -161,6 +178,7 @@ def savepoint(
         list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
     ] = None,
     as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
     from statectl.savepoints.create import take_savepoint
@@ -174,7 +192,9 @@ def savepoint(
             raise StatectlError(f"--uid wants OPERATOR_ID=UID with a numeric id, got {k!r}")
         uids[int(k)] = v
     if as_json or not sys.stderr.isatty():
-        url, meta = take_savepoint(checkpoint, target, batch=batch, uids=uids, kind=kind)
+        url, meta = take_savepoint(
+            checkpoint, target, batch=batch, uids=uids, kind=kind, verify=not no_verify
+        )
     else:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -193,7 +213,13 @@ def savepoint(
                 bar.update(task, advance=1, description=f"savepoint: {what}")
 
             url, meta = take_savepoint(
-                checkpoint, target, batch=batch, uids=uids, progress=advance, kind=kind
+                checkpoint,
+                target,
+                batch=batch,
+                uids=uids,
+                progress=advance,
+                kind=kind,
+                verify=not no_verify,
             )
     result = {
         "path": url,
@@ -372,6 +398,7 @@ def migrate(
     ] = None,
     changelog: ChangelogOpt = False,
     as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Savepoint then restore in one step: change backend and/or partition count."""
     import tempfile
@@ -380,7 +407,7 @@ def migrate(
     from statectl.savepoints.create import take_savepoint
 
     with tempfile.TemporaryDirectory(prefix="statectl-migrate-") as tmp:
-        sp_url, _ = take_savepoint(source, keep_savepoint or tmp, batch=batch)
+        sp_url, _ = take_savepoint(source, keep_savepoint or tmp, batch=batch, verify=not no_verify)
         plan = do_restore(
             sp_url, target, backend=backend, partitions=partitions, changelog=changelog
         )

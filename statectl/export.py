@@ -150,6 +150,8 @@ def export_state(
     batch: int | None = None,
     out_url: str = "",
     overwrite: bool = False,
+    *,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Export from a checkpoint (operator id) or a savepoint (uid or original operator id)."""
     from statectl.savepoints.store import Savepoint, is_savepoint_dir
@@ -165,7 +167,7 @@ def export_state(
         if not str(operator).isdigit():
             raise StatectlError(f"--operator for a checkpoint is a number, got {operator!r}")
         sel = Selection(int(operator), store, join_side, state_var, timers, batch)
-        table = read_state(Checkpoint(src_io, src_root), sel)
+        table = read_state(Checkpoint(src_io, src_root, verify=verify), sel)
     io, out = FileIO.for_url(out_url)
     io.write_atomic(out, encode_table(table, fmt), overwrite=overwrite)
     return {
