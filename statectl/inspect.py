@@ -158,8 +158,8 @@ def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
         entries = io.list_dir(path)
         names = {e.name for e in entries if e.is_dir}
         files = {e.name for e in entries if not e.is_dir}
-        if "offsets" in names or "commits" in names:
-            found.append(path)
+        if "offsets" in names or "commits" in names or "metadata" in files:
+            found.append(path)  # ("metadata" alone: a restore interrupted before its logs)
             return
         if "_metadata" in files or posixpath.basename(path).startswith("savepoint-"):
             found.append(path)
@@ -228,10 +228,27 @@ def list_dir(url: str) -> list[dict[str, Any]]:
     io, root = FileIO.for_url(url)
     if not io.is_dir(root):
         raise StatectlError("no such directory", root)
+    from statectl.in_progress import describe_in_progress, read_in_progress
     from statectl.savepoints.store import summarize_savepoint
 
     out = []
     for path in find_checkpoints(io, root):
+        marker = read_in_progress(io, path)
+        if marker is not None:
+            out.append(
+                {
+                    "kind": "checkpoint",
+                    "path": io.url(path),
+                    "health": "interrupted",
+                    "problems": [
+                        f"{describe_in_progress(marker)}: not a usable checkpoint (Spark "
+                        "refuses to start from it); re-run with --overwrite to replace it"
+                    ],
+                    "restore_in_progress": marker,
+                    "bytes": io.du(path),
+                }
+            )
+            continue
         if not io.exists(posixpath.join(path, "offsets")) and not io.exists(
             posixpath.join(path, "commits")
         ):
@@ -254,9 +271,17 @@ def list_dir(url: str) -> list[dict[str, Any]]:
 
 def inspect_path(url: str, batch: int | None = None, *, rows: bool = True) -> dict[str, Any]:
     """``inspect`` for a checkpoint or a savepoint (the same keys where they mean the same)."""
+    from statectl.in_progress import describe_in_progress, read_in_progress
     from statectl.savepoints.store import Savepoint, describe_savepoint, is_savepoint_dir
 
     io, root = FileIO.for_url(url)
+    marker = read_in_progress(io, root)
+    if marker is not None:
+        raise StatectlError(
+            f"{describe_in_progress(marker)}: not a usable checkpoint yet (Spark refuses to "
+            "start from it); if that statectl is gone, re-run it with --overwrite",
+            io.url(root),
+        )
     if is_savepoint_dir(io, root):
         sp = Savepoint(io, root)
         if batch is not None and batch != sp.metadata.batch_id:

@@ -53,6 +53,7 @@ from statectl.codecs.compression import normalize_codec
 from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.errors import StatectlError
+from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid
@@ -81,10 +82,6 @@ MAX_OPERATOR_ID = 2**31 - 1
 MAX_BATCH_ID = 2**62
 # Store, state variable and source names that become path components of the target.
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.$=-]{0,254}")
-# The first file a restore writes and the last it replaces: Spark reads ``metadata`` before
-# anything else when a query starts (StreamMetadata.read) and fails on this token, so a query
-# started on an unfinished restore stops at once instead of starting from scratch.
-IN_PROGRESS_TOKEN = "STATECTL_RESTORE_IN_PROGRESS"
 # Where migrate keeps its temporary savepoint: inside the target, removed before it completes.
 TMP_DIR = ".statectl-tmp"
 
@@ -206,33 +203,6 @@ def _local_real(io: FileIO, path: str) -> str:
 def _inside(io: FileIO, path: str, parent: str) -> bool:
     a, b = _local_real(io, path), _local_real(io, parent)
     return a == b or a.startswith(b.rstrip("/") + "/")
-
-
-def read_in_progress(io: FileIO, root: str) -> dict[str, Any] | None:
-    """What an unfinished statectl restore's marker says, or None if ``root`` is not one."""
-    p = _under(root, "metadata")
-    try:
-        if not io.exists(p) or io.is_dir(p) or io.size(p) > 65536:
-            return None
-        text = io.read_bytes(p).decode("utf-8", "replace")
-    except (OSError, StatectlError):
-        return None
-    head, _, rest = text.partition("\n")
-    if head.strip() != IN_PROGRESS_TOKEN:
-        return None
-    try:
-        info = json.loads(rest)
-    except json.JSONDecodeError:
-        info = {}
-    return info if isinstance(info, dict) else {}
-
-
-def describe_in_progress(info: dict[str, Any]) -> str:
-    what = info.get("command", "restore")
-    src = f" from {info['source']}" if info.get("source") else ""
-    when = f", started {info['started_at']}" if info.get("started_at") else ""
-    who = f" by pid {info['pid']} on {info['host']}" if info.get("pid") else ""
-    return f"statectl {what} in progress or interrupted{src}{when}{who}"
 
 
 def target_problems(
