@@ -253,13 +253,28 @@ def planning_session(progress: Callable[[str], None] | None = None) -> Any:
     with open(conf, "w") as f:
         f.write(QUIET_LOG4J2)
     started = time.monotonic()
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("statectl-plan")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{conf}")
-        .getOrCreate()
-    )
+    # The JVM also prints to its stderr before any logging is configured (JDK notices, the
+    # launcher): it inherits a log file as stderr instead of the terminal, named on failure.
+    with tempfile.NamedTemporaryFile(prefix="statectl-spark-", suffix=".log", delete=False) as log:
+        sys.stderr.flush()
+        terminal = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            spark = (
+                SparkSession.builder.master("local[1]")
+                .appName("statectl-plan")
+                .config("spark.ui.enabled", "false")
+                .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{conf}")
+                .getOrCreate()
+            )
+        except Exception as e:
+            raise StatectlError(
+                f"--query: Spark did not start ({_spark_message(e)}); its output is in {log.name}"
+            ) from None
+        finally:
+            os.dup2(terminal, 2)
+            os.close(terminal)
+    os.unlink(log.name)  # started: the JVM keeps writing to the (unlinked) file, not the terminal
     spark.sparkContext.setLogLevel("ERROR")
     if progress:
         progress(f"Spark started in {time.monotonic() - started:.0f} s; planning the query")

@@ -383,7 +383,10 @@ def test_query_dry_run_without_source_data(spark, tmp_path):
     assert not plan.problems, plan.problems
     assert plan.restored == {meta.operators[0].uid: 0} and not plan.started_empty
     assert not (tmp_path / "no").exists() and not (tmp_path / "ck").exists()
-    with pytest.raises(StatectlError, match="in append output mode: Append output mode not"):
+    with pytest.raises(
+        StatectlError,
+        match=r"in append output mode: .*not supported for streaming aggregations without watermark",
+    ):
         restore(
             sp_url, str(tmp_path / "ck"), query=f"{q}:agg_types", spark=spark, output_mode="append"
         )
