@@ -152,14 +152,19 @@ def maybe_json(text: str | None) -> Any:
 # -- list ----------------------------------------------------------------------------------
 def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
     """Directories under ``root`` that look like checkpoints (they hold ``offsets/``)."""
+    from statectl.in_progress import read_in_progress
+
     found: list[str] = []
 
     def visit(path: str, depth: int) -> None:
         entries = io.list_dir(path)
         names = {e.name for e in entries if e.is_dir}
         files = {e.name for e in entries if not e.is_dir}
-        if "offsets" in names or "commits" in names or "metadata" in files:
-            found.append(path)  # ("metadata" alone: a restore interrupted before its logs)
+        if "offsets" in names or "commits" in names:
+            found.append(path)
+            return
+        if "metadata" in files and read_in_progress(io, path) is not None:
+            found.append(path)  # a restore interrupted before it wrote its logs
             return
         if "_metadata" in files or posixpath.basename(path).startswith("savepoint-"):
             found.append(path)
