@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -259,6 +260,17 @@ def planning_session(progress: Callable[[str], None] | None = None) -> Any:
         sys.stderr.flush()
         terminal = os.dup(2)
         os.dup2(log.fileno(), 2)
+        stop = threading.Event()
+
+        def tick() -> None:  # an elapsed-time line on a terminal while the JVM starts
+            while not stop.wait(1):
+                line = f"\rstatectl: starting Spark... {time.monotonic() - started:.0f} s"
+                os.write(terminal, line.encode())
+            os.write(terminal, b"\r\x1b[K")
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        if progress and os.isatty(terminal):
+            ticker.start()
         try:
             spark = (
                 SparkSession.builder.master("local[1]")
@@ -272,6 +284,9 @@ def planning_session(progress: Callable[[str], None] | None = None) -> Any:
                 f"--query: Spark did not start ({_spark_message(e)}); its output is in {log.name}"
             ) from None
         finally:
+            stop.set()
+            if ticker.is_alive():
+                ticker.join()
             os.dup2(terminal, 2)
             os.close(terminal)
     os.unlink(log.name)  # started: the JVM keeps writing to the (unlinked) file, not the terminal
