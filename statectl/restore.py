@@ -205,6 +205,27 @@ def _inside(io: FileIO, path: str, parent: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/")
 
 
+def _enclosing_state_dir(io: FileIO, root: str, levels: int = 8) -> tuple[str, str] | None:
+    """The Spark checkpoint or statectl savepoint a target would be written into, if any
+    (whatever the savepoint records: writing inside either would corrupt or be deleted with
+    it)."""
+    path = posixpath.dirname(root.rstrip("/"))
+    for _ in range(levels):
+        if not path or path == "/":
+            return None
+        if is_savepoint_dir(io, path):
+            return "savepoint", path
+        if io.exists(posixpath.join(path, "offsets")) and io.exists(
+            posixpath.join(path, "metadata")
+        ):
+            return "Spark checkpoint", path
+        parent = posixpath.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None
+
+
 def target_problems(
     io: FileIO, root: str, overwrite: bool, sources: list[tuple[str, FileIO, str]]
 ) -> tuple[list[str], dict[str, Any] | None]:
@@ -217,6 +238,12 @@ def target_problems(
                 f"{url}: the target is inside the {what} {src_io.url(src)}; choose a "
                 "directory outside it"
             ], None
+    enclosing = _enclosing_state_dir(io, root)
+    if enclosing is not None:
+        return [
+            f"{url}: the target is inside the {enclosing[0]} {io.url(enclosing[1])}; choose a "
+            "directory outside it"
+        ], None
     if not io.exists(root):
         return [], None
     if not io.is_dir(root):

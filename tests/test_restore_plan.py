@@ -174,6 +174,13 @@ def test_migrate_and_restore_refuse_targets_inside_their_source(tmp_path, savepo
     sp = Path(savepoints["agg"].removeprefix("file://"))
     proc = cli("restore", "-s", str(sp), str(sp / "live"))
     assert proc.returncode == 2 and "inside the savepoint" in proc.stderr
+    # Whatever the savepoint records, a target inside a checkpoint or another savepoint.
+    proc = cli("restore", "-s", str(sp), str(ck / "state" / "restored"))
+    assert proc.returncode == 2 and "inside the Spark checkpoint" in proc.stderr
+    other, _ = take_savepoint(str(FIXTURES / "dedup-hdfs"), str(tmp_path / "other"))
+    before = files_under(tmp_path)
+    proc = cli("restore", "-s", str(sp), other + "/x/y")
+    assert proc.returncode == 2 and "inside the savepoint" in proc.stderr
     assert files_under(tmp_path) == before and not (sp / "live").exists()
 
 
