@@ -319,8 +319,13 @@ def restore(
         ),
     ] = None,
     output_mode: Annotated[
-        str, typer.Option("--output-mode", help="The new query's output mode, for --query.")
-    ] = "append",
+        str | None,
+        typer.Option(
+            "--output-mode",
+            help="append, update or complete: the mode the new query runs in, checked with "
+            "Spark's own rules (default: the first of these Spark accepts for the query).",
+        ),
+    ] = None,
     changelog: ChangelogOpt = False,
     checkpoint_format: Annotated[
         int | None,
@@ -330,17 +335,30 @@ def restore(
         ),
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the plan, write nothing.")
+        bool,
+        typer.Option("--dry-run", help="Make every check the restore makes, write nothing."),
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace an interrupted statectl restore (never a checkpoint)."
+        ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a Spark checkpoint from a savepoint: either backend, any partition count.
 
-    Exits 2 when the restore would fail (unmatched state without -n, incompatible schemas), so
-    `--dry-run` is the check to run before deploying a changed query.
+    Exits 2 when the restore would fail (target not empty, unmatched state without -n,
+    incompatible schemas, ...), so `--dry-run` is the check to run before deploying a changed
+    query: it fails exactly when the restore would.
     """
     from statectl.errors import StatectlError
     from statectl.restore import restore as do_restore
+
+    def progress(msg: str) -> None:
+        if not as_json or sys.stderr.isatty():
+            sys.stderr.write(f"statectl: {msg}\n")
+            sys.stderr.flush()
 
     mapping = {}
     for uid, op_id in _parse_pairs(map_ or [], "--map").items():
@@ -360,6 +378,8 @@ def restore(
         changelog=changelog,
         checkpoint_format=checkpoint_format,
         dry_run=dry_run,
+        overwrite=overwrite,
+        progress=progress,
     )
     info = plan.as_dict()
     if as_json:
@@ -397,21 +417,32 @@ def migrate(
         typer.Option("--keep-savepoint", help="Keep the intermediate savepoint under DIR."),
     ] = None,
     changelog: ChangelogOpt = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace an interrupted statectl migrate (never a checkpoint)."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
 ) -> None:
-    """Savepoint then restore in one step: change backend and/or partition count."""
-    import tempfile
+    """Savepoint then restore in one step: change backend and/or partition count.
 
-    from statectl.restore import restore as do_restore
-    from statectl.savepoints.create import take_savepoint
+    The temporary savepoint lives inside the target until the target is complete."""
+    from statectl.restore import migrate as do_migrate
 
-    with tempfile.TemporaryDirectory(prefix="statectl-migrate-") as tmp:
-        sp_url, _ = take_savepoint(source, keep_savepoint or tmp, batch=batch, verify=not no_verify)
-        plan = do_restore(
-            sp_url, target, backend=backend, partitions=partitions, changelog=changelog
-        )
-    info = {**plan.as_dict(), "savepoint": sp_url if keep_savepoint else None}
+    plan, kept = do_migrate(
+        source,
+        target,
+        backend=backend,
+        partitions=partitions,
+        batch=batch,
+        keep_savepoint=keep_savepoint,
+        changelog=changelog,
+        overwrite=overwrite,
+        verify=not no_verify,
+    )
+    info = {**plan.as_dict(), "savepoint": kept}
     if as_json:
         _print_json(info)
     else:

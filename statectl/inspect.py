@@ -155,6 +155,8 @@ def maybe_json(text: str | None) -> Any:
 # -- list ----------------------------------------------------------------------------------
 def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
     """Directories under ``root`` that look like checkpoints (they hold ``offsets/``)."""
+    from statectl.in_progress import read_in_progress
+
     found: list[str] = []
 
     def visit(path: str, depth: int) -> None:
@@ -163,6 +165,9 @@ def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
         files = {e.name for e in entries if not e.is_dir}
         if "offsets" in names or "commits" in names:
             found.append(path)
+            return
+        if "metadata" in files and read_in_progress(io, path) is not None:
+            found.append(path)  # a restore interrupted before it wrote its logs
             return
         if "_metadata" in files or posixpath.basename(path).startswith("savepoint-"):
             found.append(path)
@@ -231,10 +236,27 @@ def list_dir(url: str) -> list[dict[str, Any]]:
     io, root = FileIO.for_url(url)
     if not io.is_dir(root):
         raise StatectlError("no such directory", root)
+    from statectl.in_progress import describe_in_progress, read_in_progress
     from statectl.savepoints.store import summarize_savepoint
 
     out = []
     for path in find_checkpoints(io, root):
+        marker = read_in_progress(io, path)
+        if marker is not None:
+            out.append(
+                {
+                    "kind": "checkpoint",
+                    "path": io.url(path),
+                    "health": "interrupted",
+                    "problems": [
+                        f"{describe_in_progress(marker)}: not a usable checkpoint (Spark "
+                        "refuses to start from it); re-run with --overwrite to replace it"
+                    ],
+                    "restore_in_progress": marker,
+                    "bytes": io.du(path),
+                }
+            )
+            continue
         if not io.exists(posixpath.join(path, "offsets")) and not io.exists(
             posixpath.join(path, "commits")
         ):
@@ -259,9 +281,17 @@ def inspect_path(
     url: str, batch: int | None = None, *, rows: bool = True, verify: bool = True
 ) -> dict[str, Any]:
     """``inspect`` for a checkpoint or a savepoint (the same keys where they mean the same)."""
+    from statectl.in_progress import describe_in_progress, read_in_progress
     from statectl.savepoints.store import Savepoint, describe_savepoint, is_savepoint_dir
 
     io, root = FileIO.for_url(url)
+    marker = read_in_progress(io, root)
+    if marker is not None:
+        raise StatectlError(
+            f"{describe_in_progress(marker)}: not a usable checkpoint yet (Spark refuses to "
+            "start from it); if that statectl is gone, re-run it with --overwrite",
+            io.url(root),
+        )
     if is_savepoint_dir(io, root):
         sp = Savepoint(io, root)
         if batch is not None and batch != sp.metadata.batch_id:

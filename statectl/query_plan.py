@@ -7,6 +7,12 @@ state schema files it would write for the real query (``StateSchemaAndOperatorMe
 so we read them back with statectl's checkpoint reader instead of re-deriving operator ids,
 names and schemas ourselves. Nothing runs: no source is read and no state is touched.
 
+Planning needs no input data: a file source whose path does not exist (a CI job has no
+production input) is planned against an empty stand-in directory, which gives the same
+operators, ids and schemas (they come from the plan, not from files; a schema is required for
+streaming file sources anyway). The output mode is checked, or inferred, by Spark's own
+``UnsupportedOperationChecker``, the check ``DataStreamWriter.start`` makes.
+
 The constructor of ``IncrementalExecution`` is internal to Spark (16 parameters in 4.3); it is
 called by reflection so that Python ints widen to Java longs, and a Spark whose constructor
 differs gets a clear error rather than a wrong plan.
@@ -14,13 +20,19 @@ differs gets a clear error rather than a wrong plan.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
 import os
+import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from statectl.checkpoint.model import (
@@ -35,6 +47,16 @@ from statectl.errors import StatectlError, UnsupportedError
 
 INCREMENTAL_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.IncrementalExecution"
 OUTPUT_MODES = {"append": "Append", "update": "Update", "complete": "Complete"}
+# The planning session logs errors only: Spark's start-up warnings are not the user's business.
+QUIET_LOG4J2 = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
 
 
 @dataclass
@@ -42,6 +64,8 @@ class PlannedQuery:
     spec: str
     output_mode: str
     operators: list[Operator]
+    # File source paths that did not exist and were planned against an empty stand-in.
+    stand_ins: list[str] = field(default_factory=list)
 
 
 def load_query_function(spec: str) -> Any:
@@ -56,12 +80,14 @@ def load_query_function(spec: str) -> Any:
         mod_spec = importlib.util.spec_from_file_location(name, module_name)
         assert mod_spec and mod_spec.loader
         module = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(module)
+        with user_errors(spec, module_name):
+            mod_spec.loader.exec_module(module)
     else:
         if os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())
         try:
-            module = importlib.import_module(module_name)
+            with user_errors(spec, None, reraise=(ImportError,)):
+                module = importlib.import_module(module_name)
         except ImportError as e:
             raise StatectlError(
                 f"--query: cannot import {module_name!r} ({e}); run from the directory that "
@@ -73,14 +99,55 @@ def load_query_function(spec: str) -> Any:
     return func
 
 
-def build_dataframe(func: Any, spark: Any) -> Any:
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+@contextlib.contextmanager
+def user_errors(
+    spec: str, user_file: str | None, reraise: tuple[type[BaseException], ...] = ()
+) -> Iterator[None]:
+    """An exception raised by the user's code becomes one line naming the user's file and line
+    (the innermost frame in the user's file, else the innermost frame outside statectl,
+    pyspark and py4j)."""
+    try:
+        yield
+    except StatectlError:
+        raise
+    except reraise:
+        raise
+    except Exception as e:
+        frames = traceback.extract_tb(e.__traceback__)
+        if isinstance(e, SyntaxError) and e.filename:
+            where = f"{e.filename}:{e.lineno}"
+        else:
+            want = os.path.abspath(user_file) if user_file else None
+            mine = [f for f in frames if want and os.path.abspath(f.filename) == want] or [
+                f
+                for f in frames
+                if not any(
+                    part in f.filename
+                    for part in (f"{os.sep}statectl{os.sep}", "pyspark", "py4j", "importlib")
+                )
+            ]
+            where = f"{mine[-1].filename}:{mine[-1].lineno}" if mine else spec
+        raise StatectlError(f"--query {spec} raised {_first_line(e)}", where) from None
+
+
+def build_dataframe(func: Any, spark: Any, spec: str = "") -> Any:
     """Call the user's function with the session if it takes an argument, else with none."""
     params = [
         p
         for p in inspect.signature(func).parameters.values()
         if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
-    df = func(spark) if params else func()
+    try:
+        user_file = inspect.getsourcefile(func)
+    except TypeError:
+        user_file = None
+    with user_errors(spec or getattr(func, "__name__", "query"), user_file):
+        df = func(spark) if params else func()
     if not getattr(df, "isStreaming", False):
         raise StatectlError(
             "--query: the function must return a streaming DataFrame (spark.readStream...), "
@@ -134,58 +201,192 @@ def _incremental_execution(spark: Any, plan: Any, mode: str, state_dir: str, con
     return ctors[0].newInstance(arr)
 
 
+STAND_IN_METHODS = ("load", "json", "csv", "parquet", "orc", "text", "xml")
+
+
+@contextlib.contextmanager
+def stand_in_sources(found: list[str]) -> Iterator[None]:
+    """While the user's function runs: a file source whose path does not exist (Spark raises
+    PATH_NOT_FOUND) is read from an empty temporary directory instead; ``found`` collects the
+    paths. Planning reads no files, so operators and schemas are the same."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    tmp = tempfile.mkdtemp(prefix="statectl-stand-in-")
+    originals = {
+        n: getattr(DataStreamReader, n) for n in STAND_IN_METHODS if hasattr(DataStreamReader, n)
+    }
+
+    def wrap(orig: Callable[..., Any]) -> Callable[..., Any]:
+        def method(self: Any, path: Any = None, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return orig(self, path, *args, **kwargs)
+            except AnalysisException as e:
+                if path is None or e.getCondition() != "PATH_NOT_FOUND":
+                    raise
+                found.append(str(path))
+                return orig(self, tmp, *args, **kwargs)
+
+        return method
+
+    try:
+        for name, orig in originals.items():
+            setattr(DataStreamReader, name, wrap(orig))
+        yield
+    finally:
+        for name, orig in originals.items():
+            setattr(DataStreamReader, name, orig)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def planning_session(progress: Callable[[str], None] | None = None) -> Any:
+    """The local session planning runs in, started with a quiet log4j2 configuration (the JVM
+    takes half a minute to start: say so)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if progress:
+        progress("starting Spark to plan the query (the JVM takes 20-40 s to start)")
+    conf_dir = tempfile.mkdtemp(prefix="statectl-log4j-")
+    conf = os.path.join(conf_dir, "log4j2.properties")
+    with open(conf, "w") as f:
+        f.write(QUIET_LOG4J2)
+    started = time.monotonic()
+    # The JVM also prints to its stderr before any logging is configured (JDK notices, the
+    # launcher): it inherits a log file as stderr instead of the terminal, named on failure.
+    with tempfile.NamedTemporaryFile(prefix="statectl-spark-", suffix=".log", delete=False) as log:
+        sys.stderr.flush()
+        terminal = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        stop = threading.Event()
+
+        def tick() -> None:  # an elapsed-time line on a terminal while the JVM starts
+            while not stop.wait(1):
+                line = f"\rstatectl: starting Spark... {time.monotonic() - started:.0f} s"
+                os.write(terminal, line.encode())
+            os.write(terminal, b"\r\x1b[K")
+
+        ticker = threading.Thread(target=tick, daemon=True)
+        if progress and os.isatty(terminal):
+            ticker.start()
+        try:
+            spark = (
+                SparkSession.builder.master("local[1]")
+                .appName("statectl-plan")
+                .config("spark.ui.enabled", "false")
+                .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{conf}")
+                .getOrCreate()
+            )
+        except Exception as e:
+            raise StatectlError(
+                f"--query: Spark did not start ({_spark_message(e)}); its output is in {log.name}"
+            ) from None
+        finally:
+            stop.set()
+            if ticker.is_alive():
+                ticker.join()
+            os.dup2(terminal, 2)
+            os.close(terminal)
+    os.unlink(log.name)  # started: the JVM keeps writing to the (unlinked) file, not the terminal
+    spark.sparkContext.setLogLevel("ERROR")
+    if progress:
+        progress(f"Spark started in {time.monotonic() - started:.0f} s; planning the query")
+    return spark
+
+
+def check_output_mode(spark: Any, jplan: Any, mode: str | None) -> str:
+    """The output mode Spark accepts for this query (``mode``, checked), or the first of
+    append, update, complete that it accepts; Spark's own message when none is."""
+    jvm = spark._jvm
+    check = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
+    errors = []
+    for m in [mode] if mode else list(OUTPUT_MODES):
+        try:
+            check.checkForStreaming(
+                jplan, getattr(jvm.org.apache.spark.sql.streaming.OutputMode, OUTPUT_MODES[m])()
+            )
+            return m
+        except Exception as e:  # py4j wraps Spark's AnalysisException
+            errors.append(_spark_message(e))
+    raise StatectlError(
+        f"--query: Spark does not accept the query in {mode or 'any'} output mode: {errors[0]}",
+        hint="pass the --output-mode the query runs with" if mode else None,
+    )
+
+
+def _spark_message(e: BaseException) -> str:
+    """One line of a Spark (or py4j-wrapped) error."""
+    java = getattr(e, "java_exception", None)
+    text = str(java.getMessage()) if java is not None else str(e)
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
 def plan_query(
     spec: str,
     *,
-    output_mode: str = "append",
+    output_mode: str | None = None,
     confs: dict[str, str] | None = None,
     spark: Any = None,
+    progress: Callable[[str], None] | None = None,
 ) -> PlannedQuery:
     """Plan the query that ``spec`` builds; its stateful operators as Spark would record them.
 
     ``confs`` are set on the session while planning (the pinned confs a restart applies, the
-    target backend and partition count), then put back.
+    target backend and partition count), then put back. ``output_mode`` None: inferred.
     """
-    if output_mode not in OUTPUT_MODES:
+    if output_mode is not None and output_mode not in OUTPUT_MODES:
         raise StatectlError(f"--output-mode must be one of {', '.join(OUTPUT_MODES)}")
     func = load_query_function(spec)
     if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = (
-            SparkSession.builder.master("local[1]")
-            .appName("statectl-plan")
-            .config("spark.ui.enabled", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = planning_session(progress)
     if not hasattr(spark, "_jsparkSession"):
         raise UnsupportedError("--query needs a classic (not Spark Connect) SparkSession")
     confs = dict(confs or {})
     saved = {k: spark.conf.get(k, None) for k in confs}
+    stand_ins: list[str] = []
     try:
         for k, v in confs.items():
             spark.conf.set(k, v)
-        df = build_dataframe(func, spark)
-        with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
-            # What MicroBatchExecution writes before it plans batch 0; transformWithState's
-            # schema validation checks that the batch is in the offset log.
-            with open(os.path.join(tmp, "metadata"), "w") as f:
-                f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
-            os.makedirs(os.path.join(tmp, "offsets"))
-            with open(os.path.join(tmp, "offsets", "0"), "w") as f:
-                f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
-            ie = _incremental_execution(
-                spark, df._jdf.logicalPlan(), output_mode, os.path.join(tmp, "state"), confs
-            )
-            ie.executedPlan()  # planning writes state/<op>/_metadata and schema files
-            ckpt = Checkpoint.open(tmp)
-            ids = sorted(
-                int(f.name)
-                for f in ckpt.io.list_dir(ckpt.path("state"))
-                if f.is_dir and f.name.isdigit()
-            )
-            operators = [load_operator(ckpt, op, 0) for op in ids]
+        with stand_in_sources(stand_ins):
+            df = build_dataframe(func, spark, spec)
+            if stand_ins and progress:
+                progress(f"planning against an empty stand-in for {', '.join(stand_ins)}")
+            try:
+                jplan = df._jdf.queryExecution().analyzed()
+            except Exception as e:
+                raise StatectlError(
+                    f"--query {spec}: Spark cannot analyze the query: {_spark_message(e)}"
+                ) from None
+            mode = check_output_mode(spark, jplan, output_mode)
+            with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
+                # What MicroBatchExecution writes before it plans batch 0; transformWithState's
+                # schema validation checks that the batch is in the offset log.
+                with open(os.path.join(tmp, "metadata"), "w") as f:
+                    f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
+                os.makedirs(os.path.join(tmp, "offsets"))
+                with open(os.path.join(tmp, "offsets", "0"), "w") as f:
+                    f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
+                try:
+                    ie = _incremental_execution(
+                        spark, df._jdf.logicalPlan(), mode, os.path.join(tmp, "state"), confs
+                    )
+                    ie.executedPlan()  # planning writes state/<op>/_metadata and schema files
+                except StatectlError:
+                    raise
+                except Exception as e:
+                    raise StatectlError(
+                        f"--query {spec}: Spark cannot plan the query: {_spark_message(e)}"
+                    ) from None
+                ckpt = Checkpoint.open(tmp)
+                ids = sorted(
+                    int(f.name)
+                    for f in ckpt.io.list_dir(ckpt.path("state"))
+                    if f.is_dir and f.name.isdigit()
+                )
+                operators = [load_operator(ckpt, op, 0) for op in ids]
     finally:
         for k, v in saved.items():
             if v is None:
@@ -196,7 +397,7 @@ def plan_query(
     for op in operators:
         if partitions:
             op.num_partitions = partitions
-    return PlannedQuery(spec, output_mode, operators)
+    return PlannedQuery(spec, mode, operators, stand_ins)
 
 
 def planning_confs(pinned: dict[str, str], backend: str, partitions: int) -> dict[str, str]:

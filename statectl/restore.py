@@ -9,8 +9,12 @@ so an interrupted restore never looks like a finished checkpoint.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import posixpath
+import re
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +50,8 @@ from statectl.checkpoint.state_metadata import (
 from statectl.codecs.compression import normalize_codec
 from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.unsaferow import encode_unsafe_rows
-from statectl.errors import StatectlError, UnsupportedError
+from statectl.errors import StatectlError
+from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid
@@ -55,7 +60,7 @@ from statectl.savepoints.format import (
     fingerprint_of,
     operator_fingerprint,
 )
-from statectl.savepoints.store import Savepoint
+from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.schema_compat import difference
 from statectl.state import read_le_int
 from statectl.tws_encode import (
@@ -67,6 +72,15 @@ from statectl.tws_encode import (
 )
 
 FILE_SOURCE_COMPACT_INTERVAL = 10
+# A restore re-creates each file source log from its latest compaction on (as Spark's own log
+# cleanup leaves it); more files than this means the savepoint's batch ids are not credible.
+MAX_SOURCE_LOG_FILES = 1000
+MAX_OPERATOR_ID = 2**31 - 1
+MAX_BATCH_ID = 2**62
+# Store, state variable and source names that become path components of the target.
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.$=-]{0,254}")
+# Where migrate keeps its temporary savepoint: inside the target, removed before it completes.
+TMP_DIR = ".statectl-tmp"
 
 
 @dataclass
@@ -89,6 +103,13 @@ class RestorePlan:
     # The changed query's operators (from --query), by id: restored ones take their metadata
     # and schemas from the savepoint, new ones get empty state with these.
     query_operators: dict[int, Operator] = field(default_factory=dict)
+    overwrite: bool = False  # the target is an interrupted statectl restore to replace
+    interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
+    # What write_restore needs: the open savepoint and the target's filesystem and root.
+    sp: Savepoint | None = field(default=None, repr=False, compare=False)
+    io: FileIO | None = field(default=None, repr=False, compare=False)
+    root: str = field(default="", repr=False, compare=False)
+    started: bool = field(default=False, repr=False, compare=False)  # marker already written
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -113,13 +134,21 @@ def choose_target(sp: Savepoint, backend: str | None, partitions: int | None) ->
     chosen = backend or m.source_checkpoint.get("backend") or HDFS
     if chosen not in (HDFS, ROCKSDB):
         raise StatectlError(f"--backend must be hdfs or rocksdb, not {chosen!r}")
-    n = (
-        partitions
-        or int(m.pinned_confs.get(PARTITIONS_CONF, 0))
-        or m.source_checkpoint["partitions"]
-    )
+    if partitions is not None:
+        if partitions < 1:
+            raise StatectlError(f"--partitions must be at least 1, got {partitions}")
+        return chosen, partitions
+    try:
+        n = int(m.pinned_confs.get(PARTITIONS_CONF, 0)) or int(
+            m.source_checkpoint.get("partitions") or 0
+        )
+    except (TypeError, ValueError):
+        n = 0
     if n < 1:
-        raise StatectlError(f"--partitions must be at least 1, got {n}")
+        raise StatectlError(
+            f"the savepoint records no valid partition count ({PARTITIONS_CONF}); pass --partitions",
+            sp.url(),
+        )
     return chosen, n
 
 
@@ -161,6 +190,198 @@ def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]
     return problems
 
 
+def _local_real(io: FileIO, path: str) -> str:
+    """A path to compare containment with: symlinks resolved on the local filesystem."""
+    if io.protocol == "file":
+        return os.path.realpath(path)
+    return posixpath.normpath(path)
+
+
+def _inside(io: FileIO, path: str, parent: str) -> bool:
+    a, b = _local_real(io, path), _local_real(io, parent)
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def _enclosing_state_dir(io: FileIO, root: str, levels: int = 8) -> tuple[str, str] | None:
+    """The Spark checkpoint or statectl savepoint a target would be written into, if any
+    (whatever the savepoint records: writing inside either would corrupt or be deleted with
+    it)."""
+    path = posixpath.dirname(root.rstrip("/"))
+    for _ in range(levels):
+        if not path or path == "/":
+            return None
+        if is_savepoint_dir(io, path):
+            return "savepoint", path
+        if io.exists(posixpath.join(path, "offsets")) and io.exists(
+            posixpath.join(path, "metadata")
+        ):
+            return "Spark checkpoint", path
+        parent = posixpath.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    return None
+
+
+def target_problems(
+    io: FileIO, root: str, overwrite: bool, sources: list[tuple[str, FileIO, str]]
+) -> tuple[list[str], dict[str, Any] | None]:
+    """Why ``root`` cannot be written (empty list: it can), and the interrupted restore's
+    marker if it is one. ``sources`` are (what, io, path) the target must not be inside."""
+    url = io.url(root)
+    for what, src_io, src in sources:
+        if src_io.protocol == io.protocol and _inside(io, root, src):
+            return [
+                f"{url}: the target is inside the {what} {src_io.url(src)}; choose a "
+                "directory outside it"
+            ], None
+    enclosing = _enclosing_state_dir(io, root)
+    if enclosing is not None:
+        return [
+            f"{url}: the target is inside the {enclosing[0]} {io.url(enclosing[1])}; choose a "
+            "directory outside it"
+        ], None
+    if not io.exists(root):
+        return [], None
+    if not io.is_dir(root):
+        return [f"{url}: the target exists and is a file; choose a new directory"], None
+    if not io.list_dir(root):
+        return [], None
+    marker = read_in_progress(io, root)
+    if marker is not None:
+        if overwrite:
+            return [], marker
+        return [
+            f"{url}: the target is an unfinished restore ({describe_in_progress(marker)}); "
+            "pass --overwrite to replace it, once no statectl is writing it"
+        ], marker
+    kind = (
+        "a Spark checkpoint"
+        if io.exists(_under(root, "offsets")) or io.exists(_under(root, "commits"))
+        else "a statectl savepoint"
+        if is_savepoint_dir(io, root)
+        else "not empty"
+    )
+    return [
+        f"{url}: the target exists and is {kind}; refusing to overwrite it (--overwrite "
+        "replaces only an interrupted statectl restore); choose a new directory"
+    ], None
+
+
+def _valid_id(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_OPERATOR_ID
+
+
+def _safe_name(x: Any) -> bool:
+    return isinstance(x, str) and SAFE_NAME.fullmatch(x) is not None
+
+
+def source_log_layout(entries: list[dict], previous_offset: int | None) -> list[tuple[str, list]]:
+    """The files of one file source log, as Spark leaves them: from the latest compaction at or
+    before the first batch a restart may re-read, then every later batch (compactions as
+    ``N.compact`` with all entries so far). Spark reads older batches from a compaction."""
+    by_batch: dict[int, list[dict]] = {}
+    for e in entries:
+        by_batch.setdefault(int(e["batchId"]), []).append(e)
+    if not by_batch:
+        return []
+    last = max(by_batch)
+    # A restart re-plans the last batch: its range starts after the previous batch's offset.
+    need = last if previous_offset is None else max(0, min(last, previous_offset + 1))
+    first = (need + 1) // FILE_SOURCE_COMPACT_INTERVAL * FILE_SOURCE_COMPACT_INTERVAL - 1
+    first = max(first, 0)
+    files = []
+    for b in range(first, last + 1):
+        compact = (b + 1) % FILE_SOURCE_COMPACT_INTERVAL == 0
+        if compact:
+            body = [e for k in sorted(by_batch) if k <= b for e in by_batch[k]]
+        else:
+            body = by_batch.get(b, [])
+        files.append((f"{b}.compact" if compact else str(b), body))
+    return files
+
+
+def _log_offset(text: str | None) -> int | None:
+    try:
+        v = json.loads(text or "null")["logOffset"]
+    except (TypeError, KeyError, ValueError):
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _safety_problems(m: Any, mapping: dict[str, int]) -> list[str]:
+    """Everything from the savepoint that becomes a path or a file count in the target: ids are
+    non-negative ints, names are plain path components, batch ids are credible."""
+    problems = []
+    if not _valid_id(m.batch_id) or m.batch_id > MAX_BATCH_ID:
+        problems.append(f"_metadata: batch_id {m.batch_id!r} is not a non-negative integer")
+        return problems
+    if m.offset_log_version not in (1, 2):
+        problems.append(
+            f"restoring offset log v{m.offset_log_version} is not supported (v1 and v2 are)"
+        )
+    for op in m.operators:
+        if not _valid_id(op.operator_id):
+            problems.append(
+                f"_metadata: operator {op.uid!r} has operator_id {op.operator_id!r}, not a "
+                "non-negative integer"
+            )
+        for t in op.tables:
+            # Store names become directories; transformWithState variables live in one store.
+            if not op.column_families and not _safe_name(t.name):
+                problems.append(
+                    f"_metadata: operator {op.uid!r} has a table named {t.name!r}, which is not "
+                    "a plain file name"
+                )
+    for uid, op_id in mapping.items():
+        if not _valid_id(op_id):
+            problems.append(f"--map {uid}={op_id}: operator ids are integers from 0")
+    for source, entries in (m.source_logs or {}).items():
+        if not _safe_name(source):
+            problems.append(f"_metadata: source log name {source!r} is not a plain file name")
+            continue
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            problems.append(f"_metadata: source log {source!r} is not a list of entries")
+            continue
+        ids = [e.get("batchId") for e in entries]
+        bad = [b for b in ids if not _valid_id(b) or b > m.batch_id]
+        if bad:
+            problems.append(
+                f"_metadata: source log {source!r} has batchId {bad[0]!r}; a file source's "
+                f"batch ids are integers from 0 to the savepoint's batch {m.batch_id}"
+            )
+            continue
+        prev = _log_offset((m.previous_offsets or {}).get(source))
+        if entries:
+            n = len(source_log_layout(entries, prev))
+            if n > MAX_SOURCE_LOG_FILES:
+                problems.append(
+                    f"_metadata: source log {source!r} would need {n} log files (batchId "
+                    f"{max(ids)}, previous offset {prev}); refusing more than "
+                    f"{MAX_SOURCE_LOG_FILES}"
+                )
+    return problems
+
+
+def _schema_changed(
+    op: OperatorState, candidates: dict[int, Operator], taken: set[int]
+) -> Operator | None:
+    """The query operator that is this savepoint operator with a changed schema: the same kind
+    with the same store names (or the same operator id), not already restored into."""
+    for qop in sorted(candidates.values(), key=lambda o: o.operator_id != op.operator_id):
+        if qop.operator_id in taken:
+            continue
+        same_kind = op.name in (qop.name, UNKNOWN_OPERATOR)
+        same_stores = sorted(
+            t.name for t in op.tables if t.kind in ("store", "join-store")
+        ) == sorted(qop.store_names) or (
+            op.column_families is not None and qop.uses_column_families
+        )
+        if same_kind and (same_stores or qop.operator_id == op.operator_id):
+            return qop
+    return None
+
+
 def plan_restore(
     sp: Savepoint,
     target: str,
@@ -172,24 +393,54 @@ def plan_restore(
     query: PlannedQuery | None = None,
     rocksdb_layout: str = "snapshot",
     checkpoint_format: int | None = None,
+    *,
+    overwrite: bool = False,
+    source: str | None = None,
+    own_target: bool = False,
 ) -> RestorePlan:
-    """Which uid goes to which operator id; what is dropped or started empty; what is wrong.
+    """Every check the restore makes, nothing written: which uid goes to which operator id,
+    what is dropped or started empty, and what is wrong (``problems``; empty means
+    :func:`write_restore` will write it).
 
     A uid goes to ``--map``'s operator id, else (with ``--query``) to the query's operator with
     the same fingerprint (what it is, not where it sits: ids shift when operators are added or
-    removed), else to the id it had. State with no operator to go to is an error unless ``-n``.
+    removed), else to the id it had. State with no operator to go to is an error unless ``-n``;
+    state whose operator is still there with another schema is an error either way.
+
+    ``source`` is the checkpoint the savepoint was taken from (migrate), ``own_target`` says
+    the caller already marked the target in progress (migrate).
     """
     m = sp.metadata
     chosen, n = choose_target(sp, backend, partitions)
+    io, root = FileIO.for_url(target)
+    scheme, sep, _ = target.partition("://")
     plan = RestorePlan(
         sp.url(),
-        target,
+        io.url(root),
         chosen,
         n,
         m.batch_id,
         query=query.spec if query else None,
         rocksdb_layout=rocksdb_layout,
+        scheme=scheme if sep else "",
+        overwrite=overwrite,
+        sp=sp,
+        io=io,
+        root=root,
+        started=own_target,
     )
+    if not own_target:
+        inside = [("savepoint", sp.io, sp.root)]
+        recorded = (
+            m.source_checkpoint.get("path") if isinstance(m.source_checkpoint, dict) else None
+        )
+        for what, url in (("source checkpoint", source), ("source checkpoint", recorded)):
+            if isinstance(url, str) and url:
+                src_io, src_root = FileIO.for_url(url)
+                inside.append((what, src_io, src_root))
+        problems, plan.interrupted = target_problems(io, root, overwrite, inside)
+        plan.problems += problems
+    plan.problems += _safety_problems(m, mapping)
     # Format 2 (RocksDB snapshots only) when the savepoint came from it, or when asked.
     if checkpoint_format not in (None, 1, 2):
         raise StatectlError(f"--checkpoint-format must be 1 or 2, not {checkpoint_format}")
@@ -253,6 +504,29 @@ def plan_restore(
             unmatched.append(op.uid)
             continue
         plan.restored[op.uid] = target_id
+    by_uid = {op.uid: op for op in m.operators}
+    changed: set[int] = set()
+    if query is not None:
+        # Not gone, changed: an operator of the same kind and stores (or id) is still in the
+        # query, with another schema. Dropping its state (-n) is not the fix, so not offered.
+        taken = set(plan.restored.values())
+        for uid in [u for u in unmatched if u not in (drop or [])]:
+            qop = _schema_changed(by_uid[uid], plan.query_operators, taken)
+            if qop is None:
+                continue
+            reasons = _schema_problems(uid, by_uid[uid], qop) or [
+                f"uid {uid} -> operator {qop.operator_id} ({qop.name}): the state's stores or "
+                "schemas differ from the query's"
+            ]
+            for r in reasons:
+                plan.problems.append(
+                    f"{r}; the query changed this operator's state schema, which Spark cannot "
+                    f"read the savepoint's state with: keep the schema, or discard the state "
+                    f"deliberately with --drop {uid} -n"
+                )
+            taken.add(qop.operator_id)
+            changed.add(qop.operator_id)
+            unmatched.remove(uid)
     if unmatched:
         if allow_non_restored:
             plan.dropped = unmatched
@@ -266,7 +540,6 @@ def plan_restore(
     if len(set(ids)) != len(ids):
         plan.problems.append(f"two uids map to the same operator id: {plan.restored}")
     if query is not None:
-        by_uid = {op.uid: op for op in m.operators}
         for uid, op_id in plan.restored.items():
             if op_id not in plan.query_operators:
                 plan.problems.append(
@@ -276,7 +549,7 @@ def plan_restore(
             elif m.savepoint_type != "native":
                 plan.problems += _schema_problems(uid, by_uid[uid], plan.query_operators[op_id])
         for op_id, qop in sorted(plan.query_operators.items()):
-            if op_id not in ids:
+            if op_id not in ids and op_id not in changed:
                 plan.started_empty[op_id] = qop.name
                 if qop.uses_column_families and (chosen != ROCKSDB or rocksdb_layout != "snapshot"):
                     plan.problems.append(
@@ -287,10 +560,7 @@ def plan_restore(
         if op.uid in plan.restored and (refusal := op.kind.refusal(f"uid {op.uid} ({op.name})")):
             plan.problems.append(refusal)
     if m.savepoint_type == "native":
-        plan.problems.append(
-            "a native savepoint restores by copying its checkpoint/ directory (same backend and "
-            "partitions); convert it first: statectl savepoint --type canonical SAVEPOINT"
-        )
+        plan.problems += _native_problems(plan, m)
         return plan
     for op in m.operators:
         if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
@@ -313,11 +583,56 @@ def plan_restore(
     return plan
 
 
-def _check_target(io: FileIO, root: str) -> None:
-    if io.exists(root) and (not io.is_dir(root) or io.list_dir(root)):
-        raise StatectlError(
-            "target checkpoint exists and is not empty; choose a new directory", root
+def _native_problems(plan: RestorePlan, m: Any) -> list[str]:
+    """A native savepoint is a copy of Spark's own files: it restores as it is (same backend,
+    partition count and layout, every operator at its id) or is converted first."""
+    src = m.source_checkpoint
+    convert = "convert it first: statectl savepoint --type canonical SAVEPOINT"
+    problems = []
+    if plan.backend != src.get("backend") or plan.partitions != src.get("partitions"):
+        problems.append(
+            f"a native savepoint restores only to its own backend and partition count "
+            f"({src.get('backend')}, {src.get('partitions')} partitions); {convert}"
         )
+    moved = {u: i for u, i in plan.restored.items() if m.operator(u).operator_id != i}
+    if moved or plan.dropped or plan.started_empty:
+        problems.append(
+            "a native savepoint restores every operator at its own id; to move, drop or add "
+            f"operators, {convert}"
+        )
+    if plan.checkpoint_format != int(src.get("checkpoint_format_version") or 1):
+        problems.append(f"a native savepoint keeps its checkpoint format; {convert}")
+    for op in m.operators:
+        for t in op.tables:
+            for f in t.files:
+                if not _safe_rel(f.path):
+                    problems.append(
+                        f"_metadata: data file path {f.path!r} is not inside the savepoint"
+                    )
+    for f in m.native_logs or []:
+        if not _safe_rel(f.path):
+            problems.append(f"_metadata: log file path {f.path!r} is not inside the savepoint")
+    return problems
+
+
+def _safe_rel(path: Any) -> bool:
+    """A path relative to the savepoint under its embedded ``checkpoint/``, without ``..``."""
+    if not isinstance(path, str) or path.startswith("/") or "\\" in path:
+        return False
+    parts = path.split("/")
+    return (
+        len(parts) > 1 and parts[0] == "checkpoint" and all(p not in ("", ".", "..") for p in parts)
+    )
+
+
+def _under(root: str, *parts: str) -> str:
+    """A path of the target: every path a restore writes goes through here and must stay
+    inside the target (names were validated when planning; this is the last guard)."""
+    path = posixpath.join(root, *parts)
+    norm, base = posixpath.normpath(path), posixpath.normpath(root)
+    if not (norm == base or norm.startswith(base.rstrip("/") + "/")) or "/../" in f"/{path}/":
+        raise StatectlError("refusing to write outside the target", path)
+    return path
 
 
 def _store_writer(
@@ -377,7 +692,7 @@ def _write_operator(
             mask = pa.array(pids == p)
             k = encode_unsafe_rows(pc.filter(key, mask), key_schema)
             v = encode_unsafe_rows(pc.filter(value, mask), value_schema)
-            base = posixpath.join(root, "state", str(new_id), str(p))
+            base = _under(root, "state", str(new_id), str(p))
             store_dir = base if table.name == "default" else posixpath.join(base, table.name)
             _record_unique_id(plan, new_id, p, writer(io, store_dir, k, v))
             if p == 0:
@@ -455,7 +770,7 @@ def _write_cf_state(
         _record_unique_id(plan, new_id, p, unique_id)
         write_rocksdb_snapshot(
             io,
-            posixpath.join(root, "state", str(new_id), str(p)),
+            _under(root, "state", str(new_id), str(p)),
             version,
             keys,
             values,
@@ -480,7 +795,7 @@ def _write_cf_state(
         "operatorPropertiesJson": json.dumps(properties, separators=(",", ":")),
     }
     io.write_atomic(
-        posixpath.join(root, "state", str(new_id), "_metadata", "v2", str(plan.batch)),
+        _under(root, "state", str(new_id), "_metadata", "v2", str(plan.batch)),
         ("v2\n" + json.dumps(meta, separators=(",", ":"))).encode(),
     )
 
@@ -493,7 +808,7 @@ def _write_operator_metadata(
         "stateStoreInfo": store_infos,
     }
     io.write_atomic(
-        posixpath.join(root, "state", str(op_id), "_metadata", "metadata"),
+        _under(root, "state", str(op_id), "_metadata", "metadata"),
         ("v1\n" + json.dumps(meta, separators=(",", ":"))).encode(),
     )
 
@@ -524,7 +839,7 @@ def _write_empty_operator(
     empty = pa.array([], pa.large_binary())
     for desc in op.schemas:
         for p in range(plan.partitions):
-            base = posixpath.join(root, "state", str(op.operator_id), str(p))
+            base = _under(root, "state", str(op.operator_id), str(p))
             store_dir = base if desc.name == "default" else posixpath.join(base, desc.name)
             _record_unique_id(plan, op.operator_id, p, writer(io, store_dir, empty, empty))
             if p == 0:
@@ -560,84 +875,98 @@ def _offset_text(offsets: dict[str, str | None], meta: dict[str, Any], version: 
     return "\n".join(lines)
 
 
-def _write_source_logs(io: FileIO, root: str, source_logs: dict[str, list[dict]]) -> None:
-    """Re-create each file source log as Spark lays it out (compaction every 10 batches)."""
+def _write_source_logs(
+    io: FileIO, root: str, source_logs: dict[str, list[dict]], previous: dict[str, str | None]
+) -> None:
+    """Re-create each file source log as Spark lays it out (compaction every 10 batches),
+    from the compaction a restart may read on (older files are what Spark's own log cleanup
+    deletes), so the file count stays bounded however long the query ran."""
     for source, entries in source_logs.items():
-        by_batch: dict[int, list[dict]] = {}
-        for e in entries:
-            by_batch.setdefault(int(e["batchId"]), []).append(e)
-        if not by_batch:
-            continue
-        seen: list[dict] = []
-        for b in range(max(by_batch) + 1):
-            seen.extend(by_batch.get(b, []))
-            compact = (b + 1) % FILE_SOURCE_COMPACT_INTERVAL == 0
-            body = seen if compact else by_batch.get(b, [])
-            name = f"{b}.compact" if compact else str(b)
+        for name, body in source_log_layout(entries, _log_offset(previous.get(source))):
             text = "\n".join(["v1", *(json.dumps(e, separators=(",", ":")) for e in body)])
-            io.write_atomic(posixpath.join(root, "sources", source, name), text.encode())
+            io.write_atomic(_under(root, "sources", source, name), text.encode())
 
 
-def restore(
-    savepoint: str,
-    target: str,
-    *,
-    backend: str | None = None,
-    partitions: int | None = None,
-    mapping: dict[str, int] | None = None,
-    allow_non_restored: bool = False,
-    drop: list[str] | None = None,
-    query: str | PlannedQuery | None = None,
-    output_mode: str = "append",
-    spark: Any = None,
-    changelog: bool = False,
-    checkpoint_format: int | None = None,
-    dry_run: bool = False,
-) -> RestorePlan:
-    """Write a checkpoint at ``target`` from the savepoint (unless ``dry_run`` or a problem).
+def _marker(plan: RestorePlan, command: str, source: str | None) -> bytes:
+    info = {
+        "command": command,
+        "source": source or plan.savepoint,
+        "target": plan.target,
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
+    return f"{IN_PROGRESS_TOKEN}\n{json.dumps(info)}".encode()
 
-    ``query`` (``MODULE:FUNCTION`` or a :class:`PlannedQuery`) is the changed query: it is
-    planned with Spark (``spark``, or a local session) to match state to its operators.
-    """
-    sp = Savepoint.open(savepoint)
-    io, root = FileIO.for_url(target)
-    if isinstance(query, str):
-        chosen, n = choose_target(sp, backend, partitions)
-        query = plan_query(
-            query,
-            output_mode=output_mode,
-            confs=planning_confs(sp.metadata.pinned_confs, chosen, n),
-            spark=spark,
-        )
-    plan = plan_restore(
-        sp,
-        io.url(root),
-        backend,
-        partitions,
-        mapping or {},
-        allow_non_restored,
-        drop,
-        query,
-        "changelog" if changelog else "snapshot",
-        checkpoint_format,
-    )
-    if plan.problems or dry_run:
-        return plan
-    _check_target(io, root)
-    scheme, sep, _ = target.partition("://")
-    plan.scheme = scheme if sep else ""
+
+def begin_target(
+    io: FileIO, root: str, plan: RestorePlan, command: str = "restore", source: str | None = None
+) -> None:
+    """Mark the target in progress before anything else is written there. With --overwrite,
+    first clear an interrupted restore (planning made sure that is all the target is)."""
+    if plan.overwrite and io.exists(root) and io.list_dir(root):
+        marker = read_in_progress(io, root)
+        if marker is None:  # re-checked here: never delete anything but an unfinished restore
+            raise StatectlError("--overwrite replaces only an interrupted statectl restore", root)
+        io.remove(root, recursive=True)
+    io.makedirs(root)
+    io.write_atomic(_under(root, "metadata"), _marker(plan, command, source), overwrite=True)
+    plan.started = True
+
+
+def _copy_native(plan: RestorePlan) -> None:
+    """A native savepoint at its own backend and partition count: its files as they are,
+    ``metadata`` last (the marker stays until everything else is in place)."""
+    sp, io, root = plan.sp, plan.io, plan.root
+    assert sp is not None and io is not None
     m = sp.metadata
-    if m.offset_log_version not in (1, 2):
-        raise UnsupportedError(
-            f"restoring offset log v{m.offset_log_version} is not supported", sp.url()
+    files = [f.path for op in m.operators for t in op.tables for f in t.files]
+    files += [f.path for f in m.native_logs or []]
+    prefix = "checkpoint/"
+    for rel in sorted(set(files), key=lambda r: (r.startswith(prefix + "commits/"), r)):
+        inner = rel[len(prefix) :]
+        if inner == "metadata":
+            continue
+        io.write_atomic(
+            _under(root, *inner.split("/")), sp.io.read_bytes(posixpath.join(sp.root, rel))
         )
+
+
+def write_restore(plan: RestorePlan, *, before_finish: Callable[[], None] | None = None) -> None:
+    """Write the checkpoint ``plan`` describes. The target is marked in progress first (a
+    ``metadata`` Spark refuses to start from) and gets its real ``metadata`` last, so an
+    interrupted restore is never mistaken for a checkpoint, by Spark or by statectl."""
+    if plan.problems:
+        raise StatectlError(f"the restore plan has problems: {plan.problems[0]}", plan.target)
+    sp, io, root = plan.sp, plan.io, plan.root
+    assert sp is not None and io is not None
+    m = sp.metadata
+    if not plan.started:
+        begin_target(io, root, plan)
+    if m.savepoint_type == "native":
+        _copy_native(plan)
+    else:
+        _write_canonical(plan)
+    if before_finish is not None:
+        before_finish()
+    io.write_atomic(
+        _under(root, "metadata"),
+        json.dumps({"id": m.query_id}, separators=(",", ":")).encode(),
+        overwrite=True,
+    )
+
+
+def _write_canonical(plan: RestorePlan) -> None:
+    sp, io, root = plan.sp, plan.io, plan.root
+    assert sp is not None and io is not None
+    m = sp.metadata
     codec = normalize_codec(m.pinned_confs.get(CODEC_CONF, "lz4"))
     by_uid = {op.uid: op for op in m.operators}
     for uid, new_id in plan.restored.items():
         _write_operator(sp, by_uid[uid], new_id, plan, io, root, codec)
     for op_id in plan.started_empty:
         _write_empty_operator(sp, plan.query_operators[op_id], plan, io, root, codec)
-    _write_source_logs(io, root, m.source_logs)
+    _write_source_logs(io, root, m.source_logs, m.previous_offsets or {})
     confs = dict(m.pinned_confs)
     confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]
     confs[PARTITIONS_CONF] = str(plan.partitions)
@@ -650,25 +979,152 @@ def restore(
         "conf": confs,
         **m.offset_metadata_extra,  # e.g. v2's sourceMetadataInfo
     }
-    io.write_atomic(
-        posixpath.join(root, "metadata"),
-        json.dumps({"id": m.query_id}, separators=(",", ":")).encode(),
-    )
     b = m.batch_id
     if b > 0:
         io.write_atomic(
-            posixpath.join(root, "offsets", str(b - 1)),
+            _under(root, "offsets", str(b - 1)),
             _offset_text(m.previous_offsets or m.offsets, meta, m.offset_log_version).encode(),
         )
     io.write_atomic(
-        posixpath.join(root, "offsets", str(b)),
+        _under(root, "offsets", str(b)),
         _offset_text(m.offsets, meta, m.offset_log_version).encode(),
     )
     commit: dict[str, Any] = {"nextBatchWatermarkMs": m.next_batch_watermark_ms}
     if plan.checkpoint_format == 2:
         commit["stateUniqueIds"] = {str(k): v for k, v in sorted(plan.unique_ids.items())}
     io.write_atomic(
-        posixpath.join(root, "commits", str(b)),
+        _under(root, "commits", str(b)),
         f"v{plan.checkpoint_format}\n{json.dumps(commit, separators=(',', ':'))}".encode(),
     )
+
+
+def open_savepoint(url: str) -> Savepoint:
+    """The savepoint to restore; a Spark checkpoint given instead is named as such."""
+    io, root = FileIO.for_url(url)
+    if not is_savepoint_dir(io, root) and (
+        io.exists(posixpath.join(root, "offsets")) or io.exists(posixpath.join(root, "commits"))
+    ):
+        raise StatectlError(
+            "is a Spark checkpoint, not a savepoint; use `statectl migrate CHECKPOINT TARGET` "
+            "(it takes the savepoint and restores it in one step)",
+            io.url(root),
+        )
+    return Savepoint(io, root)
+
+
+def restore(
+    savepoint: str,
+    target: str,
+    *,
+    backend: str | None = None,
+    partitions: int | None = None,
+    mapping: dict[str, int] | None = None,
+    allow_non_restored: bool = False,
+    drop: list[str] | None = None,
+    query: str | PlannedQuery | None = None,
+    output_mode: str | None = None,
+    spark: Any = None,
+    changelog: bool = False,
+    checkpoint_format: int | None = None,
+    dry_run: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> RestorePlan:
+    """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
+    the plan has problems: a dry run and a real run refuse exactly the same things.
+
+    ``query`` (``MODULE:FUNCTION`` or a :class:`PlannedQuery`) is the changed query: it is
+    planned with Spark (``spark``, or a local session) to match state to its operators.
+    """
+    sp = open_savepoint(savepoint)
+    if isinstance(query, str):
+        chosen, n = choose_target(sp, backend, partitions)
+        query = plan_query(
+            query,
+            output_mode=output_mode,
+            confs=planning_confs(sp.metadata.pinned_confs, chosen, n),
+            spark=spark,
+            progress=progress,
+        )
+    plan = plan_restore(
+        sp,
+        target,
+        backend,
+        partitions,
+        mapping or {},
+        allow_non_restored,
+        drop,
+        query,
+        "changelog" if changelog else "snapshot",
+        checkpoint_format,
+        overwrite=overwrite,
+    )
+    if not plan.problems and not dry_run:
+        write_restore(plan)
     return plan
+
+
+def migrate(
+    source: str,
+    target: str,
+    *,
+    backend: str | None = None,
+    partitions: int | None = None,
+    batch: int | None = None,
+    keep_savepoint: str | None = None,
+    changelog: bool = False,
+    overwrite: bool = False,
+    verify: bool = True,
+) -> tuple[RestorePlan, str | None]:
+    """Savepoint then restore. The target is marked in progress first and the temporary
+    savepoint is written inside it (``.statectl-tmp/``) and removed before the target is
+    finished, so an interrupted migrate leaves one directory that says what it is (and that
+    ``--overwrite`` replaces), never a full savepoint elsewhere."""
+    from statectl.savepoints.create import take_savepoint
+
+    src_io, src_root = FileIO.for_url(source)
+    io, root = FileIO.for_url(target)
+    problems, _ = target_problems(io, root, overwrite, [("source checkpoint", src_io, src_root)])
+    if problems:
+        raise StatectlError(problems[0])
+    if partitions is not None and partitions < 1:
+        raise StatectlError(f"--partitions must be at least 1, got {partitions}")
+    stub = RestorePlan(source, io.url(root), "", 0, -1, overwrite=overwrite)
+    tmp = _under(root, TMP_DIR)
+    existed = io.exists(root)
+    kept = None
+    try:
+        begin_target(io, root, stub, "migrate", src_io.url(src_root))
+        try:
+            kept, _ = take_savepoint(
+                source, keep_savepoint or io.url(tmp), batch=batch, verify=verify
+            )
+            plan = plan_restore(
+                Savepoint.open(kept),
+                target,
+                backend,
+                partitions,
+                {},
+                False,
+                rocksdb_layout="changelog" if changelog else "snapshot",
+                own_target=True,
+            )
+            if plan.problems:
+                raise StatectlError(f"cannot migrate: {plan.problems[0]}", io.url(root))
+        except StatectlError:
+            # Refused before any state was written: leave the target as it was found.
+            io.remove(root, recursive=True)
+            if existed:
+                io.makedirs(root)
+            raise
+
+        def drop_tmp() -> None:
+            if io.exists(tmp):
+                io.remove(tmp, recursive=True)
+
+        write_restore(plan, before_finish=drop_tmp)
+    finally:
+        # On every exit path (errors, Ctrl-C, SIGTERM): no temporary savepoint survives.
+        if io.exists(tmp):
+            io.remove(tmp, recursive=True)
+    return plan, kept if keep_savepoint else None

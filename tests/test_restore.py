@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
-from statectl.errors import StatectlError
 from statectl.query_plan import load_query_function
 from statectl.restore import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
@@ -403,8 +402,11 @@ def test_restore_refuses_a_non_empty_target_and_unsupported_tws(tmp_path):
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path / "sp"))
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("x")
-    with pytest.raises(StatectlError, match="not empty"):
-        restore(url, str(tmp_path / "busy"))
+    plan = restore(url, str(tmp_path / "busy"))
+    assert (
+        plan.problems and "is not empty; refusing to overwrite it (--overwrite" in plan.problems[0]
+    )
+    assert (tmp_path / "busy" / "x").read_text() == "x"
     tws, _ = take_savepoint(str(FIXTURES / "tws-rocksdb"), str(tmp_path / "sp"))
     plan = restore(tws, str(tmp_path / "tws"), backend="hdfs")
     assert plan.problems and "restores only to RocksDB" in plan.problems[0]

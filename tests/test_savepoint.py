@@ -441,12 +441,17 @@ def test_native_snapshot_chain_is_minimal(tmp_path):
     assert names == sorted(expected)
 
 
-def test_native_savepoint_does_not_restore_directly(tmp_path):
+def test_native_savepoint_restores_as_a_copy_or_is_converted_first(tmp_path):
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path), kind="native")
     from statectl.restore import restore
 
-    plan = restore(url, str(tmp_path / "new"))
+    plan = restore(url, str(tmp_path / "other"), partitions=3)
     assert plan.problems and "convert it first" in plan.problems[0]
+    plan = restore(url, str(tmp_path / "new"))  # same backend and partitions: a copy
+    assert not plan.problems
+    src, dst = Checkpoint.open(str(FIXTURES / "agg-hdfs")), Checkpoint.open(str(tmp_path / "new"))
+    assert dst.latest_committed_batch == src.latest_committed_batch
+    assert arrow_rows(read_state(dst, Selection(0))) == arrow_rows(read_state(src, Selection(0)))
 
 
 @pytest.mark.spark

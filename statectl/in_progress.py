@@ -1,0 +1,46 @@
+"""The marker of an unfinished restore or migrate.
+
+A restore writes the target's ``metadata`` first with this marker and replaces it with the real
+``{"id": ...}`` last. Spark reads ``metadata`` before anything else when a query starts
+(``StreamMetadata.read``) and fails on the marker's first token, so a query started on an
+interrupted restore stops at once (naming ``STATECTL_RESTORE_IN_PROGRESS``) instead of starting
+from scratch; ``list`` and ``inspect`` report it; a re-run with ``--overwrite`` replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from statectl.errors import StatectlError
+from statectl.io import FileIO
+
+IN_PROGRESS_TOKEN = "STATECTL_RESTORE_IN_PROGRESS"
+
+
+def read_in_progress(io: FileIO, root: str) -> dict[str, Any] | None:
+    """What an unfinished statectl restore's marker says, or None if ``root`` is not one."""
+    p = posixpath.join(root, "metadata")
+    try:
+        if not io.exists(p) or io.is_dir(p) or io.size(p) > 65536:
+            return None
+        text = io.read_bytes(p).decode("utf-8", "replace")
+    except (OSError, StatectlError):
+        return None
+    head, _, rest = text.partition("\n")
+    if head.strip() != IN_PROGRESS_TOKEN:
+        return None
+    try:
+        info = json.loads(rest)
+    except json.JSONDecodeError:
+        info = {}
+    return info if isinstance(info, dict) else {}
+
+
+def describe_in_progress(info: dict[str, Any]) -> str:
+    what = info.get("command", "restore")
+    src = f" from {info['source']}" if info.get("source") else ""
+    when = f", started {info['started_at']}" if info.get("started_at") else ""
+    who = f" by pid {info['pid']} on {info['host']}" if info.get("pid") else ""
+    return f"statectl {what} in progress or interrupted{src}{when}{who}"
