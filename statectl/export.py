@@ -167,7 +167,12 @@ def export_state(
         sel = Selection(int(operator), store, join_side, state_var, timers, batch)
         table = read_state(Checkpoint(src_io, src_root), sel)
     io, out = FileIO.for_url(out_url)
-    io.write_atomic(out, encode_table(table, fmt), overwrite=overwrite)
+    io.write_atomic(
+        out,
+        encode_table(table, fmt),
+        overwrite=overwrite,
+        overwrite_hint="pass --overwrite (overwrite=True) to replace it",
+    )
     return {
         "path": io.url(out),
         "format": fmt,

@@ -23,7 +23,7 @@ from statectl.checkpoint.model import (
     store_dir,
 )
 from statectl.errors import StatectlError
-from statectl.io import FileIO
+from statectl.io import FileIO, redact, storage_options_for
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
 
 SAMPLE_ROWS = 5
@@ -261,5 +261,9 @@ def inspect_path(url: str, batch: int | None = None, *, rows: bool = True) -> di
         sp = Savepoint(io, root)
         if batch is not None and batch != sp.metadata.batch_id:
             raise StatectlError(f"a savepoint holds batch {sp.metadata.batch_id} only", root)
-        return describe_savepoint(sp)
-    return inspect_checkpoint(Checkpoint(io, root), batch, rows=rows)
+        info = describe_savepoint(sp)
+    else:
+        info = inspect_checkpoint(Checkpoint(io, root), batch, rows=rows)
+    # What fsspec was given for this path (statectl.toml and --storage-option), secrets hidden.
+    info["storage_options"] = redact(storage_options_for(url))
+    return info
