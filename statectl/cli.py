@@ -299,15 +299,26 @@ def dispose(
 
 @app.command()
 def relabel(
-    path: Annotated[str, typer.Argument(help="Savepoint directory.")],
+    path: Annotated[str, typer.Argument(help="Savepoint directory (left untouched).")],
     mapping: Annotated[list[str], typer.Argument(help="OLD_UID=NEW_UID, one or more.")],
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target", "-t", help="Parent directory of the new savepoint (default: the source's)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rename operator uids in a savepoint without touching its data."""
+    """Write a copy of a savepoint with operator uids renamed (data folders follow the uids)."""
     from statectl.savepoints.store import relabel as do_relabel
 
-    changed = do_relabel(path, _parse_pairs(mapping, "mapping"))
-    _print_json(changed) if as_json else [print(f"{a} -> {b}") for a, b in changed.items()]
+    result = do_relabel(path, _parse_pairs(mapping, "mapping"), target)
+    if as_json:
+        _print_json(result)
+        return
+    print(result["path"])
+    for a, b in result["relabelled"].items():
+        print(f"  {a} -> {b}")
 
 
 @app.command()

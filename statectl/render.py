@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich import box
@@ -122,7 +124,25 @@ def _pairs(
             console.print(Text(INDENT + v), soft_wrap=False, no_wrap=True, overflow="ellipsis")
 
 
+@contextmanager
+def _unbounded(console: Console, wide: bool) -> Iterator[None]:
+    """For ``--wide``: lines as long as their content (the terminal may wrap them, rich won't)."""
+    if not wide:
+        yield
+        return
+    width, console.width = console.width, 100_000
+    try:
+        yield
+    finally:
+        console.width = width
+
+
 def render_inspect(console: Console, info: dict[str, Any], *, wide: bool = False) -> None:
+    with _unbounded(console, wide):
+        _render_inspect(console, info, wide=wide)
+
+
+def _render_inspect(console: Console, info: dict[str, Any], *, wide: bool) -> None:
     console.print(
         Text(f"{info['kind'].capitalize()} ", style="bold") + Text(display_path(info["path"])),
         soft_wrap=True,
@@ -251,7 +271,7 @@ def render_list(console: Console, entries: list[dict[str, Any]], *, wide: bool =
     else:
         console.print(t)
     for e in entries:
+        name = e["path"][len(parent) + 1 :] if parent else display_path(e["path"])
         for p in e.get("problems", []):
-            console.print(
-                Text(display_path(e["path"]), style="dim") + Text(f": {p}"), soft_wrap=True
-            )
+            # Problems name whole files: word-wrapped at the terminal width, or not at all (--wide).
+            console.print(Text(name, style="dim") + Text(f": {p}"), soft_wrap=wide)

@@ -294,6 +294,11 @@ def read_partition(
     ckpt: Checkpoint, op: Operator, sel: Selection, partition: int, batch: int, enc: StoreEncoding
 ) -> pa.Table:
     where = ckpt.path("state", str(op.operator_id), str(partition))
+    if sel.join_side and f"{sel.join_side}-keyWithIndexToValue" not in op.store_names:
+        raise StatectlError(
+            f"operator {op.operator_id} ({op.name}) is not a stream-stream join; "
+            "--join-side is for symmetricHashJoin operators"
+        )
     if op.uses_column_families:
         raw = load_raw(ckpt, op, "default", partition, batch, enc)
         if sel.registered_timers:
