@@ -35,7 +35,8 @@ def human_bytes(n: int | None) -> str:
 def human_ms(ms: int | None) -> str:
     if not ms:
         return "0 (none)"
-    return f"{ms} ({dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()})"
+    when = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return f"{ms} ({when.isoformat(timespec='milliseconds')})"
 
 
 def json_text(value: Any) -> str:
@@ -152,11 +153,8 @@ def _render_inspect(console: Console, info: dict[str, Any], *, wide: bool) -> No
         ("batch", f"{info['batch']} (latest committed: {info.get('latest_committed_batch')})"),
         ("uncommitted", ", ".join(map(str, info.get("uncommitted_batches") or [])) or "none"),
         ("batch time", human_ms(info.get("batch_timestamp_ms"))),
-        (
-            "watermark",
-            f"batch {human_ms(info.get('batch_watermark_ms'))}, "
-            f"next {human_ms(info.get('next_batch_watermark_ms'))}",
-        ),
+        ("watermark", human_ms(info.get("batch_watermark_ms"))),
+        ("next watermark", human_ms(info.get("next_batch_watermark_ms"))),
         (
             "backend",
             f"{info['backend']}, {info['partitions']} partitions, "
@@ -184,13 +182,13 @@ def _render_inspect(console: Console, info: dict[str, Any], *, wide: bool) -> No
 
 
 def _render_operator(console: Console, op: dict[str, Any], *, wide: bool) -> None:
-    uid = f" uid {op['uid']}" if op.get("uid") else ""
     console.print()
     console.print(
-        Text(f"Operator {op['id']}{uid}: {op['name']}", style="bold")
-        + Text(f" ({op['partitions']} partitions, {human_bytes(op.get('bytes'))})"),
-        soft_wrap=True,
+        Text(f"Operator {op['id']}: {op['name']}", style="bold")
+        + Text(f" ({op['partitions']} partitions, {human_bytes(op.get('bytes'))})")
     )
+    if op.get("uid"):
+        console.print(Text("  uid ", style="dim") + Text(op["uid"]), soft_wrap=True)
     # One block per store / state variable: its schemas get the whole line, not a squeezed
     # table column.
     budget = None if wide else max(console.width - len(INDENT) - len("value  "), 20)
