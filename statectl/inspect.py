@@ -22,7 +22,7 @@ from statectl.checkpoint.model import (
     Operator,
     store_dir,
 )
-from statectl.errors import StatectlError
+from statectl.errors import StatectlError, display_path
 from statectl.io import FileIO, redact, storage_options_for
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
 
@@ -187,7 +187,9 @@ def store_health(ckpt: Checkpoint, op: Operator, batch: int) -> list[str]:
                 elif ckpt.checkpoint_format_version(batch) == 1:
                     base, _ = chain_v1(list_version_files(ckpt.io, d), batch + 1, d)
                     if base is None and op.uses_column_families and batch >= 0:
-                        problems.append(f"{d}: no snapshot zip for a column-family store")
+                        problems.append(
+                            f"{display_path(d)}: no snapshot zip for a column-family store"
+                        )
             except StatectlError as e:
                 problems.append(str(e))
     return problems
