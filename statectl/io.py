@@ -60,7 +60,8 @@ def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
 def parse_storage_option(text: str) -> dict[str, Any]:
     """``KEY=VALUE`` as a (nested) dict: ``client_kwargs.endpoint_url=http://h:9000`` becomes
     ``{"client_kwargs": {"endpoint_url": "http://h:9000"}}``. Values that read as JSON scalars
-    (true, false, null, numbers) become them; anything else stays a string."""
+    (true, false, null, numbers) become them; anything else stays a string, and so do the values
+    of secret-like names (a numeric password is still a string)."""
     key, sep, raw = text.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
@@ -68,7 +69,7 @@ def parse_storage_option(text: str) -> dict[str, Any]:
     value: Any = raw
     try:
         parsed = json.loads(raw)
-        if parsed is None or isinstance(parsed, (bool, int, float)):
+        if (parsed is None or isinstance(parsed, (bool, int, float))) and not _secret(parts[-1]):
             value = parsed
     except ValueError:
         pass
@@ -107,14 +108,18 @@ def storage_options_for(url: str) -> dict[str, Any]:
     return out
 
 
+def _secret(name: str) -> bool:
+    """key, secret, aws_access_key_id, session_token, password ... (by word, not substring)."""
+    return bool(set(str(name).lower().replace("-", "_").split("_")) & SECRET_WORDS)
+
+
 def redact(options: Mapping[str, Any]) -> dict[str, Any]:
     """Options safe to print: values of key/secret/token/password-like names become ``***``."""
     out: dict[str, Any] = {}
     for k, v in options.items():
-        words = set(str(k).lower().replace("-", "_").split("_"))
         if isinstance(v, Mapping):
             out[k] = redact(v)
-        elif words & SECRET_WORDS and v is not None:
+        elif _secret(k) and v is not None:
             out[k] = "***"
         else:
             out[k] = v

@@ -276,6 +276,8 @@ def test_parse_storage_options():
     assert parse_storage_option("default_block_size=8388608") == {"default_block_size": 8388608}
     assert parse_storage_option("key=abc=def") == {"key": "abc=def"}
     assert parse_storage_option("key=007") == {"key": "007"}
+    assert parse_storage_option("secret=12345") == {"secret": "12345"}  # secrets stay strings
+    assert parse_storage_option("max_concurrency=4") == {"max_concurrency": 4}
     assert parse_storage_options(
         ["client_kwargs.endpoint_url=http://h:9000", "client_kwargs.region_name=eu-west-1"]
     ) == {"client_kwargs": {"endpoint_url": "http://h:9000", "region_name": "eu-west-1"}}
