@@ -8,13 +8,14 @@ same directory, then a rename, so a crash never leaves a file that looks complet
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import posixpath
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import fsspec
 from fsspec.core import split_protocol, url_to_fs
@@ -126,6 +127,35 @@ def redact(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Errors of the storage client itself (no credentials, endpoint unreachable, bad signature) are
+# configuration mistakes, not bugs: they become one-line StatectlErrors naming the URL. Matched
+# by class name so that no cloud SDK is imported here.
+STORAGE_ERROR_BASES = {"BotoCoreError", "ClientError", "NoCredentialsError", "ClientConnectorError"}
+STORAGE_HINT = (
+    "configure the endpoint and credentials with --storage-option KEY=VALUE or a "
+    '[storage."PREFIX"] section in statectl.toml (docs/guide.md, Storage)'
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _storage_errors(method: F) -> F:
+    @functools.wraps(method)
+    def wrapper(self: FileIO, path: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, path, *args, **kwargs)
+        except Exception as e:
+            if isinstance(e, StatectlError) or not any(
+                c.__name__ in STORAGE_ERROR_BASES for c in type(e).__mro__
+            ):
+                raise
+            raise StatectlError(
+                f"cannot access storage: {str(e) or type(e).__name__}", self.url(path), STORAGE_HINT
+            ) from e
+
+    return wrapper  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """One directory entry: its full path (in the filesystem's own form), base name, size, kind."""
@@ -176,12 +206,15 @@ class FileIO:
         return posixpath.join(*parts)
 
     # -- reading ---------------------------------------------------------------------------
+    @_storage_errors
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(path))
 
+    @_storage_errors
     def is_dir(self, path: str) -> bool:
         return bool(self.fs.isdir(path))
 
+    @_storage_errors
     def read_bytes(self, path: str) -> bytes:
         try:
             return self.fs.cat_file(path)
@@ -197,9 +230,11 @@ class FileIO:
         except UnicodeDecodeError:
             raise StatectlError("is not UTF-8 text; the file is corrupt", path) from None
 
+    @_storage_errors
     def size(self, path: str) -> int:
         return int(self.fs.size(path))
 
+    @_storage_errors
     def list_dir(self, path: str) -> list[FileInfo]:
         """Entries of a directory, hidden (dot) files included; [] when it does not exist."""
         try:
@@ -227,6 +262,7 @@ class FileIO:
         return sum(f.size for f in self.walk_files(path))
 
     # -- writing ---------------------------------------------------------------------------
+    @_storage_errors
     def write_atomic(
         self,
         path: str,
@@ -255,8 +291,10 @@ class FileIO:
                 self.fs.rm(tmp)
             raise
 
+    @_storage_errors
     def makedirs(self, path: str) -> None:
         self.fs.makedirs(path, exist_ok=True)
 
+    @_storage_errors
     def remove(self, path: str, recursive: bool = False) -> None:
         self.fs.rm(path, recursive=recursive)

@@ -213,7 +213,10 @@ def test_without_options_s3_is_not_configured(bucket):
     """The same command without options fails (no credentials, no endpoint): the options above
     are what made it work, not something in the environment."""
     proc = _statectl("inspect", f"{bucket}/agg-hdfs", "--json", check=False)
-    assert proc.returncode != 0
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()  # one line naming the URL and what to do
+    assert line.startswith(f"statectl: error: {bucket}/agg-hdfs")
+    assert "cannot access storage" in line and "--storage-option" in line
 
 
 def test_statectl_toml_storage_section(bucket, s3_endpoint, tmp_path):
