@@ -292,6 +292,23 @@ class FileIO:
             raise
 
     @_storage_errors
+    def copy_atomic(self, src: str, path: str) -> None:
+        """Copy ``src`` (on this filesystem; server-side on object stores) to ``path`` through a
+        hidden temporary name, like :meth:`write_atomic`; never overwrites."""
+        parent, name = posixpath.split(path)
+        if self.exists(path):
+            raise StatectlError("already exists; refusing to overwrite", path)
+        self.fs.makedirs(parent, exist_ok=True)
+        tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
+        try:
+            self.fs.copy(src, tmp)
+            self.fs.mv(tmp, path)
+        except BaseException:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+            raise
+
+    @_storage_errors
     def makedirs(self, path: str) -> None:
         self.fs.makedirs(path, exist_ok=True)
 

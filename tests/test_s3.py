@@ -258,3 +258,22 @@ def test_statectl_toml_storage_section(bucket, s3_endpoint, tmp_path):
     )
     assert info["storage_options"]["use_ssl"] is False
     assert info["storage_options"]["endpoint_url"] == s3_endpoint["AWS_ENDPOINT_URL"]
+
+
+def test_relabel_on_s3_and_across_filesystems(bucket, tmp_path):
+    """relabel copies server-side on S3 and through statectl from local to S3; the source
+    savepoints are unchanged and the copies read the same state under the new uid."""
+    from statectl.savepoints.create import take_savepoint
+    from statectl.savepoints.store import Savepoint, relabel
+
+    local_url, meta = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path))
+    s3_url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), "s3://statectl-test/sp-relabel")
+    (uid,) = [op.uid for op in meta.operators]
+    for src, target in ((s3_url, None), (local_url, "s3://statectl-test/sp-relabel-copy")):
+        out = relabel(src, {uid: "totals"}, target)
+        assert out["path"].startswith("s3://statectl-test/sp-relabel")
+        new, old = Savepoint.open(out["path"]), Savepoint.open(src)
+        assert [op.uid for op in old.metadata.operators] == [uid]
+        paths = [f.path for op in new.metadata.operators for t in op.tables for f in t.files]
+        assert paths and all(p.startswith("operators/totals/") for p in paths)
+        assert arrow_rows(new.read(Selection(), "totals")) == arrow_rows(old.read(Selection(), uid))

@@ -319,10 +319,13 @@ def relabel(url: str, mapping: dict[str, str], target: str | None = None) -> dic
     # Every other file (a native savepoint's embedded checkpoint) is copied where it was.
     for f in sp.io.walk_files(sp.root):
         rel = f.path[len(sp.root) + 1 :]
-        if rel != METADATA_FILE:
-            out_io.write_atomic(
-                posixpath.join(out_root, renames.get(rel, rel)), sp.io.read_bytes(f.path)
-            )
+        if rel == METADATA_FILE:
+            continue
+        dst = posixpath.join(out_root, renames.get(rel, rel))
+        if out_io.fs is sp.io.fs:  # same filesystem: no bytes through this process
+            out_io.copy_atomic(f.path, dst)
+        else:
+            out_io.write_atomic(dst, sp.io.read_bytes(f.path))
     meta = dataclasses.replace(m, operators=ops)
     out_io.write_atomic(posixpath.join(out_root, METADATA_FILE), meta.to_json().encode())
     return {
