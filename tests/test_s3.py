@@ -189,6 +189,8 @@ def test_storage_option_flags_reach_every_path(bucket, s3_endpoint, tmp_path):
         "key": "***",
         "secret": "***",
     }
+    human = _statectl(*opts, "inspect", f"{bucket}/agg-hdfs", "--no-rows").stdout
+    assert '"key": "***"' in human and "testing" not in human
     entries = json.loads(_statectl(*opts, "list", bucket, "--json").stdout)
     assert {e["path"].rsplit("/", 1)[-1] for e in entries} >= {"agg-hdfs", "agg-rocksdb"}
     target = f"{bucket}/exports/by-option.jsonl"
