@@ -12,11 +12,33 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+
+
+def _flags_without_type(params: list[Any]) -> list[Any]:
+    """Typer's rich help prints ``<bool>`` after every flag (--json, --help, ...): a flag takes no
+    value, so show none (an empty metavar is what Typer prints instead of the type)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and getattr(p, "metavar", "") is None:
+            p.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_without_type(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_without_type(super().get_params(ctx))
+
 
 app = typer.Typer(
+    cls=_Group,
     help="Savepoints for Spark Structured Streaming: inspect, export, savepoint and restore state.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -27,6 +49,12 @@ NoVerifyOpt = Annotated[
     bool,
     typer.Option(
         "--no-verify", help="Skip checksums over state files and the key placement check."
+    ),
+]
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide", help="Full schemas and names, however wide (default: fit the terminal)."
     ),
 ]
 BatchOpt = Annotated[
@@ -41,11 +69,38 @@ ChangelogOpt = Annotated[
 ]
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from statectl import __version__
+
+        print(f"statectl {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    storage_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--storage-option",
+            metavar="KEY=VALUE",
+            help="fsspec storage option for every non-local path, repeatable, e.g. "
+            "endpoint_url=http://minio:9000, anon=true, client_kwargs.region_name=eu-west-1 "
+            '(also \\[storage."s3://bucket/"] in statectl.toml).',
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
 ) -> None:
+    from statectl.io import parse_storage_options, set_storage_options
+
     _state["debug"] = debug or os.environ.get("STATECTL_DEBUG") == "1"
+    set_storage_options(parse_storage_options(storage_option or []))
 
 
 def _print_json(obj: Any) -> None:
@@ -63,7 +118,10 @@ def inspect(
     path: Annotated[str, typer.Argument(help="Checkpoint directory (local path or URL).")],
     batch: BatchOpt = None,
     as_json: JsonOpt = False,
-    rows: Annotated[bool, typer.Option(help="Count state rows (reads all state files).")] = True,
+    wide: WideOpt = False,
+    rows: Annotated[
+        bool, typer.Option("--rows/--no-rows", help="Count state rows (reads all state files).")
+    ] = True,
     no_verify: NoVerifyOpt = False,
 ) -> None:
     """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
@@ -75,13 +133,14 @@ def inspect(
         return
     from statectl.render import render_inspect
 
-    render_inspect(_console(), info)
+    render_inspect(_console(), info, wide=wide)
 
 
 @app.command("list")
 def list_(
     directory: Annotated[str, typer.Argument(help="Directory to search for checkpoints.")],
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """List every checkpoint under a directory with backend, batch, operators, size and health."""
     from statectl.inspect import list_dir
@@ -92,7 +151,7 @@ def list_(
         return
     from statectl.render import render_list
 
-    render_list(_console(), entries)
+    render_list(_console(), entries, wide=wide)
 
 
 @app.command()
@@ -275,15 +334,26 @@ def dispose(
 
 @app.command()
 def relabel(
-    path: Annotated[str, typer.Argument(help="Savepoint directory.")],
+    path: Annotated[str, typer.Argument(help="Savepoint directory (left untouched).")],
     mapping: Annotated[list[str], typer.Argument(help="OLD_UID=NEW_UID, one or more.")],
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target", "-t", help="Parent directory of the new savepoint (default: the source's)."
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rename operator uids in a savepoint without touching its data."""
+    """Write a copy of a savepoint with operator uids renamed (data folders follow the uids)."""
     from statectl.savepoints.store import relabel as do_relabel
 
-    changed = do_relabel(path, _parse_pairs(mapping, "mapping"))
-    _print_json(changed) if as_json else [print(f"{a} -> {b}") for a, b in changed.items()]
+    result = do_relabel(path, _parse_pairs(mapping, "mapping"), target)
+    if as_json:
+        _print_json(result)
+        return
+    print(result["path"])
+    for a, b in result["relabelled"].items():
+        print(f"  {a} -> {b}")
 
 
 @app.command()
@@ -477,6 +547,12 @@ def main() -> None:
         message, code = describe_failure(e)
         sys.stderr.write(f"statectl: {message}\n")
         sys.exit(code)
+
+
+# Every command renders its flags without a type placeholder (see _flags_without_type).
+for _info in app.registered_commands:
+    if _info.cls in (None, TyperCommand):
+        _info.cls = _Command
 
 
 if __name__ == "__main__":

@@ -6,11 +6,33 @@ Every error a user can cause is a :class:`StatectlError`: the CLI prints it on o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+# Roots opened on remote filesystems, stripped ("lake/ckpt") -> the FileIO's url(). Paths in
+# messages are the filesystem's stripped form; the user typed (and must see) the URL.
+_URL_ROOTS: dict[str, Callable[[str], str]] = {}
+
+
+def register_url_root(root: str, to_url: Callable[[str], str]) -> None:
+    _URL_ROOTS[root.rstrip("/")] = to_url
+
+
+def display_path(path: str) -> str:
+    """``path`` as the user knows it: with its URL scheme when it lies under a remote root."""
+    if "://" in path:
+        return path
+    best = ""
+    for root in _URL_ROOTS:
+        if len(root) > len(best) and (path == root or path.startswith(root + "/")):
+            best = root
+    return _URL_ROOTS[best](path) if best else path
+
 
 class StatectlError(Exception):
     """Bad input: a one-line, user-facing message naming the file and what to do."""
 
     def __init__(self, message: str, path: str | None = None, hint: str | None = None) -> None:
+        path = display_path(path) if path else path
         self.path = path
         self.hint = hint
         text = f"{path}: {message}" if path else message
@@ -63,7 +85,7 @@ def describe_failure(exc: BaseException) -> tuple[str, int]:
     if any(_module_of(e).startswith(_STORAGE_MODULES) for e in chain):
         return f"error: storage: {_storage_message(exc)}", 2
     if isinstance(exc, OSError):
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        where = f"{display_path(str(exc.filename))}: " if getattr(exc, "filename", None) else ""
         return f"error: {where}{exc.strerror or _first_line(str(exc)) or type(exc).__name__}", 2
     if module.startswith(_SPARK_MODULES):
         return f"error: Spark: {_first_line(str(exc)) or type(exc).__name__}", 2

@@ -96,22 +96,51 @@ def _json_default(v: Any) -> Any:
     return str(v)
 
 
+def jsonable(value: Any, t: pa.DataType) -> Any:
+    """A Python value of Arrow type ``t`` as JSON wants it: maps with string keys become
+    objects (other maps stay ``[[key, value], ...]`` pairs, JSON keys being strings), integers
+    stay Python ints (exact, however large), NaN and infinities become the strings Spark's
+    ``to_json`` writes; the rest is left to :func:`_json_default` (bytes as hex, dates ISO)."""
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        k_t, v_t = t.key_type, t.item_type
+        if pa.types.is_string(k_t) or pa.types.is_large_string(k_t):
+            return {k: jsonable(v, v_t) for k, v in value}
+        return [[jsonable(k, k_t), jsonable(v, v_t)] for k, v in value]
+    if pa.types.is_struct(t):
+        return {f.name: jsonable(value.get(f.name), f.type) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [jsonable(v, t.value_type) for v in value]
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+def _dumps(value: Any) -> str:
+    # ensure_ascii=False: UTF-8 text, not \ud83d escapes; allow_nan=False: valid JSON only.
+    return json.dumps(value, default=_json_default, ensure_ascii=False, allow_nan=False)
+
+
 def encode_table(table: pa.Table, fmt: str) -> bytes:
     table = exportable(table)
     buf = _io.BytesIO()
     if fmt == "parquet":
         pq.write_table(table, buf)
     elif fmt == "jsonl":
+        fields = list(table.schema)
         for row in table.to_pylist():
-            buf.write(json.dumps(row, default=_json_default, ensure_ascii=False).encode() + b"\n")
+            obj = {f.name: jsonable(row[f.name], f.type) for f in fields}
+            buf.write(_dumps(obj).encode("utf-8") + b"\n")
     elif fmt == "csv":
         flat = _flatten_all(table)
         nested = [f.name for f in flat.schema if pa.types.is_nested(f.type)]
         for name in nested:
             idx = flat.schema.get_field_index(name)
+            t = flat.schema.field(idx).type
             as_text = pa.array(
                 [
-                    None if v is None else json.dumps(v, default=_json_default)
+                    None if v is None else _dumps(jsonable(v, t))
                     for v in flat.column(name).to_pylist()
                 ],
                 pa.string(),
@@ -169,7 +198,12 @@ def export_state(
         sel = Selection(int(operator), store, join_side, state_var, timers, batch)
         table = read_state(Checkpoint(src_io, src_root, verify=verify), sel)
     io, out = FileIO.for_url(out_url)
-    io.write_atomic(out, encode_table(table, fmt), overwrite=overwrite)
+    io.write_atomic(
+        out,
+        encode_table(table, fmt),
+        overwrite=overwrite,
+        overwrite_hint="pass --overwrite (overwrite=True) to replace it",
+    )
     return {
         "path": io.url(out),
         "format": fmt,

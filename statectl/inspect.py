@@ -22,8 +22,8 @@ from statectl.checkpoint.model import (
     Operator,
     store_dir,
 )
-from statectl.errors import StatectlError
-from statectl.io import FileIO
+from statectl.errors import StatectlError, display_path
+from statectl.io import FileIO, redact, storage_options_for
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
 
 SAMPLE_ROWS = 5
@@ -195,7 +195,9 @@ def store_health(ckpt: Checkpoint, op: Operator, batch: int) -> list[str]:
                 elif ckpt.checkpoint_format_version(batch) == 1:
                     base, _ = chain_v1(list_version_files(ckpt.io, d), batch + 1, d)
                     if base is None and op.uses_column_families and batch >= 0:
-                        problems.append(f"{d}: no snapshot zip for a column-family store")
+                        problems.append(
+                            f"{display_path(d)}: no snapshot zip for a column-family store"
+                        )
             except StatectlError as e:
                 problems.append(str(e))
     return problems
@@ -296,5 +298,9 @@ def inspect_path(
         sp = Savepoint(io, root)
         if batch is not None and batch != sp.metadata.batch_id:
             raise StatectlError(f"a savepoint holds batch {sp.metadata.batch_id} only", root)
-        return describe_savepoint(sp)
-    return inspect_checkpoint(Checkpoint(io, root, verify=verify), batch, rows=rows)
+        info = describe_savepoint(sp)
+    else:
+        info = inspect_checkpoint(Checkpoint(io, root, verify=verify), batch, rows=rows)
+    # What fsspec was given for this path (statectl.toml and --storage-option), secrets hidden.
+    info["storage_options"] = redact(storage_options_for(url))
+    return info

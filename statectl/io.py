@@ -7,15 +7,25 @@ same directory, then a rename, so a crash never leaves a file that looks complet
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import json
 import posixpath
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import fsspec
-from fsspec.core import url_to_fs
+from fsspec.core import split_protocol, url_to_fs
 
-from statectl.errors import CorruptFileError, MissingFileError, StatectlError
+from statectl.errors import (
+    CorruptFileError,
+    MissingFileError,
+    StatectlError,
+    register_url_root,
+)
 
 
 def relative_inside(rel: object, source: str) -> str:
@@ -41,6 +51,140 @@ def relative_inside(rel: object, source: str) -> str:
     return rel
 
 
+# -- storage options ------------------------------------------------------------------------
+# Set once per command (by the CLI's --storage-option, or the API's ``storage_options``) and
+# looked up by FileIO.for_url, so no use case threads them through its calls.
+_STORAGE_OPTIONS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "statectl_storage_options", default=None
+)
+LOCAL_PROTOCOLS = (None, "file", "local")
+SECRET_WORDS = {"key", "secret", "token", "password", "passwd", "credentials", "sas", "sig"}
+
+
+def set_storage_options(options: Mapping[str, Any] | None) -> contextvars.Token:
+    """Options for every non-local URL from now on (in this context); returns a reset token."""
+    return _STORAGE_OPTIONS.set(dict(options) if options else None)
+
+
+@contextmanager
+def storage_options(options: Mapping[str, Any] | None = None, **kwargs: Any) -> Iterator[None]:
+    """``with storage_options(endpoint_url=..., key=..., secret=...):`` for the Python API."""
+    token = set_storage_options(deep_merge(dict(options or {}), kwargs))
+    try:
+        yield
+    finally:
+        _STORAGE_OPTIONS.reset(token)
+
+
+def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``; nested dicts (client_kwargs, config_kwargs) merge key by key."""
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = dict(v) if isinstance(v, Mapping) else v
+    return out
+
+
+def parse_storage_option(text: str) -> dict[str, Any]:
+    """``KEY=VALUE`` as a (nested) dict: ``client_kwargs.endpoint_url=http://h:9000`` becomes
+    ``{"client_kwargs": {"endpoint_url": "http://h:9000"}}``. Values that read as JSON scalars
+    (true, false, null, numbers) become them; anything else stays a string, and so do the values
+    of secret-like names (a numeric password is still a string)."""
+    key, sep, raw = text.partition("=")
+    parts = key.strip().split(".")
+    if not sep or not all(parts):
+        raise StatectlError(f"--storage-option must look like KEY=VALUE, got {text!r}")
+    value: Any = raw
+    try:
+        parsed = json.loads(raw)
+        if (parsed is None or isinstance(parsed, (bool, int, float))) and not _secret(parts[-1]):
+            value = parsed
+    except ValueError:
+        pass
+    for part in reversed(parts):
+        value = {part: value}
+    return value
+
+
+def parse_storage_options(texts: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for t in texts:
+        out = deep_merge(out, parse_storage_option(t))
+    return out
+
+
+def _prefix_matches(prefix: str, url: str) -> bool:
+    if prefix.endswith("/"):
+        return url.startswith(prefix) or url == prefix.rstrip("/")
+    return url == prefix or url.startswith(prefix + "/")
+
+
+def storage_options_for(url: str) -> dict[str, Any]:
+    """The effective fsspec options for ``url``: ``[storage."PREFIX"]`` sections of statectl.toml
+    that are prefixes of it (longer prefixes override shorter ones), then the options set for
+    the command (``--storage-option``), which apply to every non-local URL."""
+    from statectl.config import storage_sections
+
+    out: dict[str, Any] = {}
+    sections = storage_sections()
+    for prefix in sorted(sections, key=len):
+        if _prefix_matches(prefix, url):
+            out = deep_merge(out, sections[prefix])
+    cli = _STORAGE_OPTIONS.get()
+    if cli and split_protocol(url)[0] not in LOCAL_PROTOCOLS:
+        out = deep_merge(out, cli)
+    return out
+
+
+def _secret(name: str) -> bool:
+    """key, secret, aws_access_key_id, session_token, password ... (by word, not substring)."""
+    return bool(set(str(name).lower().replace("-", "_").split("_")) & SECRET_WORDS)
+
+
+def redact(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Options safe to print: values of key/secret/token/password-like names become ``***``."""
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        if isinstance(v, Mapping):
+            out[k] = redact(v)
+        elif _secret(k) and v is not None:
+            out[k] = "***"
+        else:
+            out[k] = v
+    return out
+
+
+# Errors of the storage client itself (no credentials, endpoint unreachable, bad signature) are
+# configuration mistakes, not bugs: they become one-line StatectlErrors naming the URL. Matched
+# by class name so that no cloud SDK is imported here.
+STORAGE_ERROR_BASES = {"BotoCoreError", "ClientError", "NoCredentialsError", "ClientConnectorError"}
+STORAGE_HINT = (
+    "configure the endpoint and credentials with --storage-option KEY=VALUE or a "
+    '[storage."PREFIX"] section in statectl.toml (docs/guide.md, Storage)'
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _storage_errors(method: F) -> F:
+    @functools.wraps(method)
+    def wrapper(self: FileIO, path: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, path, *args, **kwargs)
+        except Exception as e:
+            if isinstance(e, StatectlError) or not any(
+                c.__name__ in STORAGE_ERROR_BASES for c in type(e).__mro__
+            ):
+                raise
+            raise StatectlError(
+                f"cannot access storage: {str(e) or type(e).__name__}", self.url(path), STORAGE_HINT
+            ) from e
+
+    return wrapper  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """One directory entry: its full path (in the filesystem's own form), base name, size, kind."""
@@ -63,9 +207,20 @@ class FileIO:
         self.fs = fs
 
     @classmethod
-    def for_url(cls, url: str, **storage_options: object) -> tuple[FileIO, str]:
-        fs, path = url_to_fs(url, **storage_options)
-        return cls(fs), path.rstrip("/") or "/"
+    def for_url(cls, url: str, **options: Any) -> tuple[FileIO, str]:
+        """The single place storage options are looked up (see :func:`storage_options_for`);
+        explicit ``options`` win over them."""
+        merged = deep_merge(storage_options_for(url), options)
+        try:
+            fs, path = url_to_fs(url, **merged)
+        except (ImportError, ValueError, TypeError) as e:
+            raise StatectlError(f"cannot open this URL ({e})", url) from None
+        io = cls(fs)
+        root = path.rstrip("/") or "/"
+        if io.protocol not in LOCAL_PROTOCOLS:
+            # Errors built from the stripped path ("lake/ckpt") show the URL ("s3://lake/ckpt").
+            register_url_root(root, io.url)
+        return io, root
 
     @property
     def protocol(self) -> str:
@@ -117,12 +272,15 @@ class FileIO:
         return self.protocol in ("file", "local")
 
     # -- reading ---------------------------------------------------------------------------
+    @_storage_errors
     def exists(self, path: str) -> bool:
         return bool(self.fs.exists(path))
 
+    @_storage_errors
     def is_dir(self, path: str) -> bool:
         return bool(self.fs.isdir(path))
 
+    @_storage_errors
     def read_bytes(self, path: str) -> bytes:
         try:
             return self.fs.cat_file(path)
@@ -145,9 +303,11 @@ class FileIO:
         except UnicodeDecodeError:
             raise StatectlError("is not UTF-8 text; the file is corrupt", path) from None
 
+    @_storage_errors
     def size(self, path: str) -> int:
         return int(self.fs.size(path))
 
+    @_storage_errors
     def list_dir(self, path: str) -> list[FileInfo]:
         """Entries of a directory, hidden (dot) files included; [] when it does not exist.
 
@@ -185,15 +345,24 @@ class FileIO:
         return sum(f.size for f in self.walk_files(path))
 
     # -- writing ---------------------------------------------------------------------------
-    def write_atomic(self, path: str, data: bytes, *, overwrite: bool = False) -> None:
+    @_storage_errors
+    def write_atomic(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        overwrite: bool = False,
+        overwrite_hint: str = "another writer got there first; write to a new directory",
+    ) -> None:
         """Write ``data`` to a hidden temporary name beside ``path``, then rename it into place.
 
         On object stores the rename is a copy plus delete, which is still all-or-nothing for
-        readers: the final key appears only once the copy completed.
+        readers: the final key appears only once the copy completed. ``overwrite_hint`` tells the
+        user how to overwrite (the flag that does it) when ``path`` exists.
         """
         parent, name = posixpath.split(path)
         if not overwrite and self.exists(path):
-            raise StatectlError("already exists; refusing to overwrite", path)
+            raise StatectlError("already exists; refusing to overwrite", path, overwrite_hint)
         self.fs.makedirs(parent, exist_ok=True)
         tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
         try:
@@ -205,8 +374,27 @@ class FileIO:
                 self.fs.rm(tmp)
             raise
 
+    @_storage_errors
+    def copy_atomic(self, src: str, path: str) -> None:
+        """Copy ``src`` (on this filesystem; server-side on object stores) to ``path`` through a
+        hidden temporary name, like :meth:`write_atomic`; never overwrites."""
+        parent, name = posixpath.split(path)
+        if self.exists(path):
+            raise StatectlError("already exists; refusing to overwrite", path)
+        self.fs.makedirs(parent, exist_ok=True)
+        tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
+        try:
+            self.fs.copy(src, tmp)
+            self.fs.mv(tmp, path)
+        except BaseException:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+            raise
+
+    @_storage_errors
     def makedirs(self, path: str) -> None:
         self.fs.makedirs(path, exist_ok=True)
 
+    @_storage_errors
     def remove(self, path: str, recursive: bool = False) -> None:
         self.fs.rm(path, recursive=recursive)

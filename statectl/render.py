@@ -1,12 +1,24 @@
-"""Rich rendering of the dictionaries the use cases return (the JSON output shows the same data)."""
+"""Rich rendering of the dictionaries the use cases return (the JSON output shows the same data).
+
+Made for an 80-column terminal: schemas are compacted and elided at field boundaries, conf names
+are never cut, and nothing is folded into narrow columns. ``--wide`` prints everything in full
+(as ``--json`` does), however wide.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+INDENT = "    "
 
 
 def human_bytes(n: int | None) -> str:
@@ -23,24 +35,126 @@ def human_bytes(n: int | None) -> str:
 def human_ms(ms: int | None) -> str:
     if not ms:
         return "0 (none)"
-    return f"{ms} ({dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()})"
+    when = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return f"{ms} ({when.isoformat(timespec='milliseconds')})"
 
 
-def render_inspect(console: Console, info: dict[str, Any]) -> None:
-    console.print(f"[bold]{info['kind'].capitalize()}[/bold] {info['path']}")
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="dim")
-    head.add_column()
+def json_text(value: Any) -> str:
+    """A value as compact JSON (offsets are JSON in the log, so show them as JSON, not repr)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(", ", ": "), default=str)
+
+
+def display_path(url: str) -> str:
+    """Local paths without the ``file://`` prefix fsspec gives them."""
+    return url.removeprefix("file://") if url.startswith("file:///") else url
+
+
+# -- schemas -------------------------------------------------------------------------------
+def split_top_level(text: str) -> list[str]:
+    """``a:int,b:struct<x:int,y:int>,c:decimal(10,2)`` -> its three top-level fields."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p]
+
+
+def schema_fields(schema: str) -> list[str]:
+    """The fields of a top-level ``struct<...>`` (the struct wrapper says nothing in a table)."""
+    if schema.startswith("struct<") and schema.endswith(">"):
+        return split_top_level(schema[len("struct<") : -1])
+    return [schema] if schema else []
+
+
+def compact_schema(schema: str, budget: int | None = None) -> str:
+    """``struct<k:string,n:bigint>`` as ``k:string, n:bigint``, elided at a field boundary to fit
+    ``budget`` characters (``… +N more`` says how many fields are not shown)."""
+    fields = schema_fields(schema)
+    full = ", ".join(fields)
+    if budget is None or len(full) <= budget:
+        return full
+    shown: list[str] = []
+    for i, f in enumerate(fields):
+        rest = len(fields) - i - 1
+        tail = f", … +{rest} more" if rest else ""
+        candidate = ", ".join([*shown, f])
+        if len(candidate) + len(tail) > budget:
+            break
+        shown.append(f)
+    more = len(fields) - len(shown)
+    if not shown:  # even the first field does not fit: cut inside it
+        suffix = f" +{more - 1} more" if more > 1 else ""
+        return fields[0][: max(budget - len(suffix) - 1, 1)] + "…" + suffix
+    return ", ".join(shown) + (f", … +{more} more" if more else "")
+
+
+def short_class(value: str) -> str:
+    """``org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider`` ->
+    ``….HDFSBackedStateStoreProvider`` (the class name is the part people read)."""
+    parts = value.split(".")
+    if len(parts) > 3 and " " not in value and all(p.isidentifier() for p in parts):
+        return "…." + parts[-1]
+    return value
+
+
+# -- inspect -------------------------------------------------------------------------------
+def _pairs(
+    console: Console, rows: list[tuple[str, str]], *, wide: bool, style: str = "dim"
+) -> None:
+    """``name  value`` lines, names aligned and never cut; a value that does not fit beside its
+    name goes on the next line, indented (and ellipsized unless ``wide``)."""
+    if not rows:
+        return
+    width = console.width
+    name_w = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        line = Text(k.ljust(name_w), style=style)
+        if wide or name_w + 2 + len(v) <= width:
+            line.append("  " + v)
+            console.print(line, soft_wrap=wide, no_wrap=not wide, overflow="ellipsis")
+        else:
+            console.print(Text(k, style=style), no_wrap=True, overflow="ellipsis")
+            console.print(Text(INDENT + v), soft_wrap=False, no_wrap=True, overflow="ellipsis")
+
+
+@contextmanager
+def _unbounded(console: Console, wide: bool) -> Iterator[None]:
+    """For ``--wide``: lines as long as their content (the terminal may wrap them, rich won't)."""
+    if not wide:
+        yield
+        return
+    width, console.width = console.width, 100_000
+    try:
+        yield
+    finally:
+        console.width = width
+
+
+def render_inspect(console: Console, info: dict[str, Any], *, wide: bool = False) -> None:
+    with _unbounded(console, wide):
+        _render_inspect(console, info, wide=wide)
+
+
+def _render_inspect(console: Console, info: dict[str, Any], *, wide: bool) -> None:
+    console.print(
+        Text(f"{info['kind'].capitalize()} ", style="bold") + Text(display_path(info["path"])),
+        soft_wrap=True,
+    )
     rows = [
         ("query id", info.get("query_id") or "-"),
         ("batch", f"{info['batch']} (latest committed: {info.get('latest_committed_batch')})"),
         ("uncommitted", ", ".join(map(str, info.get("uncommitted_batches") or [])) or "none"),
         ("batch time", human_ms(info.get("batch_timestamp_ms"))),
-        (
-            "watermark",
-            f"batch {human_ms(info.get('batch_watermark_ms'))}, "
-            f"next {human_ms(info.get('next_batch_watermark_ms'))}",
-        ),
+        ("watermark", human_ms(info.get("batch_watermark_ms"))),
+        ("next watermark", human_ms(info.get("next_batch_watermark_ms"))),
         (
             "backend",
             f"{info['backend']}, {info['partitions']} partitions, "
@@ -48,62 +162,114 @@ def render_inspect(console: Console, info: dict[str, Any]) -> None:
         ),
     ]
     for source, offset in (info.get("source_offsets") or {}).items():
-        rows.append((f"source {source}", str(offset)))
-    for k, v in rows:
-        head.add_row(k, str(v))
-    console.print(head)
-    confs = Table(title="Pinned confs", show_header=False, title_justify="left")
-    confs.add_column(overflow="fold")
-    confs.add_column(overflow="fold")
-    for k, v in (info.get("pinned_confs") or {}).items():
-        confs.add_row(k, v)
-    console.print(confs)
-    for op in info.get("operators", []):
-        uid = f" uid {op['uid']}" if op.get("uid") else ""
-        t = Table(
-            title=f"Operator {op['id']}{uid}: {op['name']} ({op['partitions']} partitions, "
-            f"{human_bytes(op.get('bytes'))})",
-            title_justify="left",
+        rows.append((f"source {source}", json_text(offset)))
+    if info.get("storage_options"):
+        rows.append(("storage", json_text(info["storage_options"])))
+    _pairs(console, [(k, str(v)) for k, v in rows], wide=wide)
+
+    confs = info.get("pinned_confs") or {}
+    if confs:
+        console.print()
+        console.print(Text("Pinned confs", style="bold"))
+        _pairs(
+            console,
+            [(k, str(v) if wide else short_class(str(v))) for k, v in confs.items()],
+            wide=wide,
+            style="",
         )
-        t.add_column("store / variable")
-        if any("kind" in s for s in op["stores"]):
-            t.add_column("kind")
-        t.add_column("key schema", overflow="fold")
-        t.add_column("value schema", overflow="fold")
-        t.add_column("rows", justify="right")
-        for s in op["stores"]:
-            cells = [s["name"]]
-            if any("kind" in x for x in op["stores"]):
-                cells.append(s.get("kind", ""))
-            cells += [
-                s["key_schema"],
-                s["value_schema"],
-                "-" if s["rows"] is None else str(s["rows"]),
-            ]
-            t.add_row(*cells)
-        console.print(t)
+    for op in info.get("operators", []):
+        _render_operator(console, op, wide=wide)
 
 
-def render_list(console: Console, entries: list[dict[str, Any]]) -> None:
+def _render_operator(console: Console, op: dict[str, Any], *, wide: bool) -> None:
+    console.print()
+    console.print(
+        Text(f"Operator {op['id']}: {op['name']}", style="bold")
+        + Text(f" ({op['partitions']} partitions, {human_bytes(op.get('bytes'))})")
+    )
+    if op.get("uid"):
+        console.print(Text("  uid ", style="dim") + Text(op["uid"]), soft_wrap=True)
+    # One block per store / state variable: its schemas get the whole line, not a squeezed
+    # table column.
+    budget = None if wide else max(console.width - len(INDENT) - len("value  "), 20)
+    for s in op["stores"]:
+        head = Text("  " + s["name"], style="cyan")
+        if s.get("kind"):
+            head.append(f"  {s['kind']}", style="dim")
+        rows = "-" if s.get("rows") is None else f"{s['rows']:,}"
+        head.append(f"  {rows} rows")
+        console.print(head, soft_wrap=True)
+        for label in ("key", "value"):
+            text = compact_schema(s.get(f"{label}_schema") or "", budget)
+            console.print(
+                Text(f"{INDENT}{label:<5}  ", style="dim") + Text(text),
+                soft_wrap=wide,
+                no_wrap=not wide,
+                overflow="ellipsis",
+            )
+
+
+# -- list ----------------------------------------------------------------------------------
+def common_parent(paths: list[str]) -> str:
+    """The longest directory prefix shared by ``paths`` ("" when they share none)."""
+    if not paths:
+        return ""
+    split = [p.split("/")[:-1] for p in paths]
+    common: list[str] = []
+    for parts in zip(*split, strict=False):
+        if any(x != parts[0] for x in parts):
+            break
+        common.append(parts[0])
+    return "/".join(common)
+
+
+def render_list(console: Console, entries: list[dict[str, Any]], *, wide: bool = False) -> None:
+    """One row per checkpoint or savepoint, named relative to the directory listed. At terminal
+    width the operators go on a dim second line of the name cell (no column is squeezed);
+    ``--wide`` gives them a column and prints full paths."""
     if not entries:
         console.print("No checkpoints found.")
         return
-    t = Table()
-    for col in ("path", "kind", "backend", "batch", "operators", "size", "health"):
-        t.add_column(col, overflow="fold")
+    parent = "" if wide else common_parent([e["path"] for e in entries])
+    if parent:
+        console.print(Text("Under ", style="dim") + Text(display_path(parent)), soft_wrap=True)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("path" if wide else "name / operators", no_wrap=wide, overflow="fold")
+    t.add_column("kind", no_wrap=True)
+    t.add_column("batch", justify="right", no_wrap=True)
+    if wide:
+        t.add_column("operators", no_wrap=True)
+    t.add_column("size", justify="right", no_wrap=True)
+    t.add_column("health", no_wrap=True)
     for e in entries:
         health = e.get("health", "?")
         style = {"ok": "green", "uncommitted": "yellow", "incomplete": "yellow"}.get(health, "red")
-        t.add_row(
-            e["path"],
-            e.get("kind", "checkpoint"),
-            str(e.get("backend", "-")),
-            str(e.get("latest_committed_batch", "-")),
-            ", ".join(e.get("operators", [])),
-            human_bytes(e.get("bytes")),
-            f"[{style}]{health}[/{style}]",
-        )
-    console.print(t)
+        name = e["path"][len(parent) + 1 :] if parent else display_path(e["path"])
+        kind = e.get("backend") or "-"
+        if e.get("kind") == "savepoint":
+            kind = "savepoint" if e.get("type", "canonical") == "canonical" else "savepoint*"
+        batch = e.get("latest_committed_batch")
+        ops = ", ".join(e.get("operators", []))
+        cells: list[Any] = [Text(name), kind, "-" if batch is None else str(batch)]
+        if wide:
+            cells.append(ops or "-")
+        elif ops:
+            cells[0] = Text(name) + Text("\n  " + ops, style="dim")
+        cells += [human_bytes(e.get("bytes")), Text(health, style=style)]
+        t.add_row(*cells)
+    if wide:
+        from rich.measure import Measurement
+
+        natural = Measurement.get(console, console.options.update(width=100_000), t).maximum
+        width, console.width = console.width, max(natural, console.width)
+        try:
+            console.print(t, crop=False)
+        finally:
+            console.width = width
+    else:
+        console.print(t)
     for e in entries:
+        name = e["path"][len(parent) + 1 :] if parent else display_path(e["path"])
         for p in e.get("problems", []):
-            console.print(f"[dim]{e['path']}[/dim]: {p}")
+            # Problems name whole files: word-wrapped at the terminal width, or not at all (--wide).
+            console.print(Text(name, style="dim") + Text(f": {p}"), soft_wrap=wide)

@@ -340,6 +340,11 @@ def _read_partition(
 ) -> tuple[pa.Table, str | None]:
     """(table, the store whose key rule places its rows)."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
+    if sel.join_side and f"{sel.join_side}-keyWithIndexToValue" not in op.store_names:
+        raise StatectlError(
+            f"operator {op.operator_id} ({op.name}) is not a stream-stream join; "
+            "--join-side is for symmetricHashJoin operators"
+        )
     if op.uses_column_families:
         raw = load_raw(ckpt, op, "default", partition, batch, enc)
         if sel.registered_timers:

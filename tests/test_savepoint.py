@@ -101,13 +101,33 @@ def test_default_uid_is_stable_and_backend_independent():
 def test_explicit_uid_and_relabel(tmp_path):
     url, meta = take_savepoint(str(FIXTURES / "multi-hdfs"), str(tmp_path), uids={1: "dedup"})
     assert {op.operator_id: op.uid for op in meta.operators}[1] == "dedup"
-    before = tree_digest(Path(url.removeprefix("file://")) / "operators")
-    out = run_cli("relabel", url, "dedup=dedup-v2", "--json")
-    assert json.loads(out.stdout) == {"dedup": "dedup-v2"}
-    sp = Savepoint.open(url)
+    src_root = Path(url.removeprefix("file://"))
+    before = tree_digest(src_root)
+    out = json.loads(run_cli("relabel", url, "dedup=dedup-v2", "--json").stdout)
+    assert out["relabelled"] == {"dedup": "dedup-v2"} and out["source"] == url
+    assert tree_digest(src_root) == before  # the source savepoint is not modified
+    sp = Savepoint.open(out["path"])
+    assert Path(sp.root).parent == src_root.parent
     assert "dedup-v2" in [op.uid for op in sp.metadata.operators]
-    assert tree_digest(Path(sp.root) / "operators") == before  # data untouched
-    assert sp.read(Selection(), "dedup-v2").num_rows == sp.read(Selection(), 1).num_rows > 0
+    # The renamed uid's data folder follows it; the other operators' files are where they were.
+    assert (Path(sp.root) / "operators" / "dedup-v2").is_dir()
+    assert not (Path(sp.root) / "operators" / "dedup").exists()
+    paths = [f.path for op in sp.metadata.operators for t in op.tables for f in t.files]
+    assert all((Path(sp.root) / p).is_file() for p in paths)
+    old = Savepoint.open(url)
+    assert sp.read(Selection(), "dedup-v2").equals(old.read(Selection(), "dedup"))
+    assert sp.read(Selection(), 0).equals(old.read(Selection(), 0))
+
+
+def test_relabel_native_savepoint_to_target(tmp_path):
+    url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path / "a"), kind="native")
+    (uid,) = [op.uid for op in Savepoint.open(url).metadata.operators]
+    out = json.loads(
+        run_cli("relabel", url, f"{uid}=totals", "-t", str(tmp_path / "b"), "--json").stdout
+    )
+    assert out["path"].startswith(f"file://{tmp_path / 'b'}/savepoint-")
+    sp, old = Savepoint.open(out["path"]), Savepoint.open(url)
+    assert sp.read(Selection(), "totals").equals(old.read(Selection(), uid))
 
 
 def test_moved_savepoint_still_works(savepoints, tmp_path):

@@ -18,7 +18,7 @@ import pytest
 
 from statectl.savepoints.create import take_savepoint
 from tests.conftest import FIXTURES
-from tests.test_s3 import bucket, s3_endpoint  # noqa: F401 (pytest fixtures)
+from tests.test_s3 import s3_endpoint  # noqa: F401 (a pytest fixture)
 
 
 def run_cli(
@@ -334,16 +334,19 @@ def test_missing_credentials_is_one_line(s3_endpoint, tmp_path):  # noqa: F811
     assert_refused(proc, "credentials")
 
 
-def test_dispose_refuses_a_bucket_root(bucket, s3_endpoint):  # noqa: F811
+def test_dispose_refuses_a_bucket_root(s3_endpoint):  # noqa: F811
     import s3fs
 
+    s3fs.S3FileSystem.clear_instance_cache()  # earlier modules cached other endpoints
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
-    url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), "s3://statectl-test/root-sp")
-    fs.pipe("statectl-test/_metadata", fs.cat(url.removeprefix("s3://") + "/_metadata"))
-    proc = run_cli("dispose", "s3://statectl-test", "--yes", env={**os.environ, **s3_endpoint})
-    assert_refused(proc, "bucket root")
-    assert fs.exists("statectl-test/_metadata")
-    proc = run_cli("dispose", url, "--yes", env={**os.environ, **s3_endpoint})
+    if not fs.exists("statectl-trust"):  # moto keeps buckets across servers in one process
+        fs.mkdir("statectl-trust")
+    url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), "s3://statectl-trust/root-sp")
+    fs.pipe("statectl-trust/_metadata", fs.cat(url.removeprefix("s3://") + "/_metadata"))
+    env = {**os.environ, **s3_endpoint}
+    assert_refused(run_cli("dispose", "s3://statectl-trust", "--yes", env=env), "bucket root")
+    assert fs.exists("statectl-trust/_metadata")
+    proc = run_cli("dispose", url, "--yes", env=env)
     assert proc.returncode == 0, proc.stderr
     fs.invalidate_cache()
     assert not fs.exists(url.removeprefix("s3://") + "/_metadata")

@@ -387,10 +387,17 @@ def _ranges(ids: list[int]) -> str:
     return ",".join(map(str, ids[:8])) + (",..." if len(ids) > 8 else "")
 
 
-def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
+def load_operator(ckpt: Checkpoint, op: int, batch: int, *, planned: bool = False) -> Operator:
+    """One operator as its files describe it. ``planned``: a scratch checkpoint in which Spark
+    only planned the query (no partition directories yet beyond the schema's), so the partition
+    count comes from the operator metadata and is not cross-checked."""
     meta = _operator_metadata(ckpt, op, batch)
-    _, listed_stores = _store_dir_names(ckpt, op)
-    partitions = check_partition_count(ckpt, op, batch, meta)
+    listed_count, listed_stores = _store_dir_names(ckpt, op)
+    if planned:
+        recorded = [s.num_partitions for s in meta.stores if s.num_partitions] if meta else []
+        partitions = recorded[0] if recorded else listed_count
+    else:
+        partitions = check_partition_count(ckpt, op, batch, meta)
     if meta is not None and meta.stores:
         infos = meta.stores
     else:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import tomllib
 
 import statectl
 from statectl.checkpoint.model import Checkpoint, Operator
+from statectl.config import load_config
 from statectl.errors import MissingFileError, StatectlError
 from statectl.export import exportable
 from statectl.io import FileIO
@@ -69,12 +69,9 @@ def resolve_target(target: str | None) -> str:
         return target
     if os.environ.get(ENV_TARGET):
         return os.environ[ENV_TARGET]
-    if os.path.exists("statectl.toml"):
-        with open("statectl.toml", "rb") as f:
-            conf = tomllib.load(f)
-        value = conf.get("savepoint", {}).get("dir")
-        if value:
-            return str(value)
+    value = load_config().get("savepoint", {}).get("dir")
+    if value:
+        return str(value)
     raise StatectlError(
         "no savepoint target directory: pass TARGET_DIR, set STATECTL_SAVEPOINT_DIR, "
         "or set [savepoint] dir in statectl.toml"

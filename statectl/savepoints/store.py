@@ -178,7 +178,11 @@ class Savepoint:
         if sel.join_side:
             t = by_name.get(f"{sel.join_side}-keyWithIndexToValue")
             if t is None:
-                raise StatectlError(f"operator {op.uid} is not a stream-stream join", self.root)
+                raise StatectlError(
+                    f"operator {op.operator_id} ({op.name}, uid {op.uid}) is not a stream-stream "
+                    "join; --join-side is for symmetricHashJoin operators",
+                    self.root,
+                )
             return join_side_view(self.read_table(t))
         name = "$timers" if sel.registered_timers else (sel.state_var or sel.store or "default")
         if name not in by_name:
@@ -470,8 +474,16 @@ def dispose(url: str, *, force: bool = False) -> dict[str, Any]:
     return plan.to_dict(deleted=True)
 
 
-def relabel(url: str, mapping: dict[str, str]) -> dict[str, str]:
-    """Change operator uids in ``_metadata`` without touching the data files."""
+def relabel(url: str, mapping: dict[str, str], target: str | None = None) -> dict[str, Any]:
+    """A new savepoint whose operators ``OLD`` are named ``NEW``; the source is not modified.
+
+    Savepoints are immutable (a deployment may point at one), so relabelling writes a copy
+    beside the source (or under ``target``): the data files of a renamed uid move to
+    ``operators/<NEW>/...``, so folder names keep matching uids; each file is written
+    atomically and ``_metadata`` last, so the copy is complete or visibly incomplete.
+    """
+    from statectl.savepoints.create import _new_dir_name, _safe_name
+
     sp = Savepoint.open(url)
     uids = {op.uid for op in sp.metadata.operators}
     missing = sorted(set(mapping) - uids)
@@ -482,9 +494,47 @@ def relabel(url: str, mapping: dict[str, str]) -> dict[str, str]:
     new = [mapping.get(op.uid, op.uid) for op in sp.metadata.operators]
     if len(set(new)) != len(new):
         raise StatectlError(f"uids would not be unique: {new}", sp.root)
-    ops = [dataclasses.replace(op, uid=mapping.get(op.uid, op.uid)) for op in sp.metadata.operators]
-    meta = dataclasses.replace(sp.metadata, operators=ops)
-    sp.io.write_atomic(
-        posixpath.join(sp.root, METADATA_FILE), meta.to_json().encode(), overwrite=True
-    )
-    return {old: mapping[old] for old in mapping}
+    if target:
+        out_io, parent = FileIO.for_url(target)
+    else:
+        out_io, parent = sp.io, posixpath.dirname(sp.root)
+    m = sp.metadata
+    out_root = posixpath.join(parent, _new_dir_name(m.query_id, m.batch_id))
+
+    def moved(rel: str, old: str, new_uid: str) -> str:
+        prefix = f"operators/{_safe_name(old)}/"
+        return (
+            f"operators/{_safe_name(new_uid)}/{rel[len(prefix) :]}"
+            if rel.startswith(prefix)
+            else rel
+        )
+
+    renames: dict[str, str] = {}  # relative path in the source -> in the copy
+    ops = []
+    for op in m.operators:
+        new_uid = mapping.get(op.uid, op.uid)
+        tables = []
+        for t in op.tables:
+            files = []
+            for f in t.files:
+                renames[f.path] = moved(f.path, op.uid, new_uid)
+                files.append(dataclasses.replace(f, path=renames[f.path]))
+            tables.append(dataclasses.replace(t, files=files))
+        ops.append(dataclasses.replace(op, uid=new_uid, tables=tables))
+    # Every other file (a native savepoint's embedded checkpoint) is copied where it was.
+    for f in sp.io.walk_files(sp.root):
+        rel = f.path[len(sp.root) + 1 :]
+        if rel == METADATA_FILE:
+            continue
+        dst = posixpath.join(out_root, renames.get(rel, rel))
+        if out_io.fs is sp.io.fs:  # same filesystem: no bytes through this process
+            out_io.copy_atomic(f.path, dst)
+        else:
+            out_io.write_atomic(dst, sp.io.read_bytes(f.path))
+    meta = dataclasses.replace(m, operators=ops)
+    out_io.write_atomic(posixpath.join(out_root, METADATA_FILE), meta.to_json().encode())
+    return {
+        "path": out_io.url(out_root),
+        "source": sp.url(),
+        "relabelled": {old: mapping[old] for old in mapping},
+    }
