@@ -60,9 +60,9 @@ def inspect(
     rows: Annotated[bool, typer.Option(help="Count state rows (reads all state files).")] = True,
 ) -> None:
     """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
-    from statectl.inspect import inspect_path
+    from statectl.api import inspect as do_inspect
 
-    info = inspect_path(path, batch, rows=rows)
+    info = do_inspect(path, batch, rows=rows).to_dict()
     if as_json:
         _print_json(info)
         return
@@ -116,13 +116,8 @@ def export(
     as_json: JsonOpt = False,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""
-    from statectl.errors import StatectlError
     from statectl.export import export_state
 
-    if join_side not in (None, "left", "right"):
-        raise StatectlError(f"--join-side must be left or right, not {join_side!r}")
-    if sum(x is not None for x in (store, join_side, state_var)) + timers > 1:
-        raise StatectlError("give at most one of --store, --join-side, --state-var, --timers")
     result = export_state(
         path, operator, store, join_side, state_var, timers, batch, output, overwrite
     )
@@ -163,7 +158,7 @@ def savepoint(
     as_json: JsonOpt = False,
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
-    from statectl.savepoints.create import take_savepoint
+    from statectl.api import savepoint as take_savepoint
 
     pairs = _parse_pairs(uid or [], "--uid")
     uids = {}
@@ -174,7 +169,7 @@ def savepoint(
             raise StatectlError(f"--uid wants OPERATOR_ID=UID with a numeric id, got {k!r}")
         uids[int(k)] = v
     if as_json or not sys.stderr.isatty():
-        url, meta = take_savepoint(checkpoint, target, batch=batch, uids=uids, kind=kind)
+        result = take_savepoint(checkpoint, target, batch=batch, uids=uids, kind=kind)
     else:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -192,19 +187,13 @@ def savepoint(
             def advance(what: str) -> None:
                 bar.update(task, advance=1, description=f"savepoint: {what}")
 
-            url, meta = take_savepoint(
+            result = take_savepoint(
                 checkpoint, target, batch=batch, uids=uids, progress=advance, kind=kind
             )
-    result = {
-        "path": url,
-        "batch": meta.batch_id,
-        "query_id": meta.query_id,
-        "operators": {op.uid: op.rows for op in meta.operators},
-    }
     if as_json:
-        _print_json(result)
+        _print_json(result.to_dict())
     else:
-        print(url)
+        print(result.path)
 
 
 @app.command()
@@ -304,33 +293,37 @@ def restore(
     Exits 2 when the restore would fail (unmatched state without -n, incompatible schemas), so
     `--dry-run` is the check to run before deploying a changed query.
     """
+    from statectl.api import restore as do_restore
     from statectl.errors import StatectlError
-    from statectl.restore import restore as do_restore
+    from statectl.results import RestoreError
 
     mapping = {}
     for uid, op_id in _parse_pairs(map_ or [], "--map").items():
         if not op_id.isdigit():
             raise StatectlError(f"--map wants UID=OPERATOR_ID with a numeric id, got {op_id!r}")
         mapping[uid] = int(op_id)
-    plan = do_restore(
-        savepoint_path,
-        target,
-        backend=backend,
-        partitions=partitions,
-        mapping=mapping,
-        allow_non_restored=allow_non_restored,
-        drop=drop or [],
-        query=query,
-        output_mode=output_mode,
-        changelog=changelog,
-        checkpoint_format=checkpoint_format,
-        dry_run=dry_run,
-    )
-    info = plan.as_dict()
+    try:
+        result = do_restore(
+            savepoint_path,
+            target,
+            backend=backend,
+            partitions=partitions,
+            mapping=mapping,
+            allow_non_restored=allow_non_restored,
+            drop=drop or [],
+            query=query,
+            output_mode=output_mode,
+            changelog=changelog,
+            checkpoint_format=checkpoint_format,
+            dry_run=dry_run,
+        )
+    except RestoreError as e:  # the plan is the report: print it, then exit 2
+        result = e.result
+    info = result.to_dict()
     if as_json:
         _print_json(info)
     else:
-        verb = "Would restore" if dry_run or plan.problems else "Restored"
+        verb = "Would restore" if dry_run or not result.ok else "Restored"
         print(
             f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
             f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
@@ -344,7 +337,7 @@ def restore(
             print(f"  operator {op_id} ({name}) starts with empty state")
         for p in info["problems"]:
             sys.stderr.write(f"statectl: error: {p}\n")
-    if plan.problems:
+    if not result.ok:
         raise typer.Exit(2)
 
 
@@ -365,17 +358,22 @@ def migrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Savepoint then restore in one step: change backend and/or partition count."""
-    import tempfile
+    from statectl.api import migrate as do_migrate
+    from statectl.results import RestoreError
 
-    from statectl.restore import restore as do_restore
-    from statectl.savepoints.create import take_savepoint
-
-    with tempfile.TemporaryDirectory(prefix="statectl-migrate-") as tmp:
-        sp_url, _ = take_savepoint(source, keep_savepoint or tmp, batch=batch)
-        plan = do_restore(
-            sp_url, target, backend=backend, partitions=partitions, changelog=changelog
+    try:
+        result = do_migrate(
+            source,
+            target,
+            backend=backend,
+            partitions=partitions,
+            batch=batch,
+            keep_savepoint=keep_savepoint,
+            changelog=changelog,
         )
-    info = {**plan.as_dict(), "savepoint": sp_url if keep_savepoint else None}
+    except RestoreError as e:  # the plan is the report: print it, then exit 2
+        result = e.result
+    info = result.to_dict()
     if as_json:
         _print_json(info)
     else:
@@ -385,7 +383,7 @@ def migrate(
         )
         for p in info["problems"]:
             sys.stderr.write(f"statectl: error: {p}\n")
-    if plan.problems:
+    if not result.ok:
         raise typer.Exit(2)
 
 
