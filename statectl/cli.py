@@ -387,6 +387,46 @@ def migrate(
         raise typer.Exit(2)
 
 
+def json_requested(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON (``--json`` before any ``--``). Read from argv,
+    not from parsed options, so that it is known even when the failure is in parsing."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def render_error(exc: BaseException, as_json: bool) -> int:
+    """Report a failure the way the command line asked; returns the exit code.
+
+    People get one line on stderr, ``statectl: error: ...``. With ``--json``, stdout holds one
+    JSON document whatever happens, so on failure it is the error object (nothing on stderr):
+    ``{"error": "<the one line>", "path": <file or null>, "kind": "<exception class>",
+    "exit_code": 2}``.
+    """
+    from statectl.errors import StatectlError, describe_failure
+
+    message, code = describe_failure(exc)
+    if not as_json:
+        sys.stderr.write(f"statectl: {message}\n")
+        return code
+    if isinstance(exc, StatectlError):
+        text, path = str(exc), exc.path
+    else:
+        text, path = message.removeprefix("error: "), getattr(exc, "filename", None)
+    _print_json(
+        {
+            "error": text,
+            "path": None if path is None else str(path),
+            "kind": type(exc).__name__,
+            "exit_code": code,
+        }
+    )
+    return code
+
+
 def main() -> None:
     """Run the CLI: usage errors are Typer's (exit 2); every failure is one line, exit 2.
 
