@@ -119,7 +119,7 @@ def test_read_state_is_the_statestore_table(tmp_path):
 
 def test_api_names_survive_importing_their_modules():
     import statectl.inspect
-    import statectl.restore  # noqa: F401
+    import statectl.restore
 
     assert callable(statectl.inspect) and statectl.inspect.__module__ == "statectl.api"
     assert statectl.restore.__module__ == "statectl.api"
