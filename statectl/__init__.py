@@ -14,9 +14,6 @@ Python API (the CLI calls the same functions; each result's ``to_dict()`` is the
 
 from __future__ import annotations
 
-import sys
-import types
-
 __version__ = "0.1.0"
 
 from statectl.api import (  # after __version__: create.py reads it
@@ -55,21 +52,3 @@ __all__ = [
     "savepoint",
     "stop_with_savepoint",
 ]
-
-_API_FUNCTIONS = {"inspect": inspect, "restore": restore}
-
-
-class _Package(types.ModuleType):
-    """``statectl.inspect`` and ``statectl.restore`` are API functions, and also the names of
-    the use-case modules statectl/inspect.py and statectl/restore.py. Python's import system
-    sets a submodule as an attribute of its package the first time it is imported, which
-    would replace the function; here those two names keep the function (the modules stay
-    importable by their full names: ``from statectl.restore import ...``)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _API_FUNCTIONS and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

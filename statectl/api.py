@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def inspect(path: Any, batch: int | None = None, *, rows: bool = True) -> InspectResult:
     """Describe a checkpoint or a savepoint: query, batch, watermark, offsets, confs, operators
     (with stores, schemas and, unless ``rows=False``, live row counts)."""
-    from statectl.inspect import inspect_path
+    from statectl.inspection import inspect_path
 
     return InspectResult.from_document(inspect_path(as_url(path), batch, rows=rows))
 
@@ -148,7 +148,7 @@ def restore(
     that would fail raises :class:`RestoreError` (``.result`` is the plan) and writes nothing.
     ``query`` is ``"MODULE:FUNCTION"`` / ``"FILE.py:FUNCTION"`` for a changed query (planned
     with ``spark`` or a local session, needs PySpark)."""
-    from statectl.restore import restore as do_restore
+    from statectl.restoring import restore as do_restore
 
     plan = do_restore(
         as_url(savepoint),
@@ -186,7 +186,7 @@ def migrate(
     directory to keep it under. Raises :class:`RestoreError` when the restore would fail."""
     import tempfile
 
-    from statectl.restore import restore as do_restore
+    from statectl.restoring import restore as do_restore
     from statectl.savepoints.create import take_savepoint
 
     with tempfile.TemporaryDirectory(prefix="statectl-migrate-") as tmp:

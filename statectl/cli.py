@@ -77,7 +77,7 @@ def list_(
     as_json: JsonOpt = False,
 ) -> None:
     """List every checkpoint under a directory with backend, batch, operators, size and health."""
-    from statectl.inspect import list_dir
+    from statectl.inspection import list_dir
 
     entries = list_dir(directory)
     if as_json:

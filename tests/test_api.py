@@ -117,12 +117,18 @@ def test_read_state_is_the_statestore_table(tmp_path):
         statectl.read_state(sp, "counter", state_var="lst", batch=1)
 
 
-def test_api_names_survive_importing_their_modules():
-    import statectl.inspect
-    import statectl.restore
+def test_api_names_are_the_functions():
+    """No submodule is named like an API function: importing one would replace the function
+    on the package (Python sets a submodule as its package's attribute)."""
+    import importlib
+    import pkgutil
 
-    assert callable(statectl.inspect) and statectl.inspect.__module__ == "statectl.api"
-    assert statectl.restore.__module__ == "statectl.api"
+    modules = {m.name for m in pkgutil.iter_modules(statectl.__path__)}
+    api = {n for n in statectl.__all__ if callable(getattr(statectl, n))}
+    assert not modules & api
+    for m in modules:
+        importlib.import_module(f"statectl.{m}")
+    assert all(getattr(statectl, n).__module__ in ("statectl.api", "statectl.results") for n in api)
 
 
 def test_json_requested():

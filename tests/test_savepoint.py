@@ -443,7 +443,7 @@ def test_native_snapshot_chain_is_minimal(tmp_path):
 
 def test_native_savepoint_does_not_restore_directly(tmp_path):
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path), kind="native")
-    from statectl.restore import restore
+    from statectl.restoring import restore
 
     plan = restore(url, str(tmp_path / "new"))
     assert plan.problems and "convert it first" in plan.problems[0]
