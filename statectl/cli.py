@@ -201,29 +201,38 @@ def dispose(
     path: Annotated[str, typer.Argument(help="Savepoint directory.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be deleted.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Delete the savepoint's own files even if other files are inside (those, "
+            "nested checkpoints and symbolic links' targets are kept).",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete a savepoint; refuses checkpoints and anything that is not a statectl savepoint."""
+    """Delete a savepoint: exactly the files its _metadata lists; refuses anything else."""
     from statectl.render import human_bytes
     from statectl.savepoints.store import dispose as do_dispose
     from statectl.savepoints.store import dispose_plan
 
-    io, root, files, size = dispose_plan(path)
-    plan = {"path": io.url(root), "files": len(files), "bytes": size, "deleted": False}
+    plan = dispose_plan(path, force=force)
+    url = plan.io.url(plan.root)
     if dry_run:
-        _print_json(plan) if as_json else print(
-            f"Would delete {io.url(root)}: {len(files)} files, {human_bytes(size)}"
+        _print_json(plan.to_dict(deleted=False)) if as_json else print(
+            f"Would delete {url}: {len(plan.delete)} files, {human_bytes(plan.bytes)}"
+            + (f"; would keep {len(plan.keep)} other files" if plan.keep else "")
         )
         return
     if not yes:
         if not sys.stdin.isatty():
             from statectl.errors import StatectlError
 
-            raise StatectlError("refusing to delete without confirmation; pass --yes", root)
+            raise StatectlError("refusing to delete without confirmation; pass --yes", url)
         typer.confirm(
-            f"Delete {io.url(root)} ({len(files)} files, {human_bytes(size)})?", abort=True
+            f"Delete {url} ({len(plan.delete)} files, {human_bytes(plan.bytes)})?", abort=True
         )
-    result = do_dispose(path)
+    result = do_dispose(path, force=force)
     _print_json(result) if as_json else print(f"Deleted {result['path']}")
 
 
@@ -434,9 +443,11 @@ def main() -> None:
     (typer vendors its own click: importing ``click`` here would fail without it installed).
     """
     from statectl.errors import describe_failure
+    from statectl.processes import exit_on_termination
 
     try:
-        app(prog_name="statectl")
+        with exit_on_termination():
+            app(prog_name="statectl")
     except KeyboardInterrupt:
         sys.stderr.write("statectl: interrupted\n")
         sys.exit(130)

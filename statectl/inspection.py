@@ -95,9 +95,12 @@ def describe_operator(
         if s.key_encoder_spec:
             entry["key_encoder"] = s.key_encoder_spec.get("keyStateEncoderType")
         stores.append(entry)
+    kind = op.kind
     return {
         "id": op.operator_id,
         "name": op.name,
+        "kind": kind.kind,
+        "restorable": kind.restorable,
         "partitions": op.num_partitions,
         "metadata_version": op.metadata_version,
         "stores": stores,

@@ -15,7 +15,30 @@ from dataclasses import dataclass
 import fsspec
 from fsspec.core import url_to_fs
 
-from statectl.errors import MissingFileError, StatectlError
+from statectl.errors import CorruptFileError, MissingFileError, StatectlError
+
+
+def relative_inside(rel: object, source: str) -> str:
+    """A relative path taken from data (metadata, logs), checked to stay below its directory.
+
+    The one rule for every path statectl reads from untrusted metadata: a non-empty string of
+    plain components, no absolute path, no URL, no ``..``, no backslash or NUL. ``source`` is
+    the file the path came from, named in the error.
+    """
+    if not isinstance(rel, str) or not rel or rel.strip() != rel:
+        raise CorruptFileError(f"path {rel!r} is not a valid relative path", source)
+    parts = rel.split("/")
+    if (
+        rel.startswith("/")
+        or "://" in rel
+        or "\\" in rel
+        or "\0" in rel
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise CorruptFileError(
+            f"path {rel!r} points outside its directory; refusing to follow it", source
+        )
+    return rel
 
 
 @dataclass(frozen=True)
@@ -55,6 +78,42 @@ class FileIO:
     @staticmethod
     def join(*parts: str) -> str:
         return posixpath.join(*parts)
+
+    def inside(self, root: str, rel: object, source: str) -> str:
+        """``root``/``rel`` for a ``rel`` taken from data, refused unless it stays under ``root``
+        (symbolic links included, on the local filesystem)."""
+        path = posixpath.join(root, relative_inside(rel, source))
+        if self.is_local:
+            import os
+
+            real_root = os.path.realpath(root)
+            real = os.path.realpath(path)
+            if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+                raise CorruptFileError(
+                    f"path {rel!r} resolves outside {root} (a symbolic link?); refusing to "
+                    "follow it",
+                    source,
+                )
+        return path
+
+    def real(self, path: str) -> str:
+        """``path`` with symbolic links resolved (local files); as given elsewhere."""
+        if self.is_local:
+            import os
+
+            return os.path.realpath(path)
+        return posixpath.normpath(path).rstrip("/") or "/"
+
+    def is_within(self, path: str, other: FileIO, root: str) -> bool:
+        """Whether ``path`` (on this filesystem) is ``root`` (on ``other``) or below it."""
+        if self.protocol != other.protocol:
+            return False
+        a, b = self.real(path), other.real(root)
+        return a == b or a.startswith(b.rstrip("/") + "/")
+
+    @property
+    def is_local(self) -> bool:
+        return self.protocol in ("file", "local")
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str) -> bool:

@@ -52,7 +52,6 @@ from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid
 from statectl.savepoints.format import (
     OperatorState,
-    StateTable,
     fingerprint_of,
     operator_fingerprint,
 )
@@ -284,6 +283,9 @@ def plan_restore(
                         f"operator {op_id} ({qop.name}, transformWithState) starts empty only "
                         "on RocksDB snapshots (--backend rocksdb, no --changelog)"
                     )
+    for op in m.operators:
+        if op.uid in plan.restored and (refusal := op.kind.refusal(f"uid {op.uid} ({op.name})")):
+            plan.problems.append(refusal)
     if m.savepoint_type == "native":
         plan.problems.append(
             "a native savepoint restores by copying its checkpoint/ directory (same backend and "
@@ -316,16 +318,6 @@ def _check_target(io: FileIO, root: str) -> None:
         raise StatectlError(
             "target checkpoint exists and is not empty; choose a new directory", root
         )
-
-
-def _partition_key(table: StateTable, key: pa.StructArray) -> pa.StructArray:
-    """The columns Spark partitions by: the key, minus the join store's trailing ``index``."""
-    if table.name.endswith("keyWithIndexToValue"):
-        n = key.type.num_fields - 1
-        return pa.StructArray.from_arrays(
-            [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
-        )
-    return key
 
 
 def _store_writer(
@@ -378,7 +370,7 @@ def _write_operator(
         data = sp.read_table(table)
         key = data.column("key").combine_chunks()
         value = data.column("value").combine_chunks()
-        pids = partition_ids(_partition_key(table, key), plan.partitions)
+        pids = partition_ids(op.kind.partition_key(table.name, key), plan.partitions)
         key_schema = json.loads(table.key_schema)
         value_schema = json.loads(table.value_schema)
         for p in range(plan.partitions):

@@ -17,6 +17,7 @@ import posixpath
 import re
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,7 @@ from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
 from statectl.errors import CorruptFileError, MissingFileError
-from statectl.io import FileIO
+from statectl.io import FileIO, relative_inside
 
 _FILE_RE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]{36}))?\.(zip|changelog)$")
 
@@ -63,17 +64,36 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
         raise CorruptFileError(f"RocksDB checkpoint metadata version {head!r} is not v1", path)
     try:
         obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise CorruptFileError(
-            f"invalid RocksDB checkpoint metadata JSON ({e.msg})", path
-        ) from None
+    except (json.JSONDecodeError, RecursionError) as e:
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        raise CorruptFileError(f"invalid RocksDB checkpoint metadata JSON ({msg})", path) from None
+    try:
+        if not isinstance(obj, dict):
+            raise TypeError("not a JSON object")
+        sst_files = obj.get("sstFiles") or []
+        log_files = obj.get("logFiles") or []
+        if not isinstance(sst_files, list) or not isinstance(log_files, list):
+            raise TypeError("sstFiles and logFiles must be lists")
+        num_keys = obj.get("numKeys", -1)
+        if isinstance(num_keys, bool) or not isinstance(num_keys, int):
+            raise TypeError(f"numKeys {num_keys!r} is not an integer")
+        mapping = obj.get("columnFamilyMapping") or {}
+        if not isinstance(mapping, dict):
+            raise TypeError("columnFamilyMapping must be an object")
+        cf_ids = {str(k): int(v) for k, v in mapping.items()}
+    except (TypeError, ValueError) as e:
+        raise CorruptFileError(f"invalid RocksDB checkpoint metadata ({e})", path) from None
     return SnapshotMetadata(
-        sst_files=obj.get("sstFiles") or [],
-        log_files=obj.get("logFiles") or [],
-        num_keys=int(obj.get("numKeys", -1)),
-        cf_ids={str(k): int(v) for k, v in (obj.get("columnFamilyMapping") or {}).items()},
-        raw=obj,
+        sst_files=sst_files, log_files=log_files, num_keys=num_keys, cf_ids=cf_ids, raw=obj
     )
+
+
+def bare_name(name: object, source: str) -> str:
+    """A file name from RocksDB checkpoint metadata: one path component, nothing else."""
+    name = relative_inside(name, source)
+    if "/" in name:
+        raise CorruptFileError(f"file name {name!r} is not a plain file name", source)
+    return name
 
 
 def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, SnapshotMetadata]:
@@ -88,7 +108,7 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as tmp:
         try:
             archive.extractall(tmp)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, ValueError) as e:
             raise CorruptFileError(f"cannot unpack snapshot zip: {e}", zip_path) from None
         meta_path = posixpath.join(tmp, "metadata")
         try:
@@ -96,19 +116,36 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
                 meta = parse_snapshot_metadata(f.read(), zip_path + "!metadata")
         except FileNotFoundError:
             raise CorruptFileError("snapshot zip has no 'metadata' entry", zip_path) from None
+        except (UnicodeDecodeError, IsADirectoryError):
+            raise CorruptFileError("snapshot zip 'metadata' is not UTF-8 text", zip_path) from None
         os.remove(meta_path)
+        meta_source = zip_path + "!metadata"
         for entry, folder, dfs_key in [(e, "SSTs", "dfsSstFileName") for e in meta.sst_files] + [
             (e, "logs", "dfsLogFileName") for e in meta.log_files
         ]:
-            src = posixpath.join(store_dir, folder, entry[dfs_key])
+            if not isinstance(entry, dict):
+                raise CorruptFileError(f"file entry {entry!r} is not an object", meta_source)
+            # Both names come from the zip: bare file names only, or a crafted zip could
+            # make this read (or write) any file.
+            src = io.inside(
+                posixpath.join(store_dir, folder),
+                bare_name(entry.get(dfs_key), meta_source),
+                meta_source,
+            )
+            local = posixpath.join(tmp, bare_name(entry.get("localFileName"), meta_source))
             blob = io.read_bytes(src)
-            if "sizeBytes" in entry and len(blob) != int(entry["sizeBytes"]):
+            size = entry.get("sizeBytes")
+            if size is not None and (not isinstance(size, int) or len(blob) != size):
                 raise CorruptFileError(
-                    f"size {len(blob)} differs from {entry['sizeBytes']} recorded in {zip_path}",
-                    src,
+                    f"size {len(blob)} differs from {size!r} recorded in {zip_path}", src
                 )
-            with open(posixpath.join(tmp, entry["localFileName"]), "wb") as out:
-                out.write(blob)
+            try:
+                with open(local, "xb") as out:
+                    out.write(blob)
+            except FileExistsError:
+                raise CorruptFileError(
+                    f"file {local.rsplit('/', 1)[-1]!r} is listed twice", meta_source
+                ) from None
         opts = Options(raw_mode=True)
         opts.create_if_missing(False)
         try:

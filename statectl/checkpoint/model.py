@@ -29,8 +29,15 @@ from statectl.checkpoint.state_metadata import (
     parse_operator_metadata,
     parse_schema_file,
 )
-from statectl.errors import MissingFileError, NotACheckpointError, StatectlError, UnsupportedError
+from statectl.errors import (
+    CorruptFileError,
+    MissingFileError,
+    NotACheckpointError,
+    StatectlError,
+    UnsupportedError,
+)
 from statectl.io import FileIO
+from statectl.operators import OperatorKind, classify
 
 HDFS = "hdfs"
 ROCKSDB = "rocksdb"
@@ -88,6 +95,18 @@ class Operator:
     schemas: list[StoreDescription]
     properties: dict[str, Any] = field(default_factory=dict)
     uses_column_families: bool = False
+
+    @property
+    def kind(self) -> OperatorKind:
+        """The operator kind spec (statectl/operators.py) this state matches."""
+        plain = [] if self.uses_column_families else self.schemas
+        return classify(
+            self.name,
+            self.store_names,
+            column_families=self.uses_column_families,
+            prefix_columns=[s.num_cols_prefix_key for s in plain],
+            key_schemas=[s.key_schema for s in plain],
+        )
 
     def schema(self, name: str) -> StoreDescription:
         for s in self.schemas:
@@ -269,10 +288,14 @@ def _operator_metadata(ckpt: Checkpoint, op: int, batch: int) -> OperatorMetadat
 def relocate_schema_path(ckpt: Checkpoint, op: int, recorded: str) -> str:
     """Spark records absolute schema paths; resolve them inside *this* checkpoint's directory."""
     marker = f"/state/{op}/"
-    idx = recorded.rfind(marker)
+    idx = recorded.rfind(marker) if isinstance(recorded, str) else -1
+    source = ckpt.path("state", str(op), "_metadata")
     if idx < 0:
-        return recorded
-    return ckpt.path("state", str(op), recorded[idx + len(marker) :])
+        # Never follow a recorded path out of the checkpoint (it is untrusted data).
+        raise CorruptFileError(
+            f"schema file path {recorded!r} is not under state/{op}/ of a checkpoint", source
+        )
+    return ckpt.io.inside(ckpt.path("state", str(op)), recorded[idx + len(marker) :], source)
 
 
 def _store_dir_names(ckpt: Checkpoint, op: int) -> tuple[int, list[str]]:

@@ -121,16 +121,13 @@ def run_tasks(
             out.append(job())
             note(job)
         return out
-    import concurrent.futures as cf
-    import multiprocessing as mp
+    from statectl.processes import run_in_pool
 
-    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
-        futures = [pool.submit(_run, job) for job in jobs]
-        out = []
-        for job, fut in zip(jobs, futures, strict=True):
-            out.append(fut.result())
-            note(job)
-        return out
+    out = []
+    for job, result in zip(jobs, run_in_pool(_run, jobs, workers), strict=True):
+        out.append(result)
+        note(job)
+    return out
 
 
 def default_workers(ckpt: Checkpoint) -> int:
@@ -382,11 +379,18 @@ def take_savepoint(
         sp = Savepoint(src_io, src_root)
         if sp.metadata.savepoint_type != "native":
             raise StatectlError("is already a canonical savepoint", src_root)
+        sp.verify_native()
         uids = {op.operator_id: op.uid for op in sp.metadata.operators} | dict(uids or {})
         batch = sp.metadata.batch_id
         src_root = posixpath.join(src_root, EMBEDDED)
     ckpt = Checkpoint(src_io, src_root)
     out_io, parent = FileIO.for_url(resolve_target(target))
+    if out_io.is_within(parent, src_io, src_root):
+        raise StatectlError(
+            f"the savepoint target {out_io.url(parent)} is inside the checkpoint it saves; "
+            "choose a directory outside it",
+            src_root,
+        )
     last_error: StatectlError | None = None
     for _ in range(RETRIES):
         fresh = Checkpoint(ckpt.io, ckpt.root)  # re-list the logs: the query may have moved on

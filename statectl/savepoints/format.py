@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from statectl.errors import CorruptFileError, NotACheckpointError, UnsupportedError
+from statectl.io import relative_inside
+from statectl.operators import OperatorKind, classify
 
 FORMAT_NAME = "statectl-savepoint"
 FORMAT_VERSION = 1
 METADATA_FILE = "_metadata"
+# Tables of column-family operators (transformWithState): state variables and timers.
+CF_TABLE_KINDS = ("ValueState", "ListState", "MapState", "timers")
 
 
 @dataclass
@@ -61,6 +66,17 @@ class OperatorState:
     @property
     def rows(self) -> int:
         return sum(t.rows for t in self.tables)
+
+    @property
+    def kind(self) -> OperatorKind:
+        """The operator kind spec (statectl/operators.py) this state matches."""
+        cf = self.column_families is not None or any(t.kind in CF_TABLE_KINDS for t in self.tables)
+        return classify(
+            self.name,
+            self.store_names,
+            column_families=cf,
+            key_schemas=[] if cf else [t.key_schema for t in self.tables],
+        )
 
 
 def operator_fingerprint(
@@ -115,6 +131,8 @@ class SavepointMetadata:
 
 
 def _build(cls: type, obj: dict[str, Any]) -> Any:
+    if not isinstance(obj, dict):
+        raise TypeError(f"a {cls.__name__} entry is {type(obj).__name__}, not an object")
     names = {f for f in cls.__dataclass_fields__}
     return cls(**{k: v for k, v in obj.items() if k in names})
 
@@ -124,6 +142,8 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise CorruptFileError(f"savepoint metadata is not valid JSON ({e.msg})", path) from None
+    except RecursionError:
+        raise CorruptFileError("savepoint metadata JSON is nested too deeply", path) from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
         raise NotACheckpointError("not a statectl savepoint metadata file", path)
     version = obj.get("format_version")
@@ -136,7 +156,11 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
         )
     try:
         ops = []
+        if not isinstance(obj.get("operators"), list):
+            raise TypeError("operators is not a list")
         for o in obj["operators"]:
+            if not isinstance(o, dict) or not isinstance(o.get("tables"), list):
+                raise TypeError("an operators entry is not an object with a tables list")
             tables = [
                 _build(StateTable, {**t, "files": [_build(DataFile, f) for f in t["files"]]})
                 for t in o["tables"]
@@ -145,6 +169,78 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
         logs = obj.get("native_logs")
         if logs is not None:
             logs = [_build(DataFile, f) for f in logs]
-        return _build(SavepointMetadata, {**obj, "operators": ops, "native_logs": logs})
-    except (KeyError, TypeError) as e:
+        meta = _build(SavepointMetadata, {**obj, "operators": ops, "native_logs": logs})
+    except (KeyError, TypeError, AttributeError) as e:
         raise CorruptFileError(f"savepoint metadata is incomplete ({e})", path) from None
+    validate_metadata(meta, path)
+    return meta
+
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _check(ok: bool, what: str, path: str) -> None:
+    if not ok:
+        raise CorruptFileError(f"savepoint metadata is invalid: {what}", path)
+
+
+def _is_int(v: object, minimum: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+
+
+def _check_file(f: DataFile, path: str, native: bool) -> None:
+    _check(isinstance(f.path, str), f"data file path {f.path!r}", path)
+    relative_inside(f.path, path)
+    _check(_is_int(f.rows, -1 if native else 0), f"rows {f.rows!r} of {f.path}", path)
+    _check(_is_int(f.bytes), f"bytes {f.bytes!r} of {f.path}", path)
+    _check(isinstance(f.sha256, str) and bool(_SHA256.match(f.sha256)), f"sha256 of {f.path}", path)
+
+
+def validate_metadata(meta: SavepointMetadata, path: str) -> None:
+    """Types and cross-checked counts of a parsed ``_metadata``: nothing in it is trusted.
+
+    Every data file path stays inside the savepoint; the canonical writer puts one file per
+    partition in every table, and a table's rows are the sum of its files' rows, so a dropped
+    ``files`` entry is detected instead of silently losing rows.
+    """
+    native = meta.savepoint_type == "native"
+    _check(meta.savepoint_type in ("canonical", "native"), f"type {meta.savepoint_type!r}", path)
+    _check(_is_int(meta.batch_id), f"batch_id {meta.batch_id!r}", path)
+    _check(isinstance(meta.operators, list), "operators is not a list", path)
+    _check(isinstance(meta.offsets, dict), "offsets is not an object", path)
+    _check(isinstance(meta.pinned_confs, dict), "pinned_confs is not an object", path)
+    _check(isinstance(meta.source_logs, dict), "source_logs is not an object", path)
+    _check(isinstance(meta.source_checkpoint, dict), "source_checkpoint is not an object", path)
+    seen_uids: set[str] = set()
+    seen_paths: set[str] = set()
+    for op in meta.operators:
+        _check(isinstance(op.uid, str) and bool(op.uid), f"uid {op.uid!r}", path)
+        _check(op.uid not in seen_uids, f"uid {op.uid!r} appears twice", path)
+        seen_uids.add(op.uid)
+        _check(_is_int(op.operator_id), f"operator_id {op.operator_id!r} of {op.uid}", path)
+        _check(_is_int(op.partitions, 1), f"partitions {op.partitions!r} of {op.uid}", path)
+        _check(isinstance(op.tables, list), f"tables of {op.uid}", path)
+        for t in op.tables:
+            _check(isinstance(t.name, str) and bool(t.name), f"table name {t.name!r}", path)
+            _check(isinstance(t.files, list), f"files of {op.uid}/{t.name}", path)
+            for f in t.files:
+                _check_file(f, path, native)
+                _check(f.path not in seen_paths, f"data file {f.path} listed twice", path)
+                seen_paths.add(f.path)
+            if native:
+                continue
+            _check(_is_int(t.rows), f"rows {t.rows!r} of {op.uid}/{t.name}", path)
+            _check(
+                len(t.files) == op.partitions,
+                f"{op.uid}/{t.name} lists {len(t.files)} data files for {op.partitions} "
+                "partitions (an entry was removed?)",
+                path,
+            )
+            _check(
+                sum(f.rows for f in t.files) == t.rows,
+                f"{op.uid}/{t.name} has {t.rows} rows but its files add up to "
+                f"{sum(f.rows for f in t.files)}",
+                path,
+            )
+    for f in meta.native_logs or []:
+        _check_file(f, path, True)

@@ -16,10 +16,12 @@ import io as _io
 import json
 import posixpath
 import zipfile
+import zlib
 from collections.abc import Callable
 
 from statectl.backends.hdfs import files_for_version
 from statectl.backends.rocksdb import (
+    bare_name,
     chain_v1,
     chain_v2,
     list_version_files,
@@ -47,15 +49,21 @@ def _rocksdb_files(
     out = [f.path for f in chain]
     if base is not None:
         out.append(base.path)
+        source = base.path + "!metadata"
         try:
             with zipfile.ZipFile(_io.BytesIO(ckpt.io.read_bytes(base.path))) as z:
-                meta = parse_snapshot_metadata(z.read("metadata").decode(), base.path)
-        except (zipfile.BadZipFile, KeyError):
+                meta = parse_snapshot_metadata(z.read("metadata").decode(), source)
+        except (zipfile.BadZipFile, KeyError, zlib.error, UnicodeDecodeError, EOFError):
             raise CorruptFileError(
                 "snapshot zip is corrupt or has no metadata", base.path
             ) from None
-        out += [posixpath.join(d, "SSTs", e["dfsSstFileName"]) for e in meta.sst_files]
-        out += [posixpath.join(d, "logs", e["dfsLogFileName"]) for e in meta.log_files]
+        for entries, folder, key in (
+            (meta.sst_files, "SSTs", "dfsSstFileName"),
+            (meta.log_files, "logs", "dfsLogFileName"),
+        ):
+            for e in entries:
+                name = bare_name(e.get(key) if isinstance(e, dict) else None, source)
+                out.append(ckpt.io.inside(posixpath.join(d, folder), name, source))
     # Checkpoint format v2 keeps a JSON checksum beside each state file: copy it when present.
     return out + [p + ".crc" for p in out if not p.endswith(".sst") and ckpt.io.exists(p + ".crc")]
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
+import os
 import posixpath
 from typing import Any
 
@@ -15,7 +18,13 @@ from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointEr
 from statectl.export import retype
 from statectl.inspection import maybe_json
 from statectl.io import FileIO
-from statectl.savepoints.format import METADATA_FILE, SavepointMetadata, StateTable, parse_metadata
+from statectl.savepoints.format import (
+    METADATA_FILE,
+    DataFile,
+    SavepointMetadata,
+    StateTable,
+    parse_metadata,
+)
 from statectl.state import Selection, join_side_view
 
 
@@ -48,33 +57,90 @@ class Savepoint:
         have = ", ".join(f"{o.uid} (id {o.operator_id})" for o in self.metadata.operators)
         raise StatectlError(f"savepoint has no operator {ref!r}; it has: {have}", self.root)
 
+    def read_file(self, f: DataFile) -> bytes:
+        """A data file's bytes, verified against ``_metadata``: it stays inside the savepoint
+        (symbolic links included), and its size and sha256 match."""
+        meta_path = posixpath.join(self.root, METADATA_FILE)
+        path = self.io.inside(self.root, f.path, meta_path)
+        if not self.io.exists(path):
+            raise MissingFileError("data file listed in _metadata is missing", path)
+        data = self.io.read_bytes(path)
+        if len(data) != f.bytes:
+            raise CorruptFileError(
+                f"has {len(data)} bytes, _metadata records {f.bytes}; the savepoint is damaged",
+                path,
+            )
+        if hashlib.sha256(data).hexdigest() != f.sha256:
+            raise CorruptFileError(
+                "sha256 differs from the one recorded in _metadata; the savepoint is damaged",
+                path,
+            )
+        return data
+
     def read_table(self, table: StateTable) -> pa.Table:
-        """A state table with Spark's column and field names (the Parquet files rename repeats)."""
+        """A state table with Spark's column and field names (the Parquet files rename repeats).
+
+        Every file is verified (size, sha256, row count) as it is read: one pass over the bytes.
+        """
         parts = []
         for f in table.files:
-            path = posixpath.join(self.root, f.path)
-            if not self.io.exists(path):
-                raise MissingFileError("data file listed in _metadata is missing", path)
-            with self.io.fs.open(path, "rb") as fh:
-                try:
-                    parts.append(pq.read_table(fh))
-                except Exception as e:
-                    raise CorruptFileError(f"not a readable Parquet file ({e})", path) from None
+            data = self.read_file(f)
+            try:
+                part = pq.read_table(pa.BufferReader(data))
+            except Exception as e:
+                path = posixpath.join(self.root, f.path)
+                raise CorruptFileError(f"not a readable Parquet file ({e})", path) from None
+            if part.num_rows != f.rows:
+                raise CorruptFileError(
+                    f"has {part.num_rows} rows, _metadata records {f.rows}",
+                    posixpath.join(self.root, f.path),
+                )
+            parts.append(part)
         data = pa.concat_tables(parts) if parts else None
         schema = self.table_schema(table)
         if data is None:
             return schema.empty_table()
-        return pa.Table.from_arrays(
-            [retype(c.combine_chunks(), f.type) for c, f in zip(data.columns, schema, strict=True)],
-            schema=schema,
-        )
+        if data.num_columns != len(schema):
+            raise CorruptFileError(
+                f"table {table.name} has {data.num_columns} columns, its schema {len(schema)}",
+                posixpath.join(self.root, METADATA_FILE),
+            )
+        try:
+            columns = [
+                retype(c.combine_chunks(), f.type)
+                for c, f in zip(data.columns, schema, strict=True)
+            ]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+            raise CorruptFileError(
+                f"table {table.name} does not match its schema in _metadata ({e})",
+                posixpath.join(self.root, METADATA_FILE),
+            ) from None
+        return pa.Table.from_arrays(columns, schema=schema)
+
+    def verify_native(self) -> None:
+        """Check every file a native savepoint lists (size and sha256) before Spark's files are
+        read from it; each is read once more, the price of never trusting a damaged copy."""
+        for op in self.metadata.operators:
+            for t in op.tables:
+                for f in t.files:
+                    self.read_file(f)
+        for f in self.metadata.native_logs or []:
+            self.read_file(f)
 
     @staticmethod
     def table_schema(table: StateTable) -> pa.Schema:
-        key = to_arrow_type(json.loads(table.key_schema))
-        value = to_arrow_type(json.loads(table.value_schema))
+        def arrow(schema_json: object) -> pa.DataType:
+            try:
+                return to_arrow_type(json.loads(schema_json))  # type: ignore[arg-type]
+            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+                raise CorruptFileError(
+                    f"schema of table {table.name!r} in _metadata is invalid ({e})", METADATA_FILE
+                ) from None
+
+        key = arrow(table.key_schema)
+        value = arrow(table.value_schema)
         if table.kind == "MapState":
-            user_key = to_arrow_type(json.loads(table.user_key_schema or "{}"))
+            user_key = arrow(table.user_key_schema or "{}")
             return pa.schema(
                 [
                     ("key", key.field("key").type),
@@ -102,6 +168,7 @@ class Savepoint:
             from statectl.savepoints.native import EMBEDDED
             from statectl.state import read_state
 
+            self.verify_native()
             embedded = Checkpoint(self.io, posixpath.join(self.root, EMBEDDED))
             return read_state(
                 embedded,
@@ -148,6 +215,7 @@ def describe_savepoint(sp: Savepoint) -> dict[str, Any]:
         from statectl.inspection import describe_operator
         from statectl.savepoints.native import EMBEDDED
 
+        sp.verify_native()
         embedded = Checkpoint(sp.io, posixpath.join(sp.root, EMBEDDED))
         uids = {op.operator_id: op.uid for op in m.operators}
         info["operators"] = [
@@ -184,6 +252,8 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
                 "id": op.operator_id,
                 "uid": op.uid,
                 "name": op.name,
+                "kind": op.kind.kind,
+                "restorable": op.kind.restorable,
                 "partitions": op.partitions,
                 "stores": [
                     {
@@ -245,24 +315,159 @@ def summarize_savepoint(io: FileIO, path: str) -> dict[str, Any]:
     return entry
 
 
-def dispose_plan(url: str) -> tuple[FileIO, str, list[str], int]:
-    """What ``dispose`` would delete; refuses anything that is not a statectl savepoint."""
+@dataclasses.dataclass(frozen=True)
+class DisposePlan:
+    """What ``dispose`` deletes (exactly the savepoint's files) and what it leaves alone."""
+
+    io: FileIO
+    root: str
+    delete: list[str]  # files, _metadata first
+    keep: list[str]  # files and links that are not the savepoint's (only with force)
+    bytes: int
+
+    def to_dict(self, deleted: bool) -> dict[str, Any]:
+        return {
+            "path": self.io.url(self.root),
+            "files": len(self.delete),
+            "bytes": self.bytes,
+            "kept": [self.io.url(p) for p in self.keep],
+            "deleted": deleted,
+        }
+
+
+def _refuse_path_form(url: str) -> None:
+    parts = url.replace("\\", "/").split("/")
+    if ".." in parts or url.rstrip("/") in (".", "") or url.rstrip("/").endswith("/."):
+        raise StatectlError(
+            "name the savepoint directory by its own path, without '.' or '..'; refusing", url
+        )
+
+
+def _is_nested_checkpoint(io: FileIO, d: str) -> bool:
+    return any(io.exists(posixpath.join(d, name)) for name in ("offsets", "commits", "state"))
+
+
+def _local_entries(root: str) -> tuple[list[str], list[str], list[str]]:
+    """(files, symbolic links, directories) under a local ``root``; links are never followed."""
+    files, links, dirs = [], [], []
+    for d, subdirs, names in os.walk(root, followlinks=False):
+        for name in list(subdirs):
+            full = os.path.join(d, name)
+            if os.path.islink(full):
+                links.append(full)
+                subdirs.remove(name)
+            else:
+                dirs.append(full)
+        for name in names:
+            full = os.path.join(d, name)
+            (links if os.path.islink(full) else files).append(full)
+    return files, links, dirs
+
+
+def dispose_plan(url: str, *, force: bool = False) -> DisposePlan:
+    """What ``dispose`` would delete: exactly the files ``_metadata`` lists, ``_metadata`` and
+    statectl's own temporary files. Anything else inside (a user's file, a nested checkpoint,
+    a symbolic link) makes it refuse; ``force`` deletes the savepoint's files around them and
+    still never follows a link or deletes a nested checkpoint."""
+    _refuse_path_form(url)
     io, root = FileIO.for_url(url)
+    if io.is_local:
+        if os.path.islink(root):
+            raise StatectlError(
+                "is a symbolic link; dispose the savepoint by its real path", io.url(root)
+            )
+        real = os.path.realpath(root)
+        cwd = os.path.realpath(os.getcwd())
+        if real == "/" or cwd == real or cwd.startswith(real.rstrip("/") + "/"):
+            raise StatectlError(
+                "is the current directory or contains it; run dispose from outside it",
+                io.url(root),
+            )
+    elif "/" not in root.strip("/"):
+        raise StatectlError("is a bucket root, not a savepoint directory; refusing", io.url(root))
     if not io.is_dir(root):
-        raise StatectlError("no such directory", root)
-    if io.exists(posixpath.join(root, "offsets")) or io.exists(posixpath.join(root, "commits")):
-        raise StatectlError("is a Spark checkpoint, not a savepoint: refusing to delete it", root)
-    Savepoint(io, root)  # raises unless _metadata says this is a statectl savepoint
-    files = [f.path for f in io.walk_files(root)]
-    return io, root, files, sum(f.size for f in io.walk_files(root))
+        raise StatectlError("no such directory", io.url(root))
+    if _is_nested_checkpoint(io, root):
+        raise StatectlError(
+            "is a Spark checkpoint, not a savepoint: refusing to delete it", io.url(root)
+        )
+    sp = Savepoint(io, root)  # raises unless _metadata says this is a statectl savepoint
+    meta_path = posixpath.join(root, METADATA_FILE)
+    m = sp.metadata
+    listed = [f for op in m.operators for t in op.tables for f in t.files]
+    listed += list(m.native_logs or [])
+    ours = {posixpath.join(root, f.path) for f in listed} | {meta_path}
+    if io.is_local:
+        files, links, dirs = _local_entries(root)
+    else:
+        files, links, dirs = [f.path for f in io.walk_files(root)], [], []
+    # A nested checkpoint (e.g. a restore into SP/live) is never part of the savepoint.
+    nested = [d for d in dirs if _is_nested_checkpoint(io, d)]
+
+    def in_nested(p: str) -> bool:
+        return any(p == d or p.startswith(d + "/") for d in nested)
+
+    def bookkeeping(p: str) -> bool:
+        parent, name = posixpath.split(p)
+        if name.startswith(".") and name.endswith(".tmp"):
+            return True  # an atomic write that never finished
+        return (
+            name.startswith(".")
+            and name.endswith(".crc")
+            and (
+                posixpath.join(parent, name[1:-4]) in ours  # a Hadoop checksum of one of ours
+            )
+        )
+
+    delete, foreign = [], []
+    for p in files:
+        if (p in ours or bookkeeping(p)) and not in_nested(p):
+            delete.append(p)
+        else:
+            foreign.append(p)
+    foreign += links
+    if foreign and not force:
+        sample = ", ".join(posixpath.relpath(p, root) for p in sorted(foreign)[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise StatectlError(
+            f"contains {len(foreign)} file(s) that are not part of the savepoint ({sample}{more}); "
+            "refusing to delete it. Move them out, or pass --force to delete only the "
+            "savepoint's own files",
+            io.url(root),
+        )
+    delete.sort(key=lambda p: p != meta_path)  # _metadata first: never a half-deleted "complete"
+    sizes = {f.path: f.size for f in io.walk_files(root)} if not io.is_local else None
+    total = 0
+    for p in delete:
+        if sizes is not None:
+            total += sizes.get(p, 0)
+        else:
+            total += os.lstat(p).st_size
+    return DisposePlan(io, root, delete, sorted(foreign), total)
 
 
-def dispose(url: str) -> dict[str, Any]:
-    io, root, files, size = dispose_plan(url)
-    # _metadata first: a half-deleted savepoint must never look complete.
-    io.remove(posixpath.join(root, METADATA_FILE))
-    io.remove(root, recursive=True)
-    return {"path": io.url(root), "files": len(files), "bytes": size, "deleted": True}
+def dispose(url: str, *, force: bool = False) -> dict[str, Any]:
+    plan = dispose_plan(url, force=force)
+    io = plan.io
+    for p in plan.delete:
+        io.remove(p)
+    if io.is_local:
+        # Remove the directories the savepoint's files left empty, deepest first; links kept
+        # with force are removed as links, never followed.
+        for link in plan.keep:
+            if os.path.islink(link) and force:
+                os.unlink(link)
+        _, _, dirs = _local_entries(plan.root)
+        for d in [*sorted(dirs, key=len, reverse=True), plan.root]:
+            with contextlib.suppress(OSError):  # not empty: what is not ours stays
+                os.rmdir(d)
+    else:
+        for d in sorted({posixpath.dirname(p) for p in plan.delete}, key=len, reverse=True):
+            if d != plan.root and io.exists(d) and not io.list_dir(d):
+                io.remove(d, recursive=True)
+        if not io.list_dir(plan.root) and io.exists(plan.root):
+            io.remove(plan.root, recursive=True)
+    return plan.to_dict(deleted=True)
 
 
 def relabel(url: str, mapping: dict[str, str]) -> dict[str, str]:

@@ -1,0 +1,185 @@
+"""One spec per stateful operator kind: what its state is, and which key columns place a key.
+
+Spark names an operator in its metadata (``stateStoreSave``, ``symmetricHashJoin`` …) but the
+same name can hide layouts that must be restored differently (a join at state format 2 keeps
+four stores, at format 3 or 4 one store with column families). :func:`classify` turns what a
+checkpoint or savepoint records — name, physical stores, column families, prefix key columns,
+key schemas — into an :class:`OperatorKind`. Restore asks the kind how to place keys and refuses,
+at plan time, every kind (or state format) that has no spec here: a guessed layout would put
+keys where Spark will not look, and the query would silently lose state.
+
+Adding an operator kind is adding one spec here (and its fixtures).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from statectl.errors import UnsupportedError
+
+UNKNOWN = "unknown"  # Spark < 4 writes no operator metadata
+TWS_NAMES = (
+    "transformWithStateExec",
+    "transformWithStateInPandasExec",
+    "transformWithStateInPySparkExec",
+)
+JOIN_STORES = tuple(
+    f"{side}-{kind}"
+    for side in ("left", "right")
+    for kind in ("keyToNumValues", "keyWithIndexToValue")
+)
+
+PartitionKey = Callable[[str, pa.StructArray], pa.StructArray]
+
+
+def whole_key(_table: str, key: pa.StructArray) -> pa.StructArray:
+    """Spark hash-partitions these operators by every column of the state key."""
+    return key
+
+
+def join_key(table: str, key: pa.StructArray) -> pa.StructArray:
+    """A join store is partitioned by the join key: ``keyWithIndexToValue`` keys end with the
+    value's ``index`` within that key, which does not take part in placement."""
+    if not table.endswith("keyWithIndexToValue"):
+        return key
+    n = key.type.num_fields - 1
+    return pa.StructArray.from_arrays(
+        [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
+    )
+
+
+@dataclass(frozen=True)
+class OperatorKind:
+    """What statectl knows of one kind of stateful operator at one state layout."""
+
+    kind: str  # shown by inspect and in restore plans
+    layout: str  # "stores" (one physical store per name) or "column-families"
+    stores: tuple[str, ...] = ()  # the physical stores, for layout "stores"
+    restorable: bool = True
+    reason: str = ""  # why restore refuses it (when not restorable)
+    partition_key: PartitionKey = field(default=whole_key, compare=False)
+
+    def refusal(self, what: str) -> str | None:
+        """The plan-time reason restore refuses ``what`` (None for a kind with a spec)."""
+        if self.restorable:
+            return None
+        return (
+            f"{what} is a {self.kind} operator, which statectl cannot restore yet: "
+            f"{self.reason}; keep the original checkpoint, or leave this state behind with "
+            "--drop UID / -n if the new query no longer has the operator"
+        )
+
+    def require_restorable(self, what: str) -> None:
+        message = self.refusal(what)
+        if message:
+            raise UnsupportedError(message)
+
+
+AGGREGATION = OperatorKind("aggregation", "stores", ("default",))
+DEDUPLICATE = OperatorKind("deduplicate", "stores", ("default",))
+DEDUPLICATE_WITHIN_WATERMARK = OperatorKind("deduplicate within watermark", "stores", ("default",))
+GROUP_STATE = OperatorKind("flatMapGroupsWithState", "stores", ("default",))
+JOIN_V2 = OperatorKind("stream-stream join", "stores", JOIN_STORES, partition_key=join_key)
+TRANSFORM_WITH_STATE = OperatorKind("transformWithState", "column-families")
+
+# Kinds Spark writes that have no spec yet: inspect and export read them generically, restore
+# refuses them with these reasons.
+SESSION_WINDOW = OperatorKind(
+    "session window aggregation",
+    "stores",
+    ("default",),
+    restorable=False,
+    reason="its state is keyed by (grouping keys, session start) with a prefix key, and Spark "
+    "places keys by the grouping keys alone",
+)
+GLOBAL_LIMIT = OperatorKind(
+    "streaming limit",
+    "stores",
+    ("default",),
+    restorable=False,
+    reason="its count lives in a single partition regardless of the partition count",
+)
+JOIN_VCF = OperatorKind(
+    "stream-stream join (state format 3/4)",
+    "column-families",
+    restorable=False,
+    reason="join state formats 3 and 4 keep the four logical stores as column families of one "
+    "RocksDB store, which statectl does not encode yet",
+)
+STREAMLINE_AGGREGATE = OperatorKind(
+    "real-time mode aggregation",
+    "stores",
+    restorable=False,
+    reason="real-time mode state has no spec in statectl yet",
+)
+
+_BY_NAME: dict[str, OperatorKind] = {
+    "stateStoreSave": AGGREGATION,
+    "dedupe": DEDUPLICATE,
+    "dedupeWithinWatermark": DEDUPLICATE_WITHIN_WATERMARK,
+    "flatMapGroupsWithState": GROUP_STATE,
+    "applyInPandasWithState": GROUP_STATE,
+    "sessionWindowStateStoreSaveExec": SESSION_WINDOW,
+    "globalLimit": GLOBAL_LIMIT,
+    "StatefulStreamlineAggregate": STREAMLINE_AGGREGATE,
+    **{name: TRANSFORM_WITH_STATE for name in TWS_NAMES},
+}
+
+
+def _unmodelled(name: str, why: str) -> OperatorKind:
+    return OperatorKind(name or UNKNOWN, "stores", restorable=False, reason=why)
+
+
+def _has_session_window(key_schema: str | None) -> bool:
+    try:
+        fields = json.loads(key_schema or "{}").get("fields") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(isinstance(f, dict) and f.get("name") == "session_window" for f in fields)
+
+
+def classify(
+    name: str,
+    store_names: Sequence[str],
+    *,
+    column_families: bool,
+    prefix_columns: Sequence[int] = (),
+    key_schemas: Sequence[str] = (),
+) -> OperatorKind:
+    """The kind of an operator from what its metadata records (never a guess that restores).
+
+    ``prefix_columns`` are the stores' ``numColsPrefixKey`` where known. Spark < 4 records no
+    operator name ("unknown"): such state is recognised by its stores, and a key schema with a
+    ``session_window`` column is refused rather than restored as a plain aggregation.
+    """
+    stores = tuple(store_names)
+    if name == "symmetricHashJoin":
+        if stores == JOIN_STORES and not column_families:
+            return JOIN_V2
+        return JOIN_VCF
+    if name == UNKNOWN:
+        if stores == JOIN_STORES:
+            return JOIN_V2
+        if any(_has_session_window(k) for k in key_schemas):
+            return SESSION_WINDOW
+        if stores == ("default",) and not column_families:
+            return OperatorKind("unknown (Spark < 4, no operator metadata)", "stores", ("default",))
+        return _unmodelled(name, "Spark < 4 wrote no operator metadata for this store layout")
+    kind = _BY_NAME.get(name)
+    if kind is None:
+        return _unmodelled(name, f"no spec for Spark operator {name!r}")
+    if kind.layout == "column-families":
+        if not column_families:
+            return _unmodelled(name, "expected column families, found plain stores")
+        return kind
+    if column_families or stores != kind.stores:
+        return _unmodelled(
+            name, f"unexpected stores {list(stores)} (the spec has {list(kind.stores)})"
+        )
+    if kind.restorable and any(int(n or 0) for n in prefix_columns):
+        return _unmodelled(name, "its stores use a prefix key (numColsPrefixKey > 0)")
+    return kind
