@@ -76,13 +76,17 @@ class Sandbox:
 
         return self._once("savepoint", take)
 
+    def endpoint(self) -> str:
+        """moto's S3 server; its credentials and endpoint go into the commands' environment."""
+        endpoint = self.request.getfixturevalue("s3_endpoint")
+        self.env.update(endpoint)
+        return endpoint["AWS_ENDPOINT_URL"]
+
     def bucket(self) -> str:
         def make() -> str:
             import s3fs
 
-            endpoint = self.request.getfixturevalue("s3_endpoint")
-            self.env.update(endpoint)
-            fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint["AWS_ENDPOINT_URL"]})
+            fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": self.endpoint()})
             name = f"docs-{uuid.uuid4().hex[:12]}"
             fs.mkdir(name)
             fs.put(str(FIXTURES / ORDERS), f"{name}/ckpt/orders", recursive=True)
@@ -120,16 +124,23 @@ PLACEHOLDERS: dict[str, Callable[[Sandbox], str]] = {
     "s3://bucket/ckpt": lambda s: f"s3://{s.bucket()}/ckpt/orders",
     "s3://bucket/ckpt/orders": lambda s: f"s3://{s.bucket()}/ckpt/orders",
     "s3://bucket/savepoints": lambda s: f"s3://{s.bucket()}/savepoints",
+    "s3://lake/checkpoints": lambda s: f"s3://{s.bucket()}/ckpt",
+    "s3://lake/ckpt/orders": lambda s: f"s3://{s.bucket()}/ckpt/orders",
+    "endpoint_url=http://minio:9000": lambda s: f"endpoint_url={s.endpoint()}",
+    "key=$KEY": lambda s: "key=testing",  # moto takes any credentials
+    "secret=$SECRET": lambda s: "secret=testing",
     "jobs/orders.py:build": lambda s: s.query("jobs/orders.py:build"),
     "jobs.orders:build": lambda s: s.query("jobs.orders:build"),
 }
 
 
 def looks_like_placeholder(token: str) -> bool:
-    """A path, a URL, an ALL-CAPS name or a MODULE:FUNCTION: something the docs made up."""
+    """A path, a URL, a $VARIABLE, an ALL-CAPS name or a MODULE:FUNCTION: something the docs
+    made up."""
     value = token.partition("=")[2] if token.startswith("--") else token
     return bool(
         value.startswith("/")
+        or "$" in value
         or "://" in value
         or re.fullmatch(r"[A-Z][A-Z0-9_]+", value)
         or re.fullmatch(r"[\w./-]+:\w+", value)
@@ -156,13 +167,19 @@ class DocCommand:
         return [m(t) for t in self.argv], {k: m(v) for k, v in self.env.items()}
 
 
-def doc_commands(name: str) -> tuple[list[DocCommand], list[str]]:
+def doc_commands(name: str, text: str | None = None) -> tuple[list[DocCommand], list[str]]:
     """The statectl commands of one doc file, and the lines it shows that are not mapped."""
     commands: list[DocCommand] = []
     unknown: list[str] = []
     fence: str | None = None
     env: dict[str, str] = {}
-    for n, line in enumerate((ROOT / name).read_text().splitlines(), 1):
+    if text is None:
+        text = (ROOT / name).read_text()
+    lines = list(enumerate(text.splitlines(), 1))
+    while lines:
+        n, line = lines.pop(0)
+        while line.endswith("\\") and lines:  # a command continued on the next line
+            line = line[:-1] + " " + lines.pop(0)[1].strip()
         if line.startswith("```"):
             fence = line[3:].strip() if fence is None else None
             env = {}
@@ -199,6 +216,31 @@ def test_every_doc_command_is_mapped():
     problems += [f"{c.where}: {shlex.join(c.argv)}: {c.unmapped()}" for c in ALL if c.unmapped()]
     assert not problems, "commands in the docs the doc test cannot run:\n" + "\n".join(problems)
     assert len(ALL) >= 20  # the parser found the blocks
+
+
+def test_the_parser_reads_continued_lines_env_and_exit_codes():
+    text = """
+```bash
+export STATECTL_SAVEPOINT_DIR=/savepoints   # for the next command
+statectl --storage-option endpoint_url=http://minio:9000 \\
+         --storage-option key="$KEY" --storage-option secret="$SECRET" \\
+         list s3://lake/checkpoints
+statectl inspect /checkpoints/missing   # fails (exit code 2)
+statectl inspect /data/elsewhere
+make docs
+```
+"""
+    commands, unknown = doc_commands("x.md", text)
+    assert [c.argv for c in commands] == [
+        ["statectl", "--storage-option", "endpoint_url=http://minio:9000", "--storage-option",
+         "key=$KEY", "--storage-option", "secret=$SECRET", "list", "s3://lake/checkpoints"],
+        ["statectl", "inspect", "/checkpoints/missing"],
+        ["statectl", "inspect", "/data/elsewhere"],
+    ]  # fmt: skip
+    assert commands[0].env == {"STATECTL_SAVEPOINT_DIR": "/savepoints"}
+    assert [c.expected_rc for c in commands] == [0, 2, 0]
+    assert [c.unmapped() for c in commands] == [[], [], ["/data/elsewhere"]]
+    assert unknown == ["x.md:9: make docs"]
 
 
 def run_command(cmd: DocCommand, sandbox: Sandbox) -> subprocess.CompletedProcess:
