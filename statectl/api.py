@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def inspect(path: Any, batch: int | None = None, *, rows: bool = True) -> InspectResult:
+def inspect(
+    path: Any, batch: int | None = None, *, rows: bool = True, verify: bool = True
+) -> InspectResult:
     """Describe a checkpoint or a savepoint: query, batch, watermark, offsets, confs, operators
-    (with stores, schemas and, unless ``rows=False``, live row counts)."""
+    (with stores, schemas and, unless ``rows=False``, live row counts). ``verify=False`` is
+    ``--no-verify``: no checksums over state files, no key placement check."""
     from statectl.inspection import inspect_path
 
-    return InspectResult.from_document(inspect_path(as_url(path), batch, rows=rows))
+    return InspectResult.from_document(inspect_path(as_url(path), batch, rows=rows, verify=verify))
 
 
 def read_state(
@@ -42,6 +45,7 @@ def read_state(
     state_var: str | None = None,
     timers: bool = False,
     batch: int | None = None,
+    verify: bool = True,
 ) -> pa.Table:
     """One operator's state, as the ``pyarrow.Table`` Spark's ``statestore`` reader returns for
     the same options (``statectl export`` writes this table). ``operator`` is the operator id,
@@ -49,7 +53,7 @@ def read_state(
     from statectl.reader import open_source, read
 
     return read(
-        open_source(path),
+        open_source(path, verify=verify),
         operator,
         store=store,
         join_side=join_side,
@@ -67,6 +71,7 @@ def savepoint(
     uids: dict[int, str] | None = None,
     kind: str = "canonical",
     progress: Callable[[str], None] | None = None,
+    verify: bool = True,
 ) -> SavepointResult:
     """Take a savepoint of a (possibly running) query's checkpoint. ``target`` defaults to
     ``$STATECTL_SAVEPOINT_DIR`` or ``[savepoint] dir`` in ``./statectl.toml``. The result's
@@ -80,6 +85,7 @@ def savepoint(
         uids=uids,
         kind=kind,
         progress=progress,
+        verify=verify,
     )
     return SavepointResult.from_document(
         {
@@ -180,6 +186,7 @@ def migrate(
     batch: int | None = None,
     keep_savepoint: Any = None,
     changelog: bool = False,
+    verify: bool = True,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
@@ -191,7 +198,7 @@ def migrate(
 
     with tempfile.TemporaryDirectory(prefix="statectl-migrate-") as tmp:
         keep = None if keep_savepoint is None else as_url(keep_savepoint)
-        sp_url, _ = take_savepoint(as_url(source), keep or tmp, batch=batch)
+        sp_url, _ = take_savepoint(as_url(source), keep or tmp, batch=batch, verify=verify)
         plan = do_restore(
             sp_url, as_url(target), backend=backend, partitions=partitions, changelog=changelog
         )

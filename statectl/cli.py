@@ -23,6 +23,12 @@ app = typer.Typer(
 _state = {"debug": False}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+NoVerifyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-verify", help="Skip checksums over state files and the key placement check."
+    ),
+]
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", help="Committed batch to read (default: latest).")
 ]
@@ -58,11 +64,12 @@ def inspect(
     batch: BatchOpt = None,
     as_json: JsonOpt = False,
     rows: Annotated[bool, typer.Option(help="Count state rows (reads all state files).")] = True,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
     from statectl.api import inspect as do_inspect
 
-    info = do_inspect(path, batch, rows=rows).to_dict()
+    info = do_inspect(path, batch, rows=rows, verify=not no_verify).to_dict()
     if as_json:
         _print_json(info)
         return
@@ -114,12 +121,22 @@ def export(
         bool, typer.Option("--overwrite", help="Replace an existing output file.")
     ] = False,
     as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""
     from statectl.export import export_state
 
     result = export_state(
-        path, operator, store, join_side, state_var, timers, batch, output, overwrite
+        path,
+        operator,
+        store,
+        join_side,
+        state_var,
+        timers,
+        batch,
+        output,
+        overwrite,
+        verify=not no_verify,
     )
     if as_json:
         _print_json(result)
@@ -156,6 +173,7 @@ def savepoint(
         list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
     ] = None,
     as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
     from statectl.api import savepoint as take_savepoint
@@ -169,7 +187,9 @@ def savepoint(
             raise StatectlError(f"--uid wants OPERATOR_ID=UID with a numeric id, got {k!r}")
         uids[int(k)] = v
     if as_json or not sys.stderr.isatty():
-        result = take_savepoint(checkpoint, target, batch=batch, uids=uids, kind=kind)
+        result = take_savepoint(
+            checkpoint, target, batch=batch, uids=uids, kind=kind, verify=not no_verify
+        )
     else:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -188,7 +208,13 @@ def savepoint(
                 bar.update(task, advance=1, description=f"savepoint: {what}")
 
             result = take_savepoint(
-                checkpoint, target, batch=batch, uids=uids, progress=advance, kind=kind
+                checkpoint,
+                target,
+                batch=batch,
+                uids=uids,
+                progress=advance,
+                kind=kind,
+                verify=not no_verify,
             )
     if as_json:
         _print_json(result.to_dict())
@@ -365,6 +391,7 @@ def migrate(
     ] = None,
     changelog: ChangelogOpt = False,
     as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
 ) -> None:
     """Savepoint then restore in one step: change backend and/or partition count."""
     from statectl.api import migrate as do_migrate
@@ -379,6 +406,7 @@ def migrate(
             batch=batch,
             keep_savepoint=keep_savepoint,
             changelog=changelog,
+            verify=not no_verify,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result

@@ -148,13 +148,15 @@ def export_state(
     batch: int | None = None,
     out_url: str = "",
     overwrite: bool = False,
+    *,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Export from a checkpoint (operator id) or a savepoint (uid or original operator id)."""
     from statectl.reader import open_source, read
 
     fmt = format_of(out_url)
     table = read(
-        open_source(path),
+        open_source(path, verify=verify),
         operator,
         store=store,
         join_side=join_side,

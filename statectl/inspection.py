@@ -255,7 +255,9 @@ def list_dir(url: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda e: posixpath.basename(e["path"]))
 
 
-def inspect_path(url: str, batch: int | None = None, *, rows: bool = True) -> dict[str, Any]:
+def inspect_path(
+    url: str, batch: int | None = None, *, rows: bool = True, verify: bool = True
+) -> dict[str, Any]:
     """``inspect`` for a checkpoint or a savepoint (the same keys where they mean the same)."""
     from statectl.savepoints.store import Savepoint, describe_savepoint, is_savepoint_dir
 
@@ -265,4 +267,4 @@ def inspect_path(url: str, batch: int | None = None, *, rows: bool = True) -> di
         if batch is not None and batch != sp.metadata.batch_id:
             raise StatectlError(f"a savepoint holds batch {sp.metadata.batch_id} only", root)
         return describe_savepoint(sp)
-    return inspect_checkpoint(Checkpoint(io, root), batch, rows=rows)
+    return inspect_checkpoint(Checkpoint(io, root, verify=verify), batch, rows=rows)

@@ -49,6 +49,7 @@ class FileInfo:
     name: str
     size: int
     is_dir: bool
+    is_link: bool = False  # a symbolic link (local file system); is_dir/size describe its target
 
 
 class FileIO:
@@ -130,6 +131,13 @@ class FileIO:
         except IsADirectoryError:
             raise StatectlError("is a directory, expected a file", path) from None
 
+    def read_bytes_if_exists(self, path: str) -> bytes | None:
+        """The file's bytes, or None when it does not exist (one request either way)."""
+        try:
+            return self.fs.cat_file(path)
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
     def read_text(self, path: str) -> str:
         data = self.read_bytes(path)
         try:
@@ -141,7 +149,12 @@ class FileIO:
         return int(self.fs.size(path))
 
     def list_dir(self, path: str) -> list[FileInfo]:
-        """Entries of a directory, hidden (dot) files included; [] when it does not exist."""
+        """Entries of a directory, hidden (dot) files included; [] when it does not exist.
+
+        Symbolic links are followed: a link to a directory is listed as a directory, so every
+        reader sees a symlinked ``state/0`` the same way (fsspec reports links as "other").
+        A broken link is listed as a file, which then fails to read, naming it.
+        """
         try:
             entries = self.fs.ls(path, detail=True)
         except FileNotFoundError:
@@ -152,14 +165,19 @@ class FileIO:
             name = posixpath.basename(full)
             if full.rstrip("/") == path.rstrip("/"):
                 continue  # some filesystems list the directory itself
-            out.append(FileInfo(full, name, int(e.get("size") or 0), e.get("type") == "directory"))
+            is_link = bool(e.get("islink"))
+            is_dir = e.get("type") == "directory" or (is_link and self.is_dir(full))
+            out.append(FileInfo(full, name, int(e.get("size") or 0), is_dir, is_link))
         return sorted(out, key=lambda f: f.name)
 
-    def walk_files(self, path: str) -> Iterator[FileInfo]:
-        """Every file under ``path``, recursively."""
+    def walk_files(self, path: str, _seen: frozenset[str] = frozenset()) -> Iterator[FileInfo]:
+        """Every file under ``path``, recursively, following directory links (never in a loop)."""
+        real = posixpath.realpath(path) if self.protocol in ("file", "local") else path
+        if real in _seen:
+            raise StatectlError("symbolic link loop: a link points to a directory above it", path)
         for info in self.list_dir(path):
             if info.is_dir:
-                yield from self.walk_files(info.path)
+                yield from self.walk_files(info.path, _seen | {real})
             else:
                 yield info
 

@@ -23,8 +23,9 @@ def as_url(path: Any) -> str:
     return os.fspath(path) if hasattr(path, "__fspath__") else str(path)
 
 
-def open_source(path: Any) -> Checkpoint | Savepoint:
-    """A savepoint if ``path`` holds a statectl ``_metadata``, else a Spark checkpoint."""
+def open_source(path: Any, *, verify: bool = True) -> Checkpoint | Savepoint:
+    """A savepoint if ``path`` holds a statectl ``_metadata``, else a Spark checkpoint
+    (``verify=False``: skip checksums over its state files and the key placement check)."""
     from statectl.checkpoint.model import Checkpoint
     from statectl.io import FileIO
     from statectl.savepoints.store import Savepoint, is_savepoint_dir
@@ -32,7 +33,7 @@ def open_source(path: Any) -> Checkpoint | Savepoint:
     io, root = FileIO.for_url(as_url(path))
     if is_savepoint_dir(io, root):
         return Savepoint(io, root)
-    return Checkpoint(io, root)
+    return Checkpoint(io, root, verify=verify)
 
 
 def check_selection(

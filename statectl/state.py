@@ -30,10 +30,12 @@ from statectl.checkpoint.model import (
     store_dir,
 )
 from statectl.codecs.compression import normalize_codec
+from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
 from statectl.codecs.unsaferow import decode_unsafe_rows
-from statectl.errors import StatectlError, UnsupportedError
+from statectl.errors import CorruptFileError, StatectlError, UnsupportedError
 
+STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 TIMER_CFS = ("$eventTimers_keyToTimestamp", "$procTimers_keyToTimestamp")
 
 
@@ -80,7 +82,7 @@ def load_raw(
     directory = store_dir(ckpt, op.operator_id, partition, store)
     version = batch + 1
     if enc.backend == HDFS:
-        return read_hdfs_store(ckpt.io, directory, version, enc.codec)
+        return read_hdfs_store(ckpt.io, directory, version, enc.codec, verify=ckpt.verify)
     unique_id = None
     if enc.checkpoint_format >= 2:
         ids = ckpt.commit(batch).state_unique_ids or {}
@@ -100,6 +102,7 @@ def load_raw(
         enc.codec,
         unique_id=unique_id,
         merge_delimiter=enc.merge_delimiter,
+        verify=ckpt.verify,
     )
 
 
@@ -290,9 +293,52 @@ def split_list_values(values: pa.Array, path: str) -> tuple[np.ndarray, pa.Large
     return np.array(owners, dtype=np.int64), pa.array(elements, type=pa.large_binary())
 
 
+def check_placement(
+    ckpt: Checkpoint, op: Operator, table: pa.Table, store: str | None, partition: int, batch: int
+) -> None:
+    """Every key read from partition p must hash to p, as Spark placed it.
+
+    Catches state files swapped or moved between partitions, which no checksum sees when the
+    files carry none of their own (snappy, lzf, zstd, a copy without sidecars). Checked only
+    where Spark pinned strict distribution (queries started on Spark >= 3.3); older queries may
+    have partitioned by a subset of the key.
+    """
+    if table.num_rows == 0 or op.num_partitions < 1:
+        return
+    strict = ckpt.offsets(batch).pinned_conf(STRICT_DISTRIBUTION_CONF)
+    if strict != "true":
+        return
+    kind = op.kind
+    if not kind.restorable:
+        return  # no spec for this kind (e.g. session windows: placed by a key prefix)
+    key = table.column("key").combine_chunks()
+    pids = partition_ids(kind.partition_key(store or "default", key), op.num_partitions)
+    wrong = pids != partition
+    if wrong.any():
+        first = int(pids[np.argmax(wrong)])
+        raise CorruptFileError(
+            f"{int(wrong.sum())} of {table.num_rows} keys read from partition {partition} "
+            f"belong to another partition (first: {first}); state files were swapped or moved "
+            "between partitions",
+            ckpt.path("state", str(op.operator_id), str(partition)),
+            "restore the partition directories from a backup",
+        )
+
+
 def read_partition(
     ckpt: Checkpoint, op: Operator, sel: Selection, partition: int, batch: int, enc: StoreEncoding
 ) -> pa.Table:
+    """One partition of a selection, its key placement verified (unless ``--no-verify``)."""
+    table, store = _read_partition(ckpt, op, sel, partition, batch, enc)
+    if ckpt.verify:
+        check_placement(ckpt, op, table, store, partition, batch)
+    return table
+
+
+def _read_partition(
+    ckpt: Checkpoint, op: Operator, sel: Selection, partition: int, batch: int, enc: StoreEncoding
+) -> tuple[pa.Table, str | None]:
+    """(table, the store whose key rule places its rows)."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
     if op.uses_column_families:
         raw = load_raw(ckpt, op, "default", partition, batch, enc)
@@ -310,7 +356,7 @@ def read_partition(
                     pa.array(np.full(len(k), partition, dtype=np.int32)),
                 ],
                 names=["key", "expiration_timestamp_ms", "partition_id"],
-            )
+            ), None
         name = sel.state_var or sel.store or "default"
         desc = op.schema(name)
         check_schema(desc)
@@ -320,7 +366,7 @@ def read_partition(
         if kind == "ListState":
             owners, elems = split_list_values(values, where)
             v = decode_rows(elems, desc.value_schema, enc, where)
-            return _table(k.take(pa.array(owners)), "list_element", v, partition)
+            return _table(k.take(pa.array(owners)), "list_element", v, partition), None
         v = decode_rows(values, desc.value_schema, enc, where)
         if kind == "MapState":
             return pa.Table.from_arrays(
@@ -331,13 +377,13 @@ def read_partition(
                     pa.array(np.full(len(k), partition, dtype=np.int32)),
                 ],
                 names=["key", "user_map_key", "user_map_value", "partition_id"],
-            )
-        return _table(k, "value", v, partition)
+            ), None
+        return _table(k, "value", v, partition), None
     if sel.join_side:
         store = f"{sel.join_side}-keyWithIndexToValue"
         desc = op.schema(store)
         raw = load_raw(ckpt, op, store, partition, batch, enc)
-        return join_side_view(_kv_rows(raw, desc, enc, partition, where))
+        return join_side_view(_kv_rows(raw, desc, enc, partition, where)), None
     store = sel.store or "default"
     if store not in op.store_names:
         raise StatectlError(
@@ -350,7 +396,7 @@ def read_partition(
             )
         )
     raw = load_raw(ckpt, op, store, partition, batch, enc)
-    return _kv_rows(raw, op.schema(store), enc, partition, where)
+    return _kv_rows(raw, op.schema(store), enc, partition, where), store
 
 
 def join_side_view(t: pa.Table) -> pa.Table:

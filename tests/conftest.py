@@ -60,6 +60,12 @@ def fixture_copy(tmp_path):
     return copy
 
 
+def drop_crc(path: pathlib.Path) -> None:
+    """Remove a file's Hadoop ``.crc`` sidecar, as a writer that edits the file should: tests
+    that damage a file on purpose reach the check they test, not the sidecar check."""
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+
+
 # -- comparing our Arrow tables with Spark rows, by position (duplicate field names exist) ----
 def normalize(v: Any) -> Any:
     if isinstance(v, float) and v != v:

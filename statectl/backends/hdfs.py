@@ -7,6 +7,7 @@ Version V is the newest snapshot at or below V plus every later delta up to V, a
 from __future__ import annotations
 
 from statectl.backends import RawState, empty_raw_state, version_chain
+from statectl.checksums import read_verified
 from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import last_writer_wins, parse_state_records
 from statectl.io import FileIO
@@ -39,13 +40,15 @@ def files_for_version(io: FileIO, store_dir: str, version: int) -> list[str]:
     return ([snapshot] if snapshot else []) + chain
 
 
-def read_hdfs_store(io: FileIO, store_dir: str, version: int, codec: str) -> RawState:
+def read_hdfs_store(
+    io: FileIO, store_dir: str, version: int, codec: str, *, verify: bool = True
+) -> RawState:
     files = files_for_version(io, store_dir, version)
     if not files:
         return empty_raw_state()
     batches = []
     for p in files:
-        raw = decompress_stream(codec, io.read_bytes(p), p)
+        raw = decompress_stream(codec, read_verified(io, p, data_file=True, verify=verify), p)
         batches.append(parse_state_records(raw, p, allow_deletes=not p.endswith(".snapshot")))
     # A lone snapshot holds each key once: no replay needed.
     keys, values = last_writer_wins(batches, unique=files[0].endswith(".snapshot"))

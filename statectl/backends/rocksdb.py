@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from statectl.backends import RawState, empty_raw_state, version_chain
+from statectl.checksums import read_verified
 from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
 from statectl.errors import CorruptFileError, MissingFileError
@@ -56,6 +57,15 @@ class SnapshotMetadata:
     num_keys: int
     cf_ids: dict[str, int]
     raw: dict
+    num_internal_keys: int = 0
+
+    @property
+    def expected_keys(self) -> int:
+        """Keys a full iteration returns: user plus internal column families (checked against
+        every bundled fixture); -1 when the writer did not count (Spark then recounts)."""
+        if self.num_keys < 0:
+            return -1
+        return self.num_keys + max(self.num_internal_keys, 0)
 
 
 def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
@@ -81,10 +91,18 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
         if not isinstance(mapping, dict):
             raise TypeError("columnFamilyMapping must be an object")
         cf_ids = {str(k): int(v) for k, v in mapping.items()}
+        num_internal_keys = obj.get("numInternalKeys") or 0
+        if isinstance(num_internal_keys, bool) or not isinstance(num_internal_keys, int):
+            raise TypeError(f"numInternalKeys {num_internal_keys!r} is not an integer")
     except (TypeError, ValueError) as e:
         raise CorruptFileError(f"invalid RocksDB checkpoint metadata ({e})", path) from None
     return SnapshotMetadata(
-        sst_files=sst_files, log_files=log_files, num_keys=num_keys, cf_ids=cf_ids, raw=obj
+        sst_files=sst_files,
+        log_files=log_files,
+        num_keys=num_keys,
+        cf_ids=cf_ids,
+        raw=obj,
+        num_internal_keys=num_internal_keys,
     )
 
 
@@ -96,11 +114,26 @@ def bare_name(name: object, source: str) -> str:
     return name
 
 
-def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, SnapshotMetadata]:
+def _raise_iterator_error(db: object, zip_path: str) -> None:
+    it = db.iter()  # type: ignore[attr-defined]
+    it.seek_to_first()
+    while it.valid():
+        it.next()
+    try:
+        it.status()
+    except Exception as e:  # rocksdict raises plain Exception
+        raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
+    finally:
+        del it
+
+
+def _read_zip(
+    io: FileIO, store_dir: str, zip_path: str, verify: bool = True
+) -> tuple[RawState, SnapshotMetadata]:
     """Materialize a snapshot zip and its SSTs locally, then read every key read-only."""
     from rocksdict import AccessType, Options, Rdict  # native; imported only when needed
 
-    data = io.read_bytes(zip_path)
+    data = read_verified(io, zip_path, data_file=True, verify=verify)
     try:
         archive = zipfile.ZipFile(_io.BytesIO(data))
     except zipfile.BadZipFile:
@@ -133,7 +166,7 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
                 meta_source,
             )
             local = posixpath.join(tmp, bare_name(entry.get("localFileName"), meta_source))
-            blob = io.read_bytes(src)
+            blob = read_verified(io, src, data_file=True, verify=verify)
             size = entry.get("sizeBytes")
             if size is not None and (not isinstance(size, int) or len(blob) != size):
                 raise CorruptFileError(
@@ -157,6 +190,18 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
             for k, v in db.items():
                 keys.append(k)
                 values.append(v)
+            if len(keys) != meta.expected_keys:
+                # rocksdict's items() ends silently at a damaged block: ask a raw iterator
+                # for RocksDB's own error, else report the count that does not add up.
+                _raise_iterator_error(db, zip_path)
+                if meta.expected_keys >= 0:
+                    raise CorruptFileError(
+                        f"RocksDB returned {len(keys)} keys, the snapshot metadata records "
+                        f"{meta.expected_keys}; an SST file is damaged",
+                        zip_path,
+                    )
+        except CorruptFileError:
+            raise
         except Exception as e:
             raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
         finally:
@@ -179,7 +224,13 @@ def chain_v1(
 
 
 def chain_v2(
-    io: FileIO, codec: str, files: list[VersionFile], version: int, unique_id: str, store_dir: str
+    io: FileIO,
+    codec: str,
+    files: list[VersionFile],
+    version: int,
+    unique_id: str,
+    store_dir: str,
+    verify: bool = True,
 ) -> tuple[VersionFile | None, list[VersionFile], dict[tuple[int, str], RecordBatch]]:
     by_key = {(f.version, f.unique_id, f.kind): f for f in files}
     if (version, unique_id, "zip") in by_key:
@@ -192,7 +243,10 @@ def chain_v2(
         )
     parsed = {
         (version, unique_id): parse_changelog(
-            decompress_stream(codec, io.read_bytes(top.path), top.path), top.path
+            decompress_stream(
+                codec, read_verified(io, top.path, data_file=True, verify=verify), top.path
+            ),
+            top.path,
         )
     }
     lineage = [
@@ -231,6 +285,7 @@ def read_rocksdb_store(
     *,
     unique_id: str | None = None,
     merge_delimiter: bytes = b"",
+    verify: bool = True,
 ) -> RawState:
     """Live entries of one RocksDB store at ``version``; merge operands are combined by us."""
     if version == 0:
@@ -240,9 +295,9 @@ def read_rocksdb_store(
     if unique_id is None:
         base, chain = chain_v1(files, version, store_dir)
     else:
-        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir)
+        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir, verify)
     if base is not None:
-        state, _ = _read_zip(io, store_dir, base.path)
+        state, _ = _read_zip(io, store_dir, base.path, verify)
     else:
         state = empty_raw_state()
     if not chain:
@@ -253,7 +308,10 @@ def read_rocksdb_store(
         cached = parsed.get((f.version, f.unique_id or ""))
         if cached is None:
             cached = parse_changelog(
-                decompress_stream(codec, io.read_bytes(f.path), f.path), f.path
+                decompress_stream(
+                    codec, read_verified(io, f.path, data_file=True, verify=verify), f.path
+                ),
+                f.path,
             )
         batches.append(cached)
     keys, values = last_writer_wins(batches, merge_delimiter=merge_delimiter)

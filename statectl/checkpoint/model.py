@@ -29,6 +29,7 @@ from statectl.checkpoint.state_metadata import (
     parse_operator_metadata,
     parse_schema_file,
 )
+from statectl.checksums import read_text_verified, read_verified
 from statectl.errors import (
     CorruptFileError,
     MissingFileError,
@@ -119,11 +120,16 @@ class Operator:
 
 
 class Checkpoint:
-    """A checkpoint directory opened read-only through a :class:`FileIO`."""
+    """A checkpoint directory opened read-only through a :class:`FileIO`.
 
-    def __init__(self, io: FileIO, root: str) -> None:
+    ``verify=False`` (``--no-verify``) skips the expensive checks only: checksums over state
+    data files and key placement. Metadata checksums and consistency checks always run.
+    """
+
+    def __init__(self, io: FileIO, root: str, *, verify: bool = True) -> None:
         self.io = io
         self.root = root.rstrip("/")
+        self.verify = verify
         if not io.is_dir(self.root):
             if io.exists(self.root):
                 raise NotACheckpointError("is a file, not a checkpoint directory", self.root)
@@ -138,12 +144,19 @@ class Checkpoint:
         self._commits: dict[int, CommitMetadata] = {}
 
     @classmethod
-    def open(cls, url: str) -> Checkpoint:
+    def open(cls, url: str, *, verify: bool = True) -> Checkpoint:
         io, root = FileIO.for_url(url)
-        return cls(io, root)
+        return cls(io, root, verify=verify)
 
     def path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
+
+    def read_text(self, path: str) -> str:
+        """A metadata file of this checkpoint, checked against its checksum sidecar."""
+        return read_text_verified(self.io, path)
+
+    def read_bytes(self, path: str) -> bytes:
+        return read_verified(self.io, path)
 
     def url(self) -> str:
         return self.io.url(self.root)
@@ -154,7 +167,7 @@ class Checkpoint:
         p = self.path("metadata")
         if not self.io.exists(p):
             return None
-        return parse_stream_metadata(self.io.read_text(p), p)
+        return parse_stream_metadata(self.read_text(p), p)
 
     def _batch_ids(self, log: str) -> list[int]:
         ids = set()
@@ -206,7 +219,7 @@ class Checkpoint:
             p = self.path("offsets", str(batch))
             if not self.io.exists(p):
                 raise MissingFileError(f"offset log entry for batch {batch} is missing", p)
-            self._offsets[batch] = parse_offset_seq(self.io.read_text(p), batch, p)
+            self._offsets[batch] = parse_offset_seq(self.read_text(p), batch, p)
         return self._offsets[batch]
 
     def commit(self, batch: int) -> CommitMetadata:
@@ -214,7 +227,7 @@ class Checkpoint:
             p = self.path("commits", str(batch))
             if not self.io.exists(p):
                 raise MissingFileError(f"commit log entry for batch {batch} is missing", p)
-            self._commits[batch] = parse_commit(self.io.read_text(p), batch, p)
+            self._commits[batch] = parse_commit(self.read_text(p), batch, p)
         return self._commits[batch]
 
     def source_log_dirs(self) -> list[str]:
@@ -225,7 +238,7 @@ class Checkpoint:
         for name in (str(batch), f"{batch}.compact"):
             p = self.path("sources", source, name)
             if self.io.exists(p):
-                return parse_source_log(self.io.read_text(p), p)
+                return parse_source_log(self.read_text(p), p)
         raise MissingFileError(f"source log entry {batch} missing", self.path("sources", source))
 
     # -- pinned configuration --------------------------------------------------------------
@@ -243,15 +256,24 @@ class Checkpoint:
             raise StatectlError(
                 "the offset log does not pin spark.sql.shuffle.partitions", off_path(self, batch)
             )
+        if not value.strip().isdigit():
+            raise CorruptFileError(
+                f"pinned {PARTITIONS_CONF}={value!r} is not a partition count",
+                off_path(self, batch),
+            )
         return int(value)
 
     # -- operators -------------------------------------------------------------------------
     def operator_ids(self) -> list[int]:
-        return sorted(
-            int(f.name)
-            for f in self.io.list_dir(self.path("state"))
-            if f.is_dir and f.name.isdigit()
-        )
+        ids = []
+        for f in self.io.list_dir(self.path("state")):
+            if not f.name.isdigit():
+                continue
+            if not f.is_dir:  # never skip an operator silently
+                what = "a broken symbolic link" if f.is_link else "a file"
+                raise CorruptFileError(f"is {what}, not an operator's state directory", f.path)
+            ids.append(int(f.name))
+        return sorted(ids)
 
     def operator(self, operator_id: int, batch: int) -> Operator:
         return load_operator(self, operator_id, batch)
@@ -278,10 +300,10 @@ def _operator_metadata(ckpt: Checkpoint, op: int, batch: int) -> OperatorMetadat
     eligible = [b for b in v2 if b <= batch] or v2
     if eligible:
         p = posixpath.join(meta_dir, "v2", str(max(eligible)))
-        return parse_operator_metadata(ckpt.io.read_text(p), p)
+        return parse_operator_metadata(ckpt.read_text(p), p)
     p = posixpath.join(meta_dir, "metadata")
     if ckpt.io.exists(p):
-        return parse_operator_metadata(ckpt.io.read_text(p), p)
+        return parse_operator_metadata(ckpt.read_text(p), p)
     return None
 
 
@@ -319,13 +341,56 @@ def store_dir(ckpt: Checkpoint, op: int, partition: int, store: str) -> str:
     return base if store == "default" else posixpath.join(base, store)
 
 
+def check_partition_count(
+    ckpt: Checkpoint, op: int, batch: int, meta: OperatorMetadata | None
+) -> int:
+    """The operator's partition count, after checking that the pinned conf, the operator
+    metadata and the partition directories agree.
+
+    Believing one of them alone turns an edited offset log into an export of half the rows.
+    """
+    listed = sorted(
+        int(f.name)
+        for f in ckpt.io.list_dir(ckpt.path("state", str(op)))
+        if f.is_dir and f.name.isdigit()
+    )
+    recorded = sorted({s.num_partitions for s in meta.stores if s.num_partitions}) if meta else []
+    try:
+        pinned: int | None = ckpt.num_partitions(batch)
+    except CorruptFileError:
+        raise
+    except StatectlError:
+        pinned = None  # very old checkpoints: the directories and metadata must agree
+    partitions = pinned if pinned is not None else (recorded[0] if recorded else len(listed))
+    problems = []
+    if partitions < 1:
+        problems.append(f"{PARTITIONS_CONF}={partitions} is not a partition count")
+    if recorded and recorded != [partitions]:
+        problems.append(f"operator metadata of operator {op} says {'/'.join(map(str, recorded))}")
+    if listed != list(range(len(listed))) or (listed and len(listed) != partitions):
+        problems.append(
+            f"state/{op} has partition directories {_ranges(listed)}"
+            if listed != list(range(len(listed)))
+            else f"state/{op} has {len(listed)} partition directories"
+        )
+    if problems:
+        pinned_text = f"pins {PARTITIONS_CONF}={pinned}" if pinned is not None else "pins no count"
+        raise CorruptFileError(
+            f"partition counts disagree: the offset log {pinned_text}, but " + "; ".join(problems),
+            off_path(ckpt, batch),
+            "the offset log or the state directory was edited; restore them from a backup",
+        )
+    return partitions
+
+
+def _ranges(ids: list[int]) -> str:
+    return ",".join(map(str, ids[:8])) + (",..." if len(ids) > 8 else "")
+
+
 def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
     meta = _operator_metadata(ckpt, op, batch)
-    listed_partitions, listed_stores = _store_dir_names(ckpt, op)
-    try:
-        partitions = ckpt.num_partitions(batch)
-    except StatectlError:
-        partitions = listed_partitions
+    _, listed_stores = _store_dir_names(ckpt, op)
+    partitions = check_partition_count(ckpt, op, batch, meta)
     if meta is not None and meta.stores:
         infos = meta.stores
     else:
@@ -336,7 +401,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
         if info.schema_file_paths:
             uses_cf = True
             p = relocate_schema_path(ckpt, op, info.schema_file_paths[-1])
-            _, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+            _, families = parse_schema_file(ckpt.read_bytes(p), p)
             schemas.extend(_describe(f, p) for f in families)
             continue
         p = posixpath.join(store_dir(ckpt, op, 0, info.store_name), "_metadata", "schema")
@@ -344,7 +409,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
             raise MissingFileError(
                 f"state schema file of operator {op} store {info.store_name!r} is missing", p
             )
-        version, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+        version, families = parse_schema_file(ckpt.read_bytes(p), p)
         if version == 3:
             uses_cf = True
             schemas.extend(_describe(f, p) for f in families)

@@ -359,6 +359,7 @@ def take_savepoint(
     progress: Callable[[str], None] | None = None,
     kind: str = "canonical",
     workers: int | None = None,
+    verify: bool = True,
 ) -> tuple[str, SavepointMetadata]:
     """Take a canonical (or native) savepoint; returns (savepoint URL, metadata).
 
@@ -383,7 +384,7 @@ def take_savepoint(
         uids = {op.operator_id: op.uid for op in sp.metadata.operators} | dict(uids or {})
         batch = sp.metadata.batch_id
         src_root = posixpath.join(src_root, EMBEDDED)
-    ckpt = Checkpoint(src_io, src_root)
+    ckpt = Checkpoint(src_io, src_root, verify=verify)
     out_io, parent = FileIO.for_url(resolve_target(target))
     if out_io.is_within(parent, src_io, src_root):
         raise StatectlError(
@@ -393,7 +394,8 @@ def take_savepoint(
         )
     last_error: StatectlError | None = None
     for _ in range(RETRIES):
-        fresh = Checkpoint(ckpt.io, ckpt.root)  # re-list the logs: the query may have moved on
+        # re-list the logs: the query may have moved on
+        fresh = Checkpoint(ckpt.io, ckpt.root, verify=verify)
         b = fresh.resolve_batch(batch)
         ops = fresh.operators(b)
         explicit = {int(k): v for k, v in (uids or {}).items()}
