@@ -125,9 +125,9 @@ def inspect(
     no_verify: NoVerifyOpt = False,
 ) -> None:
     """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
-    from statectl.inspect import inspect_path
+    from statectl.api import inspect as do_inspect
 
-    info = inspect_path(path, batch, rows=rows, verify=not no_verify)
+    info = do_inspect(path, batch, rows=rows, verify=not no_verify).to_dict()
     if as_json:
         _print_json(info)
         return
@@ -143,7 +143,7 @@ def list_(
     wide: WideOpt = False,
 ) -> None:
     """List every checkpoint under a directory with backend, batch, operators, size and health."""
-    from statectl.inspect import list_dir
+    from statectl.inspection import list_dir
 
     entries = list_dir(directory)
     if as_json:
@@ -183,13 +183,8 @@ def export(
     no_verify: NoVerifyOpt = False,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""
-    from statectl.errors import StatectlError
     from statectl.export import export_state
 
-    if join_side not in (None, "left", "right"):
-        raise StatectlError(f"--join-side must be left or right, not {join_side!r}")
-    if sum(x is not None for x in (store, join_side, state_var)) + timers > 1:
-        raise StatectlError("give at most one of --store, --join-side, --state-var, --timers")
     result = export_state(
         path,
         operator,
@@ -240,7 +235,7 @@ def savepoint(
     no_verify: NoVerifyOpt = False,
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
-    from statectl.savepoints.create import take_savepoint
+    from statectl.api import savepoint as take_savepoint
 
     pairs = _parse_pairs(uid or [], "--uid")
     uids = {}
@@ -251,7 +246,7 @@ def savepoint(
             raise StatectlError(f"--uid wants OPERATOR_ID=UID with a numeric id, got {k!r}")
         uids[int(k)] = v
     if as_json or not sys.stderr.isatty():
-        url, meta = take_savepoint(
+        result = take_savepoint(
             checkpoint, target, batch=batch, uids=uids, kind=kind, verify=not no_verify
         )
     else:
@@ -271,7 +266,7 @@ def savepoint(
             def advance(what: str) -> None:
                 bar.update(task, advance=1, description=f"savepoint: {what}")
 
-            url, meta = take_savepoint(
+            result = take_savepoint(
                 checkpoint,
                 target,
                 batch=batch,
@@ -280,16 +275,10 @@ def savepoint(
                 kind=kind,
                 verify=not no_verify,
             )
-    result = {
-        "path": url,
-        "batch": meta.batch_id,
-        "query_id": meta.query_id,
-        "operators": {op.uid: op.rows for op in meta.operators},
-    }
     if as_json:
-        _print_json(result)
+        _print_json(result.to_dict())
     else:
-        print(url)
+        print(result.path)
 
 
 @app.command()
@@ -422,8 +411,9 @@ def restore(
     incompatible schemas, ...), so `--dry-run` is the check to run before deploying a changed
     query: it fails exactly when the restore would.
     """
+    from statectl.api import restore as do_restore
     from statectl.errors import StatectlError
-    from statectl.restore import restore as do_restore
+    from statectl.results import RestoreError
 
     def progress(msg: str) -> None:
         if not as_json or sys.stderr.isatty():
@@ -435,27 +425,30 @@ def restore(
         if not op_id.isdigit():
             raise StatectlError(f"--map wants UID=OPERATOR_ID with a numeric id, got {op_id!r}")
         mapping[uid] = int(op_id)
-    plan = do_restore(
-        savepoint_path,
-        target,
-        backend=backend,
-        partitions=partitions,
-        mapping=mapping,
-        allow_non_restored=allow_non_restored,
-        drop=drop or [],
-        query=query,
-        output_mode=output_mode,
-        changelog=changelog,
-        checkpoint_format=checkpoint_format,
-        dry_run=dry_run,
-        overwrite=overwrite,
-        progress=progress,
-    )
-    info = plan.as_dict()
+    try:
+        result = do_restore(
+            savepoint_path,
+            target,
+            backend=backend,
+            partitions=partitions,
+            mapping=mapping,
+            allow_non_restored=allow_non_restored,
+            drop=drop or [],
+            query=query,
+            output_mode=output_mode,
+            changelog=changelog,
+            checkpoint_format=checkpoint_format,
+            dry_run=dry_run,
+            overwrite=overwrite,
+            progress=progress,
+        )
+    except RestoreError as e:  # the plan is the report: print it, then exit 2
+        result = e.result
+    info = result.to_dict()
     if as_json:
         _print_json(info)
     else:
-        verb = "Would restore" if dry_run or plan.problems else "Restored"
+        verb = "Would restore" if dry_run or not result.ok else "Restored"
         print(
             f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
             f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
@@ -469,7 +462,7 @@ def restore(
             print(f"  operator {op_id} ({name}) starts with empty state")
         for p in info["problems"]:
             sys.stderr.write(f"statectl: error: {p}\n")
-    if plan.problems:
+    if not result.ok:
         raise typer.Exit(2)
 
 
@@ -499,20 +492,24 @@ def migrate(
     """Savepoint then restore in one step: change backend and/or partition count.
 
     The temporary savepoint lives inside the target until the target is complete."""
-    from statectl.restore import migrate as do_migrate
+    from statectl.api import migrate as do_migrate
+    from statectl.results import RestoreError
 
-    plan, kept = do_migrate(
-        source,
-        target,
-        backend=backend,
-        partitions=partitions,
-        batch=batch,
-        keep_savepoint=keep_savepoint,
-        changelog=changelog,
-        overwrite=overwrite,
-        verify=not no_verify,
-    )
-    info = {**plan.as_dict(), "savepoint": kept}
+    try:
+        result = do_migrate(
+            source,
+            target,
+            backend=backend,
+            partitions=partitions,
+            batch=batch,
+            keep_savepoint=keep_savepoint,
+            changelog=changelog,
+            overwrite=overwrite,
+            verify=not no_verify,
+        )
+    except RestoreError as e:  # the plan is the report: print it, then exit 2
+        result = e.result
+    info = result.to_dict()
     if as_json:
         _print_json(info)
     else:
@@ -522,8 +519,48 @@ def migrate(
         )
         for p in info["problems"]:
             sys.stderr.write(f"statectl: error: {p}\n")
-    if plan.problems:
+    if not result.ok:
         raise typer.Exit(2)
+
+
+def json_requested(argv: list[str]) -> bool:
+    """Whether the command line asks for JSON (``--json`` before any ``--``). Read from argv,
+    not from parsed options, so that it is known even when the failure is in parsing."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def render_error(exc: BaseException, as_json: bool) -> int:
+    """Report a failure the way the command line asked; returns the exit code.
+
+    People get one line on stderr, ``statectl: error: ...``. With ``--json``, stdout holds one
+    JSON document whatever happens, so on failure it is the error object (nothing on stderr):
+    ``{"error": "<the one line>", "path": <file or null>, "kind": "<exception class>",
+    "exit_code": 2}``.
+    """
+    from statectl.errors import StatectlError, describe_failure
+
+    message, code = describe_failure(exc)
+    if not as_json:
+        sys.stderr.write(f"statectl: {message}\n")
+        return code
+    if isinstance(exc, StatectlError):
+        text, path = str(exc), exc.path
+    else:
+        text, path = message.removeprefix("error: "), getattr(exc, "filename", None)
+    _print_json(
+        {
+            "error": text,
+            "path": None if path is None else str(path),
+            "kind": type(exc).__name__,
+            "exit_code": code,
+        }
+    )
+    return code
 
 
 def main() -> None:
@@ -532,7 +569,6 @@ def main() -> None:
     Typer runs in standalone mode, so it prints usage errors itself and exits with code 2
     (typer vendors its own click: importing ``click`` here would fail without it installed).
     """
-    from statectl.errors import describe_failure
     from statectl.processes import exit_on_termination
 
     try:
@@ -544,9 +580,7 @@ def main() -> None:
     except Exception as e:
         if _state["debug"] or os.environ.get("STATECTL_DEBUG") == "1":
             raise
-        message, code = describe_failure(e)
-        sys.stderr.write(f"statectl: {message}\n")
-        sys.exit(code)
+        sys.exit(render_error(e, json_requested(sys.argv[1:])))
 
 
 # Every command renders its flags without a type placeholder (see _flags_without_type).

@@ -10,10 +10,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
 from statectl.io import FileIO
-from statectl.state import Selection, read_state
 
 # Parquet and Arrow's writers reject duplicate field names, which aggregation buffers have
 # (count, sum, count ...). Renamed fields get a "_<n>" suffix; the original names are kept in the
@@ -183,20 +181,18 @@ def export_state(
     verify: bool = True,
 ) -> dict[str, Any]:
     """Export from a checkpoint (operator id) or a savepoint (uid or original operator id)."""
-    from statectl.savepoints.store import Savepoint, is_savepoint_dir
+    from statectl.reader import open_source, read
 
     fmt = format_of(out_url)
-    src_io, src_root = FileIO.for_url(path)
-    if is_savepoint_dir(src_io, src_root):
-        sp = Savepoint(src_io, src_root)
-        if batch is not None and batch != sp.metadata.batch_id:
-            raise StatectlError(f"a savepoint holds batch {sp.metadata.batch_id} only", src_root)
-        table = sp.read(Selection(0, store, join_side, state_var, timers), operator)
-    else:
-        if not str(operator).isdigit():
-            raise StatectlError(f"--operator for a checkpoint is a number, got {operator!r}")
-        sel = Selection(int(operator), store, join_side, state_var, timers, batch)
-        table = read_state(Checkpoint(src_io, src_root, verify=verify), sel)
+    table = read(
+        open_source(path, verify=verify),
+        operator,
+        store=store,
+        join_side=join_side,
+        state_var=state_var,
+        timers=timers,
+        batch=batch,
+    )
     io, out = FileIO.for_url(out_url)
     io.write_atomic(
         out,

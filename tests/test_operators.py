@@ -45,7 +45,7 @@ def test_every_fixture_operator_has_a_restorable_spec(name):
 
 
 def test_inspect_shows_the_kind():
-    from statectl.inspect import inspect_path
+    from statectl.inspection import inspect_path
 
     info = inspect_path(str(FIXTURES / "join-hdfs"), None, rows=False)
     assert info["operators"][0]["kind"] == "stream-stream join"

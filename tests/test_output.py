@@ -17,7 +17,7 @@ from rich.console import Console
 
 from statectl.errors import StatectlError
 from statectl.export import encode_table
-from statectl.inspect import inspect_path, list_dir
+from statectl.inspection import inspect_path, list_dir
 from statectl.io import (
     FileIO,
     parse_storage_option,

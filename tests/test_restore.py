@@ -16,7 +16,7 @@ import pytest
 
 from statectl.checkpoint.model import Checkpoint
 from statectl.query_plan import load_query_function
-from statectl.restore import plan_restore, restore
+from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint, table_selection
 from statectl.state import Selection, read_state

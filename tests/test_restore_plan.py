@@ -15,8 +15,8 @@ import pytest
 
 from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
-from statectl.inspect import inspect_path, list_dir
-from statectl.restore import (
+from statectl.inspection import inspect_path, list_dir
+from statectl.restoring import (
     MAX_SOURCE_LOG_FILES,
     restore,
     source_log_layout,
@@ -206,7 +206,7 @@ def test_native_savepoint_with_its_own_backend_and_partitions_restores(tmp_path)
 # -- interrupted restores -----------------------------------------------------------------
 def interrupt_after_state(monkeypatch):
     """Stop write_restore once the state is written, before the logs (as a crash would)."""
-    import statectl.restore as r
+    import statectl.restoring as r
 
     def boom(*_a, **_k):
         raise RuntimeError("simulated crash")
@@ -243,7 +243,7 @@ def test_an_interrupted_restore_is_reported_refused_and_overwritable(
 
 KILLED = """
 import os, signal, sys
-import statectl.restore as r
+import statectl.restoring as r
 orig = r._write_operator
 SIG = getattr(signal, sys.argv[1])
 def crash(*a, **k):

@@ -124,7 +124,7 @@ def test_savepoint_to_and_from_s3(bucket, s3_endpoint, tmp_path):
 )
 def test_restore_from_and_to_s3(bucket, tmp_path, name, backend):
     """A savepoint on S3 restores to a checkpoint on S3 that reads back like a local one."""
-    from statectl.restore import restore
+    from statectl.restoring import restore
     from statectl.savepoints.create import take_savepoint
     from statectl.savepoints.store import table_selection
 

@@ -16,7 +16,7 @@ import pytest
 from statectl.checkpoint.model import Checkpoint
 from statectl.checksums import check_hadoop_crc, check_spark_checksum, crc32c, hadoop_crc_path
 from statectl.errors import CorruptFileError, StatectlError
-from statectl.inspect import inspect_checkpoint
+from statectl.inspection import inspect_checkpoint
 from statectl.state import Selection, read_state
 from tests.conftest import FIXTURES, drop_crc
 from tests.test_cli import assert_one_line_error, run

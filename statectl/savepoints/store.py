@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from statectl.codecs.sparktypes import to_arrow_type
 from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointError, StatectlError
 from statectl.export import retype
-from statectl.inspect import maybe_json
+from statectl.inspection import maybe_json
 from statectl.io import FileIO
 from statectl.savepoints.format import (
     METADATA_FILE,
@@ -216,7 +216,7 @@ def describe_savepoint(sp: Savepoint) -> dict[str, Any]:
     if m.savepoint_type == "native":
         # Row counts and schemas come from the embedded checkpoint, as for a checkpoint.
         from statectl.checkpoint.model import Checkpoint
-        from statectl.inspect import describe_operator
+        from statectl.inspection import describe_operator
         from statectl.savepoints.native import EMBEDDED
 
         sp.verify_native()
@@ -279,7 +279,7 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
 
 
 def _short(schema_json: str) -> str:
-    from statectl.inspect import schema_string
+    from statectl.inspection import schema_string
 
     return schema_string(schema_json) if schema_json else ""
 

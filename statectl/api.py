@@ -1,0 +1,217 @@
+"""The Python API: one function per CLI command, each returning a typed result whose
+``to_dict()`` is exactly what the command prints with ``--json`` (the CLI calls these).
+
+Use cases are imported inside the functions so ``import statectl`` stays fast.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from statectl.errors import StatectlError
+from statectl.reader import as_url
+from statectl.results import (
+    InspectResult,
+    MigrateResult,
+    RestoreError,
+    RestoreResult,
+    SavepointResult,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pyarrow as pa
+
+
+def inspect(
+    path: Any, batch: int | None = None, *, rows: bool = True, verify: bool = True
+) -> InspectResult:
+    """Describe a checkpoint or a savepoint: query, batch, watermark, offsets, confs, operators
+    (with stores, schemas and, unless ``rows=False``, live row counts). ``verify=False`` is
+    ``--no-verify``: no checksums over state files, no key placement check."""
+    from statectl.inspection import inspect_path
+
+    return InspectResult.from_document(inspect_path(as_url(path), batch, rows=rows, verify=verify))
+
+
+def read_state(
+    path: Any,
+    operator: str | int = 0,
+    *,
+    store: str | None = None,
+    join_side: str | None = None,
+    state_var: str | None = None,
+    timers: bool = False,
+    batch: int | None = None,
+    verify: bool = True,
+) -> pa.Table:
+    """One operator's state, as the ``pyarrow.Table`` Spark's ``statestore`` reader returns for
+    the same options (``statectl export`` writes this table). ``operator`` is the operator id,
+    or for a savepoint also its uid; ``batch`` defaults to the latest committed one."""
+    from statectl.reader import open_source, read
+
+    return read(
+        open_source(path, verify=verify),
+        operator,
+        store=store,
+        join_side=join_side,
+        state_var=state_var,
+        timers=timers,
+        batch=batch,
+    )
+
+
+def savepoint(
+    checkpoint: Any,
+    target: Any = None,
+    *,
+    batch: int | None = None,
+    uids: dict[int, str] | None = None,
+    kind: str = "canonical",
+    progress: Callable[[str], None] | None = None,
+    verify: bool = True,
+) -> SavepointResult:
+    """Take a savepoint of a (possibly running) query's checkpoint. ``target`` defaults to
+    ``$STATECTL_SAVEPOINT_DIR`` or ``[savepoint] dir`` in ``./statectl.toml``. The result's
+    ``str()`` (and ``.path``) is the savepoint's URL."""
+    from statectl.savepoints.create import take_savepoint
+
+    url, meta = take_savepoint(
+        as_url(checkpoint),
+        None if target is None else as_url(target),
+        batch=batch,
+        uids=uids,
+        kind=kind,
+        progress=progress,
+        verify=verify,
+    )
+    return SavepointResult.from_document(
+        {
+            "path": url,
+            "type": meta.savepoint_type,
+            "batch": meta.batch_id,
+            "query_id": meta.query_id,
+            "operators": {op.uid: op.rows for op in meta.operators},
+        }
+    )
+
+
+def stop_with_savepoint(
+    query: Any,
+    target: Any = None,
+    *,
+    checkpoint: str | None = None,
+    uids: dict[int, str] | None = None,
+    timeout_s: float = 600.0,
+) -> SavepointResult:
+    """Let a running PySpark ``StreamingQuery`` finish its current batch, stop it, and take a
+    savepoint of the last committed batch. ``checkpoint`` defaults to the query's own location."""
+    if checkpoint is None:
+        checkpoint = _checkpoint_of(query)
+    deadline = time.monotonic() + timeout_s
+    # A trigger in flight would be interrupted by stop(): wait for it to commit first.
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
+    return savepoint(checkpoint, target, uids=uids)
+
+
+def _checkpoint_of(query: Any) -> str:
+    """The checkpoint root of a classic PySpark StreamingQuery (through its JVM object)."""
+    jsq = query._jsq
+    for path in (("streamingQuery",), ("query",), ()):
+        obj = jsq
+        try:
+            for attr in path:
+                obj = getattr(obj, attr)()
+            return str(obj.resolvedCheckpointRoot())
+        except Exception:
+            continue
+    raise StatectlError("cannot find the query's checkpoint location; pass checkpoint=...")
+
+
+def restore(
+    savepoint: Any,
+    target: Any,
+    *,
+    backend: str | None = None,
+    partitions: int | None = None,
+    mapping: dict[str, int] | None = None,
+    drop: list[str] | None = None,
+    allow_non_restored: bool = False,
+    query: Any = None,
+    output_mode: str | None = None,
+    changelog: bool = False,
+    checkpoint_format: int | None = None,
+    dry_run: bool = False,
+    overwrite: bool = False,
+    spark: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> RestoreResult:
+    """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
+    savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
+    plan says whether the restore would succeed (``.ok``, ``.problems``); without it, a restore
+    that would fail raises :class:`RestoreError` (``.result`` is the plan) and writes nothing.
+    ``query`` is ``"MODULE:FUNCTION"`` / ``"FILE.py:FUNCTION"`` for a changed query (planned
+    with ``spark`` or a local session, needs PySpark)."""
+    from statectl.restoring import restore as do_restore
+
+    plan = do_restore(
+        as_url(savepoint),
+        as_url(target),
+        backend=backend,
+        partitions=partitions,
+        mapping=mapping or {},
+        allow_non_restored=allow_non_restored,
+        drop=list(drop or []),
+        query=query,
+        output_mode=output_mode,
+        spark=spark,
+        changelog=changelog,
+        checkpoint_format=checkpoint_format,
+        dry_run=dry_run,
+        overwrite=overwrite,
+        progress=progress,
+    )
+    result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
+    if not result.ok and not dry_run:
+        raise RestoreError(result)
+    return result
+
+
+def migrate(
+    source: Any,
+    target: Any,
+    *,
+    backend: str | None = None,
+    partitions: int | None = None,
+    batch: int | None = None,
+    keep_savepoint: Any = None,
+    changelog: bool = False,
+    overwrite: bool = False,
+    verify: bool = True,
+) -> MigrateResult:
+    """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
+    partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
+    directory to keep it under. Raises :class:`RestoreError` when the restore would fail."""
+    from statectl.restoring import migrate as do_migrate
+
+    plan, kept = do_migrate(
+        as_url(source),
+        as_url(target),
+        backend=backend,
+        partitions=partitions,
+        batch=batch,
+        keep_savepoint=None if keep_savepoint is None else as_url(keep_savepoint),
+        changelog=changelog,
+        overwrite=overwrite,
+        verify=verify,
+    )
+    result = MigrateResult.from_document(
+        {**plan.as_dict(), "source": as_url(source), "savepoint": kept}
+    )
+    if not result.ok:
+        raise RestoreError(result)
+    return result

@@ -1,0 +1,74 @@
+"""The one read path for state: open a checkpoint or a savepoint, read one selection as Arrow.
+
+``export`` and the API's ``read_state`` both go through :func:`open_source` and :func:`read`,
+so a later ``statectl.open(path).read(...)`` is these two calls kept apart, not a second reader.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from statectl.errors import StatectlError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from statectl.checkpoint.model import Checkpoint
+    from statectl.savepoints.store import Savepoint
+
+
+def as_url(path: Any) -> str:
+    """A path argument as a string: ``str``, ``os.PathLike`` (e.g. a ``SavepointResult``)."""
+    return os.fspath(path) if hasattr(path, "__fspath__") else str(path)
+
+
+def open_source(path: Any, *, verify: bool = True) -> Checkpoint | Savepoint:
+    """A savepoint if ``path`` holds a statectl ``_metadata``, else a Spark checkpoint
+    (``verify=False``: skip checksums over its state files and the key placement check)."""
+    from statectl.checkpoint.model import Checkpoint
+    from statectl.io import FileIO
+    from statectl.savepoints.store import Savepoint, is_savepoint_dir
+
+    io, root = FileIO.for_url(as_url(path))
+    if is_savepoint_dir(io, root):
+        return Savepoint(io, root)
+    return Checkpoint(io, root, verify=verify)
+
+
+def check_selection(
+    store: str | None, join_side: str | None, state_var: str | None, timers: bool
+) -> None:
+    if join_side not in (None, "left", "right"):
+        raise StatectlError(f"--join-side must be left or right, not {join_side!r}")
+    if sum(x is not None for x in (store, join_side, state_var)) + bool(timers) > 1:
+        raise StatectlError("give at most one of --store, --join-side, --state-var, --timers")
+
+
+def read(
+    source: Checkpoint | Savepoint,
+    operator: str | int = 0,
+    *,
+    store: str | None = None,
+    join_side: str | None = None,
+    state_var: str | None = None,
+    timers: bool = False,
+    batch: int | None = None,
+) -> pa.Table:
+    """One operator's state as the table Spark's ``statestore`` reader returns for the same
+    options. ``operator`` is the operator id, or for a savepoint also its uid."""
+    from statectl.savepoints.store import Savepoint
+    from statectl.state import Selection, read_state
+
+    check_selection(store, join_side, state_var, timers)
+    if isinstance(source, Savepoint):
+        if batch is not None and batch != source.metadata.batch_id:
+            raise StatectlError(
+                f"a savepoint holds batch {source.metadata.batch_id} only", source.root
+            )
+        return source.read(Selection(0, store, join_side, state_var, timers), operator)
+    if not str(operator).isdigit():
+        raise StatectlError(
+            f"--operator for a checkpoint is a number, got {operator!r}", source.root
+        )
+    return read_state(source, Selection(int(operator), store, join_side, state_var, timers, batch))
