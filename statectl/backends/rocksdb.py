@@ -11,12 +11,12 @@ never written to.
 from __future__ import annotations
 
 import io as _io
-import json
 import os
 import posixpath
 import re
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.codecs.compression import decompress_stream
+from statectl.codecs.jsonfields import Fields, loads
 from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
 from statectl.errors import CorruptFileError, MissingFileError
 from statectl.io import FileIO
@@ -61,18 +62,19 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
     head, _, body = text.partition("\n")
     if head.strip() != "v1":
         raise CorruptFileError(f"RocksDB checkpoint metadata version {head!r} is not v1", path)
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise CorruptFileError(
-            f"invalid RocksDB checkpoint metadata JSON ({e.msg})", path
-        ) from None
+    obj = Fields(loads(body, path, "RocksDB checkpoint metadata"), path)
+    ssts = obj.obj_list("sstFiles", [])
+    logs = obj.obj_list("logFiles", [])
+    for e in ssts + logs:
+        e.str("localFileName")
+        e.str("dfsSstFileName" if e in ssts else "dfsLogFileName")
+        e.int("sizeBytes", 0, minimum=0)
     return SnapshotMetadata(
-        sst_files=obj.get("sstFiles") or [],
-        log_files=obj.get("logFiles") or [],
-        num_keys=int(obj.get("numKeys", -1)),
-        cf_ids={str(k): int(v) for k, v in (obj.get("columnFamilyMapping") or {}).items()},
-        raw=obj,
+        sst_files=[e.obj for e in ssts],
+        log_files=[e.obj for e in logs],
+        num_keys=obj.int("numKeys", -1),
+        cf_ids=obj.int_map("columnFamilyMapping", {}),
+        raw=obj.obj,
     )
 
 
@@ -88,12 +90,19 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as tmp:
         try:
             archive.extractall(tmp)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
             raise CorruptFileError(f"cannot unpack snapshot zip: {e}", zip_path) from None
         meta_path = posixpath.join(tmp, "metadata")
         try:
-            with open(meta_path, encoding="utf-8") as f:
-                meta = parse_snapshot_metadata(f.read(), zip_path + "!metadata")
+            with open(meta_path, "rb") as f:
+                raw_meta = f.read()
+            try:
+                text = raw_meta.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptFileError(
+                    "metadata is not UTF-8 text", zip_path + "!metadata"
+                ) from None
+            meta = parse_snapshot_metadata(text, zip_path + "!metadata")
         except FileNotFoundError:
             raise CorruptFileError("snapshot zip has no 'metadata' entry", zip_path) from None
         os.remove(meta_path)

@@ -29,7 +29,14 @@ from statectl.checkpoint.state_metadata import (
     parse_operator_metadata,
     parse_schema_file,
 )
-from statectl.errors import MissingFileError, NotACheckpointError, StatectlError, UnsupportedError
+from statectl.codecs.sparktypes import parse_schema
+from statectl.errors import (
+    CorruptFileError,
+    MissingFileError,
+    NotACheckpointError,
+    StatectlError,
+    UnsupportedError,
+)
 from statectl.io import FileIO
 
 HDFS = "hdfs"
@@ -224,6 +231,11 @@ class Checkpoint:
             raise StatectlError(
                 "the offset log does not pin spark.sql.shuffle.partitions", off_path(self, batch)
             )
+        if not value.isdigit() or int(value) < 1:
+            raise CorruptFileError(
+                f"pinned spark.sql.shuffle.partitions is {value!r}, not a positive number",
+                off_path(self, batch),
+            )
         return int(value)
 
     # -- operators -------------------------------------------------------------------------
@@ -313,7 +325,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
         if info.schema_file_paths:
             uses_cf = True
             p = relocate_schema_path(ckpt, op, info.schema_file_paths[-1])
-            _, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+            _, families = load_schema_file(ckpt, p)
             schemas.extend(_describe(f, p) for f in families)
             continue
         p = posixpath.join(store_dir(ckpt, op, 0, info.store_name), "_metadata", "schema")
@@ -321,7 +333,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
             raise MissingFileError(
                 f"state schema file of operator {op} store {info.store_name!r} is missing", p
             )
-        version, families = parse_schema_file(ckpt.io.read_bytes(p), p)
+        version, families = load_schema_file(ckpt, p)
         if version == 3:
             uses_cf = True
             schemas.extend(_describe(f, p) for f in families)
@@ -346,6 +358,17 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
         properties=meta.properties if meta else {},
         uses_column_families=uses_cf,
     )
+
+
+def load_schema_file(ckpt: Checkpoint, path: str) -> tuple[int, list[ColumnFamilySchema]]:
+    """A schema file whose schema strings are all Spark struct types (else a clean error now,
+    rather than a traceback in whichever reader parses them first)."""
+    version, families = parse_schema_file(ckpt.io.read_bytes(path), path)
+    for f in families:
+        for text in (f.key_schema, f.value_schema, f.user_key_schema):
+            if text is not None:
+                parse_schema(text, path)
+    return version, families
 
 
 def _describe(f: ColumnFamilySchema, path: str) -> StoreDescription:
