@@ -98,7 +98,10 @@ def parse_schema_file(data: bytes, path: str) -> tuple[int, list[ColumnFamilySch
     if version == 2:
         return 2, [ColumnFamilySchema("default", _read_chunked(r), _read_chunked(r))]
     families = []
-    for _ in range(r.read_int()):
+    count = r.read_int()
+    if count < 1 or count > 100_000:
+        raise CorruptFileError(f"invalid column family count {count} in schema file", path)
+    for _ in range(count):
         name = r.read_utf()
         key_id = r.read_short()
         key = _read_chunked(r)
