@@ -37,6 +37,7 @@ import io
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import sys
@@ -1267,12 +1268,46 @@ class Campaign:
         return case
 
 
-def run_cases(camp: Campaign, cases: list[Case], jobs: int, on_done: Any = None) -> list[Case]:
-    """Run cases, ``jobs`` forked children at a time; on_done(case, done) after each."""
+def run_cases(
+    camp: Campaign,
+    cases: list[Case],
+    jobs: int,
+    on_done: Any = None,
+    deadline: float | None = None,
+) -> list[Case]:
+    """Run cases, ``jobs`` forked children at a time; on_done(case, done) after each. Past
+    ``deadline`` (time.monotonic()) or after SIGINT/SIGTERM no new case starts; the running
+    ones finish (each is bounded by the timeout) so the table covers every started case."""
     todo = list(cases)
     done: list[Case] = []
     running: dict[int, tuple[Case, Any]] = {}
+    stop = [False]
+
+    def _stop(signum: int, frame: Any) -> None:
+        stop[0] = True
+
+    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _run_loop(camp, todo, done, running, jobs, on_done, deadline, stop)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return done
+
+
+def _run_loop(
+    camp: Campaign,
+    todo: list[Case],
+    done: list[Case],
+    running: dict[int, tuple[Case, Any]],
+    jobs: int,
+    on_done: Any,
+    deadline: float | None,
+    stop: list[bool],
+) -> None:
     while todo or running:
+        if stop[0] or (deadline is not None and time.monotonic() > deadline):
+            todo.clear()
         while todo and len(running) < jobs:
             c = todo.pop(0)
             running[c.index] = (c, camp.start(c))
@@ -1286,7 +1321,6 @@ def run_cases(camp: Campaign, cases: list[Case], jobs: int, on_done: Any = None)
                 if on_done:
                     on_done(c, done)
         time.sleep(0.005)
-    return done
 
 
 def preload() -> None:
@@ -1346,6 +1380,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--classes", default="", help="only these mutation classes (comma-separated)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="stop starting cases after this many seconds (the table covers the cases run)",
+    )
     ap.add_argument("--case", type=int, default=None, help="replay one case index")
     ap.add_argument("--keep", action="store_true", help="keep case directories")
     ap.add_argument(
@@ -1404,14 +1444,19 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
-    done = run_cases(camp, todo, args.jobs, on_done)
-    elapsed = time.monotonic() - t0
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t1 = time.monotonic()
+    done = run_cases(camp, todo, args.jobs, on_done, t1 + args.budget if args.budget else None)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    wall = time.monotonic() - t1
+    n = max(1, len(done))
     print()
     print_table(done)
-    per_case = sum(c.seconds for c in done) / max(1, len(done))
     print(
-        f"\n{len(done)} cases in {elapsed:.0f}s wall ({per_case:.2f}s per case in one job, "
-        f"--jobs {args.jobs}); failing cases: {fail_path.resolve()}"
+        f"\n{len(done)} of {args.n} cases in {wall:.0f}s wall (+{t1 - t0:.0f}s baselines), "
+        f"--jobs {args.jobs}: {wall / n:.2f}s wall and {cpu / n:.2f}s CPU per case "
+        f"(load average {os.getloadavg()[0]:.1f}); failing cases: {fail_path.resolve()}"
     )
     shutil.rmtree(workdir, ignore_errors=True)
     return 1 if any(c.outcome in BAD for c in done) else 0

@@ -260,6 +260,8 @@ CASES = [
     ),
     # -- checkpoint format v2 ----------------------------------------------------------------
     _c("ckptv2", "agg-ckptv2-rocksdb", {"cls": "truncate", "file": V2ZIP, "size": 50}),
+    # the newest commit without its offsets: an error, not the state of the batch before
+    _c("ckptv2", "agg-ckptv2-rocksdb", {"cls": "delete", "file": "offsets/3"}),
     _c(
         "ckptv2",
         "agg-ckptv2-rocksdb",

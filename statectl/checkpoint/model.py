@@ -164,6 +164,13 @@ class Checkpoint:
     @property
     def latest_committed_batch(self) -> int | None:
         committed = set(self.commit_batches) & set(self.offset_batches)
+        if self.commit_batches and self.commit_batches[-1] not in committed:
+            # Spark writes offsets/N before commits/N: a newest commit without its offset log
+            # entry is damage, and falling back to an older batch would silently export old state
+            b = self.commit_batches[-1]
+            raise MissingFileError(
+                f"offset log entry for committed batch {b} is missing", off_path(self, b)
+            )
         return max(committed) if committed else None
 
     @property
