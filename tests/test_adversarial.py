@@ -20,6 +20,17 @@ from typing import Any
 
 import pytest
 
+from statectl.backends.rocksdb import parse_snapshot_metadata
+from statectl.checkpoint.logs import (
+    parse_commit,
+    parse_offset_seq,
+    parse_source_log,
+    parse_stream_metadata,
+)
+from statectl.checkpoint.state_metadata import parse_operator_metadata, parse_schema_file
+from statectl.codecs.sparktypes import parse_schema
+from statectl.errors import CorruptFileError
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("statectl_bench_fuzz", ROOT / "bench" / "fuzz.py")
 assert _spec and _spec.loader
@@ -413,3 +424,36 @@ def test_clean_errors_name_a_file(outcomes: dict[int, Any]) -> None:
         for c in case.commands:
             if c["outcome"] == "clean-error":
                 assert "/" in c["stderr"], (case.mutation, c["stderr"])
+
+
+# -- the parsers directly: every malformed input is a CorruptFileError naming the file ---------
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "parse",
+    [
+        lambda: parse_offset_seq('v1\n{"conf":{"spark.sql.shuffle.partitions":2}}\n-', 3, "F"),
+        lambda: parse_offset_seq('v1\n{"batchWatermarkMs":"0"}', 3, "F"),
+        lambda: parse_offset_seq("v1\n" + DEEP, 3, "F"),
+        lambda: parse_commit('v2\n{"stateUniqueIds":{"0":[[1]]}}', 3, "F"),
+        lambda: parse_commit('v1\n{"nextBatchWatermarkMs":[]}', 3, "F"),
+        lambda: parse_source_log("v1\n[1]", "F"),
+        lambda: parse_stream_metadata(DEEP, "F"),
+        lambda: parse_operator_metadata('v2\n{"operatorInfo":[]}', "F"),
+        lambda: parse_operator_metadata('v2\n{"stateStoreInfo":[{"numPartitions":"2"}]}', "F"),
+        lambda: parse_operator_metadata('v2\n{"operatorPropertiesJson":7}', "F"),
+        lambda: parse_operator_metadata("v2\n" + DEEP, "F"),
+        lambda: parse_schema_file(b"\x00\x02v2\x00\x00\x00\x01\x00\x02\xff\xfe", "F"),
+        lambda: parse_schema_file(b"\x00\x02v3\xff\xff\xff\xff", "F"),
+        lambda: parse_snapshot_metadata('v1\n{"numKeys":"7"}', "F"),
+        lambda: parse_snapshot_metadata('v1\n{"sstFiles":[{"localFileName":5}]}', "F"),
+        lambda: parse_snapshot_metadata('v1\n{"columnFamilyMapping":{"default":"0"}}', "F"),
+        lambda: parse_schema('{"type":"struct","fields":3}', "F"),
+        lambda: parse_schema(DEEP, "F"),
+    ],
+)
+def test_parsers_raise_corrupt_file_errors(parse: Any) -> None:
+    with pytest.raises(CorruptFileError) as e:
+        parse()
+    assert str(e.value).startswith("F: ") and "\n" not in str(e.value)
