@@ -869,6 +869,8 @@ def _mutate_savepoint(m: dict[str, Any], dirs: CaseDirs) -> None:
         meta["operators"][0][m["field"]] = m["value"]
     elif cls == "sp-huge-batch":
         meta["batch_id"] = m["value"]
+    elif cls == "sp-json-type" and "path" in m:
+        meta = _set_path(meta, tuple(m["path"]), m["value"])
     elif cls == "sp-json-type":
         paths = _json_paths(meta)
         meta = _set_path(meta, paths[m["pick"] % len(paths)], m["value"])

@@ -43,7 +43,7 @@ PLACEMENT = "needs key placement / partition-count cross-checks (checksums)"
 NUMKEYS = "needs RocksDB iterator status + numKeys check (checksums)"
 CONFINE = "needs path confinement of zip metadata / savepoint paths (lead)"
 SP_VERIFY = "needs savepoint sha256/rows/bytes verification (lead)"
-SP_META = "needs typed validation of savepoint _metadata (lead)"
+SP_META = "needs a bound on batch ids in savepoint _metadata (lead)"
 RESTORE_CONFINE = "needs restore output path confinement (restore-plan)"
 
 SST0 = "state/0/0/SSTs/000012-321b9447-2f02-4eb2-b351-12e34eac2539.sst"
@@ -372,13 +372,22 @@ CASES = [
             "field": "operator_id",
             "value": "../../sentinel/pwned",
         },
+    ),
+    _c(
+        "savepoint",
+        "agg-hdfs",
+        {
+            "cls": "sp-json-type",
+            "file": "_metadata",
+            "path": ["operators", 0, "tables", 0, "name"],
+            "value": "../../../../sentinel/pwned",
+        },
         RESTORE_CONFINE,
     ),
     _c(
         "savepoint",
         "agg-hdfs",
         {"cls": "sp-operator-id", "file": "_metadata", "field": "operator_id", "value": -1},
-        SP_META,
     ),
     _c(
         "savepoint",
@@ -390,7 +399,11 @@ CASES = [
         "savepoint",
         "agg-hdfs",
         {"cls": "sp-json-type", "file": "_metadata", "pick": 3, "value": {}},
-        SP_META,
+    ),
+    _c(
+        "savepoint",
+        "agg-hdfs",
+        {"cls": "sp-operator-id", "file": "_metadata", "field": "operator_id", "value": None},
     ),
 ]
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from statectl.errors import CorruptFileError, NotACheckpointError, UnsupportedError
@@ -134,6 +136,7 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
             path,
             "upgrade statectl",
         )
+    check_types(SavepointMetadata, obj, path, "")
     try:
         ops = []
         for o in obj["operators"]:
@@ -148,3 +151,59 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
         return _build(SavepointMetadata, {**obj, "operators": ops, "native_logs": logs})
     except (KeyError, TypeError) as e:
         raise CorruptFileError(f"savepoint metadata is incomplete ({e})", path) from None
+
+
+# Ids: a negative value is damage, not a savepoint.
+_NON_NEGATIVE = {"batch_id", "operator_id", "offset_log_version"}  # rows: -1 = unknown (native)
+
+
+def check_types(cls: type, obj: Any, path: str, where: str) -> None:
+    """Every present field of ``obj`` has the type its dataclass declares (recursively), so a
+    damaged ``_metadata`` is one CorruptFileError naming the field, not a TypeError later."""
+    if not isinstance(obj, dict):
+        raise CorruptFileError(f"savepoint metadata {where or 'root'} is not a JSON object", path)
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.name in obj:
+            _check_value(hints[f.name], obj[f.name], path, f"{where}{f.name}")
+
+
+def _check_value(t: Any, v: Any, path: str, where: str) -> None:
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    bad = CorruptFileError(f"savepoint metadata field {where!r} has a wrong type", path)
+    if t is Any:
+        return
+    if origin in (typing.Union, types.UnionType):
+        errors = 0
+        for a in args:
+            try:
+                _check_value(a, v, path, where)
+            except CorruptFileError:
+                errors += 1
+        if errors == len(args):
+            raise bad
+        return
+    if t is type(None):
+        if v is not None:
+            raise bad
+    elif is_dataclass(t):
+        check_types(t, v, path, f"{where}.")
+    elif origin is list:
+        if not isinstance(v, list):
+            raise bad
+        for i, item in enumerate(v):
+            _check_value(args[0], item, path, f"{where}[{i}]")
+    elif origin is dict:
+        if not isinstance(v, dict):
+            raise bad
+        for k, item in v.items():
+            _check_value(args[1], item, path, f"{where}.{k}")
+    elif t is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise bad
+        if where.rsplit(".", 1)[-1] in _NON_NEGATIVE and v < 0:
+            raise CorruptFileError(f"savepoint metadata field {where!r} is negative", path)
+    elif t in (str, bool, float) and (
+        not isinstance(v, t) or (t is not bool and isinstance(v, bool))
+    ):
+        raise bad
