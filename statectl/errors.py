@@ -38,7 +38,8 @@ class StatectlError(Exception):
         text = f"{path}: {message}" if path else message
         if hint:
             text = f"{text} ({hint})"
-        super().__init__(text)
+        # One line, always: messages may quote a library's multi-line error text.
+        super().__init__(" ".join(text.split()) if "\n" in text else text)
 
 
 class NotACheckpointError(StatectlError):

@@ -219,7 +219,7 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         else:
             off = ckpt.offsets(b)
             entry["backend"] = ckpt.backend(b)
-            entry["partitions"] = int(off.conf.get(PARTITIONS_CONF, 0)) or None
+            entry["partitions"] = ckpt.num_partitions(b) if PARTITIONS_CONF in off.conf else None
             entry["provider"] = off.conf.get(PROVIDER_CONF)
             ops = ckpt.operators(b)
             entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]

@@ -10,6 +10,7 @@ import pytest
 from statectl.checkpoint.model import Checkpoint
 from statectl.errors import UnsupportedError
 from statectl.operators import JOIN_STORES, classify, join_key
+from statectl.savepoints.format import seal
 from tests.conftest import FIXTURES, load_manifest
 
 EXPECTED = {
@@ -117,7 +118,7 @@ def test_restore_refuses_an_unmodelled_kind_at_plan_time(tmp_path, name):
     meta_file = Path(sp) / "_metadata"
     meta = json.loads(meta_file.read_text())
     meta["operators"][0]["name"] = name
-    meta_file.write_text(json.dumps(meta))
+    meta_file.write_text(json.dumps(seal(meta)))
     for extra in (["--dry-run"], []):
         proc = run_cli("restore", "-s", sp, str(tmp_path / "new"), "--partitions", "3", *extra)
         assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -22,6 +22,7 @@ from statectl.restoring import (
     source_log_layout,
 )
 from statectl.savepoints.create import take_savepoint
+from statectl.savepoints.format import seal
 from statectl.state import Selection, read_state
 from tests.conftest import FIXTURES, arrow_rows
 from tests.test_restore import assert_exactly_once, run, write_input
@@ -50,7 +51,7 @@ def crafted(tmp_path: Path, url: str, name: str, edit) -> str:
     shutil.copytree(src, dst)
     meta = json.loads((dst / "_metadata").read_text())
     edit(meta)
-    (dst / "_metadata").write_text(json.dumps(meta))
+    (dst / "_metadata").write_text(json.dumps(seal(meta)))  # crafted: sealed again
     return str(dst)
 
 
@@ -102,9 +103,9 @@ REFUSALS = [
         _set_op("operator_id", "../../outside/X"),
         [],
         "new",
-        "operator_id '../../outside/X'",
+        "operator_id",
     ),
-    ("table name", _set_table_name, [], "new", "which is not a plain file name"),
+    ("table name", _set_table_name, [], "new", "table name"),
     ("source name", _set_source, [], "new", "source log name '../../outside'"),
     ("batch id", _set_batch_id, [], "new", "has batchId 3000000; a file source's batch ids"),
     ("checkpoint as -s", None, [], "from-checkpoint", "use `statectl migrate CHECKPOINT TARGET`"),

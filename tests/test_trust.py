@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from statectl.savepoints.create import take_savepoint
+from statectl.savepoints.format import seal
 from tests.conftest import FIXTURES
 from tests.test_s3 import s3_endpoint  # noqa: F401 (a pytest fixture)
 
@@ -111,7 +112,7 @@ def canonical(tmp_path) -> Path:
 def edit_metadata(sp: Path, edit) -> None:
     meta = json.loads((sp / "_metadata").read_text())
     edit(meta)
-    (sp / "_metadata").write_text(json.dumps(meta))
+    (sp / "_metadata").write_text(json.dumps(seal(meta)))  # crafted: sealed again
 
 
 def first_file(meta: dict) -> dict:
@@ -136,7 +137,7 @@ def test_intact_savepoint_exports(canonical, tmp_path):
         (lambda m: first_file(m).__setitem__("rows", first_file(m)["rows"] + 1), "rows"),
         (lambda m: m["operators"][0]["tables"][0]["files"].pop(), "data files"),
         (lambda m: m["operators"][0].__setitem__("operator_id", "../../x"), "operator_id"),
-        (lambda m: m["operators"][0]["tables"][0].__setitem__("files", "abc"), "DataFile"),
+        (lambda m: m["operators"][0]["tables"][0].__setitem__("files", "abc"), "files"),
         (lambda m: m.__setitem__("operators", {"a": 1}), "operators"),
         (lambda m: m["operators"][0]["tables"][0].__setitem__("key_schema", "{"), "schema"),
     ],

@@ -11,7 +11,6 @@ never written to.
 from __future__ import annotations
 
 import io as _io
-import json
 import os
 import posixpath
 import re
@@ -26,6 +25,7 @@ import pyarrow as pa
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
 from statectl.codecs.compression import decompress_stream
+from statectl.codecs.jsonfields import Fields, loads
 from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
 from statectl.errors import CorruptFileError, MissingFileError
 from statectl.io import FileIO, relative_inside
@@ -72,37 +72,20 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
     head, _, body = text.partition("\n")
     if head.strip() != "v1":
         raise CorruptFileError(f"RocksDB checkpoint metadata version {head!r} is not v1", path)
-    try:
-        obj = json.loads(body)
-    except (json.JSONDecodeError, RecursionError) as e:
-        msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
-        raise CorruptFileError(f"invalid RocksDB checkpoint metadata JSON ({msg})", path) from None
-    try:
-        if not isinstance(obj, dict):
-            raise TypeError("not a JSON object")
-        sst_files = obj.get("sstFiles") or []
-        log_files = obj.get("logFiles") or []
-        if not isinstance(sst_files, list) or not isinstance(log_files, list):
-            raise TypeError("sstFiles and logFiles must be lists")
-        num_keys = obj.get("numKeys", -1)
-        if isinstance(num_keys, bool) or not isinstance(num_keys, int):
-            raise TypeError(f"numKeys {num_keys!r} is not an integer")
-        mapping = obj.get("columnFamilyMapping") or {}
-        if not isinstance(mapping, dict):
-            raise TypeError("columnFamilyMapping must be an object")
-        cf_ids = {str(k): int(v) for k, v in mapping.items()}
-        num_internal_keys = obj.get("numInternalKeys") or 0
-        if isinstance(num_internal_keys, bool) or not isinstance(num_internal_keys, int):
-            raise TypeError(f"numInternalKeys {num_internal_keys!r} is not an integer")
-    except (TypeError, ValueError) as e:
-        raise CorruptFileError(f"invalid RocksDB checkpoint metadata ({e})", path) from None
+    obj = Fields(loads(body, path, "RocksDB checkpoint metadata"), path)
+    ssts = obj.obj_list("sstFiles", [])
+    logs = obj.obj_list("logFiles", [])
+    for e in ssts + logs:
+        e.str("localFileName")
+        e.str("dfsSstFileName" if e in ssts else "dfsLogFileName")
+        e.int("sizeBytes", 0, minimum=0)
     return SnapshotMetadata(
-        sst_files=sst_files,
-        log_files=log_files,
-        num_keys=num_keys,
-        cf_ids=cf_ids,
-        raw=obj,
-        num_internal_keys=num_internal_keys,
+        sst_files=[e.obj for e in ssts],
+        log_files=[e.obj for e in logs],
+        num_keys=obj.int("numKeys", -1),
+        cf_ids=obj.int_map("columnFamilyMapping", {}),
+        raw=obj.obj,
+        num_internal_keys=obj.int("numInternalKeys", 0, minimum=0),
     )
 
 
@@ -145,8 +128,15 @@ def _read_zip(
             raise CorruptFileError(f"cannot unpack snapshot zip: {e}", zip_path) from None
         meta_path = posixpath.join(tmp, "metadata")
         try:
-            with open(meta_path, encoding="utf-8") as f:
-                meta = parse_snapshot_metadata(f.read(), zip_path + "!metadata")
+            with open(meta_path, "rb") as f:
+                raw_meta = f.read()
+            try:
+                text = raw_meta.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CorruptFileError(
+                    "metadata is not UTF-8 text", zip_path + "!metadata"
+                ) from None
+            meta = parse_snapshot_metadata(text, zip_path + "!metadata")
         except FileNotFoundError:
             raise CorruptFileError("snapshot zip has no 'metadata' entry", zip_path) from None
         except (UnicodeDecodeError, IsADirectoryError):

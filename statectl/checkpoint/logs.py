@@ -6,11 +6,11 @@ One parser per file kind, validating the version line the way Spark's
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from statectl.codecs.jsonfields import Fields, loads
 from statectl.errors import CorruptFileError, UnsupportedError
 
 MAX_OFFSET_LOG_VERSION = 2
@@ -59,10 +59,7 @@ def parse_version_line(line: str, max_version: int, path: str) -> int:
 
 
 def _parse_json(text: str, path: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CorruptFileError(f"invalid JSON ({e.msg} at char {e.pos})", path) from None
+    return loads(text, path)
 
 
 def parse_stream_metadata(text: str, path: str) -> str:
@@ -100,9 +97,9 @@ def parse_offset_seq(text: str, batch_id: int, path: str) -> OffsetSeq:
         raise CorruptFileError("empty offset log entry (a crash while writing?)", path)
     version = parse_version_line(lines[0], MAX_OFFSET_LOG_VERSION, path)
     meta_line = lines[1] if len(lines) > 1 else ""
-    meta = _parse_json(meta_line, path) if meta_line.strip() else {}
-    if not isinstance(meta, dict):
-        raise CorruptFileError("offset metadata line is not a JSON object", path)
+    meta = Fields(
+        _parse_json(meta_line, path) if meta_line.strip() else {}, path, "offset metadata"
+    )
     offsets: dict[str, str | None] = {}
     for i, line in enumerate(lines[2:]):
         if version == 1:
@@ -118,11 +115,11 @@ def parse_offset_seq(text: str, batch_id: int, path: str) -> OffsetSeq:
     return OffsetSeq(
         batch_id=batch_id,
         version=version,
-        batch_watermark_ms=int(meta.get("batchWatermarkMs", 0)),
-        batch_timestamp_ms=int(meta.get("batchTimestampMs", 0)),
-        conf={str(k): str(v) for k, v in (meta.get("conf") or {}).items()},
+        batch_watermark_ms=meta.int("batchWatermarkMs", 0),
+        batch_timestamp_ms=meta.int("batchTimestampMs", 0),
+        conf=meta.str_map("conf", {}),
         offsets=offsets,
-        metadata_extra={k: v for k, v in meta.items() if k not in known},
+        metadata_extra={k: v for k, v in meta.obj.items() if k not in known},
         raw=text,
     )
 
@@ -146,16 +143,26 @@ def parse_commit(text: str, batch_id: int, path: str) -> CommitMetadata:
         raise CorruptFileError("empty commit log entry (a crash while writing?)", path)
     version = parse_version_line(lines[0], MAX_COMMIT_LOG_VERSION, path)
     body = lines[1] if len(lines) > 1 and lines[1].strip() else "{}"
-    obj = _parse_json(body, path)
-    if not isinstance(obj, dict):
-        raise CorruptFileError("commit metadata is not a JSON object", path)
-    ids = obj.get("stateUniqueIds")
+    obj = Fields(_parse_json(body, path), path, "commit metadata")
+    ids = obj.fields("stateUniqueIds", None)
+    if ids is not None:
+        # operator id -> one entry per partition -> one unique id per store (or null)
+        for op, parts in ids.obj.items():
+            if not isinstance(parts, list) or not all(
+                isinstance(p, list) and all(u is None or isinstance(u, str) for u in p)
+                for p in parts
+            ):
+                raise CorruptFileError(
+                    f"stateUniqueIds of operator {op} is not an array of arrays of ids", path
+                )
     return CommitMetadata(
         batch_id=batch_id,
         version=version,
-        next_batch_watermark_ms=int(obj.get("nextBatchWatermarkMs", 0)),
-        state_unique_ids=ids if isinstance(ids, dict) else None,
-        extra={k: v for k, v in obj.items() if k not in {"nextBatchWatermarkMs", "stateUniqueIds"}},
+        next_batch_watermark_ms=obj.int("nextBatchWatermarkMs", 0),
+        state_unique_ids=ids.obj if ids is not None else None,
+        extra={
+            k: v for k, v in obj.obj.items() if k not in {"nextBatchWatermarkMs", "stateUniqueIds"}
+        },
         raw=text,
     )
 
@@ -164,7 +171,10 @@ def parse_source_log(text: str, path: str) -> list[dict[str, Any]]:
     """A file source log entry (``sources/<i>/N`` or ``N.compact``): ``v1`` then JSON lines."""
     lines = text.split("\n")
     parse_version_line(lines[0], MAX_SOURCE_LOG_VERSION, path)
-    return [_parse_json(line, path) for line in lines[1:] if line.strip()]
+    entries = [_parse_json(line, path) for line in lines[1:] if line.strip()]
+    for e in entries:
+        Fields(e, path, "source log entry")  # each line is one object (path, timestamp, ...)
+    return entries
 
 
 def batch_id_of(name: str) -> int | None:

@@ -30,6 +30,7 @@ from statectl.checkpoint.state_metadata import (
     parse_schema_file,
 )
 from statectl.checksums import read_text_verified, read_verified
+from statectl.codecs.sparktypes import parse_schema
 from statectl.errors import (
     CorruptFileError,
     MissingFileError,
@@ -189,6 +190,13 @@ class Checkpoint:
     @property
     def latest_committed_batch(self) -> int | None:
         committed = set(self.commit_batches) & set(self.offset_batches)
+        if self.commit_batches and self.commit_batches[-1] not in committed:
+            # Spark writes offsets/N before commits/N: a newest commit without its offset log
+            # entry is damage, and falling back to an older batch would silently export old state
+            b = self.commit_batches[-1]
+            raise MissingFileError(
+                f"offset log entry for committed batch {b} is missing", off_path(self, b)
+            )
         return max(committed) if committed else None
 
     @property
@@ -256,9 +264,9 @@ class Checkpoint:
             raise StatectlError(
                 "the offset log does not pin spark.sql.shuffle.partitions", off_path(self, batch)
             )
-        if not value.strip().isdigit():
+        if not value.isdigit() or int(value) < 1:
             raise CorruptFileError(
-                f"pinned {PARTITIONS_CONF}={value!r} is not a partition count",
+                f"pinned spark.sql.shuffle.partitions is {value!r}, not a positive number",
                 off_path(self, batch),
             )
         return int(value)
@@ -408,7 +416,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int, *, planned: bool = Fals
         if info.schema_file_paths:
             uses_cf = True
             p = relocate_schema_path(ckpt, op, info.schema_file_paths[-1])
-            _, families = parse_schema_file(ckpt.read_bytes(p), p)
+            _, families = load_schema_file(ckpt, p)
             schemas.extend(_describe(f, p) for f in families)
             continue
         p = posixpath.join(store_dir(ckpt, op, 0, info.store_name), "_metadata", "schema")
@@ -416,7 +424,7 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int, *, planned: bool = Fals
             raise MissingFileError(
                 f"state schema file of operator {op} store {info.store_name!r} is missing", p
             )
-        version, families = parse_schema_file(ckpt.read_bytes(p), p)
+        version, families = load_schema_file(ckpt, p)
         if version == 3:
             uses_cf = True
             schemas.extend(_describe(f, p) for f in families)
@@ -441,6 +449,17 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int, *, planned: bool = Fals
         properties=meta.properties if meta else {},
         uses_column_families=uses_cf,
     )
+
+
+def load_schema_file(ckpt: Checkpoint, path: str) -> tuple[int, list[ColumnFamilySchema]]:
+    """A schema file whose schema strings are all Spark struct types (else a clean error now,
+    rather than a traceback in whichever reader parses them first)."""
+    version, families = parse_schema_file(ckpt.read_bytes(path), path)
+    for f in families:
+        for text in (f.key_schema, f.value_schema, f.user_key_schema):
+            if text is not None:
+                parse_schema(text, path)
+    return version, families
 
 
 def _describe(f: ColumnFamilySchema, path: str) -> StoreDescription:

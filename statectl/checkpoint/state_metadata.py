@@ -8,6 +8,7 @@ from typing import Any
 
 from statectl.checkpoint.logs import parse_version_line
 from statectl.codecs.javaio import DataReader, DataWriter
+from statectl.codecs.jsonfields import Fields, loads
 from statectl.errors import CorruptFileError
 
 MAX_OPERATOR_METADATA_VERSION = 2
@@ -35,34 +36,32 @@ class OperatorMetadata:
 def parse_operator_metadata(text: str, path: str) -> OperatorMetadata:
     head, _, body = text.partition("\n")
     version = parse_version_line(head, MAX_OPERATOR_METADATA_VERSION, path)
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as e:
-        raise CorruptFileError(f"invalid operator metadata JSON ({e.msg})", path) from None
-    info = obj.get("operatorInfo") or {}
+    obj = Fields(loads(body, path, "operator metadata"), path)
+    info = obj.fields("operatorInfo", None) or Fields({}, path, "operatorInfo")
     stores = []
-    for s in obj.get("stateStoreInfo") or []:
-        paths = s.get("stateSchemaFilePaths")
-        if paths is None and s.get("stateSchemaFilePath"):
-            paths = [s["stateSchemaFilePath"]]  # the 4.0-era single-path field
+    for s in obj.obj_list("stateStoreInfo", []):
+        paths = s.str_list("stateSchemaFilePaths", None)
+        if paths is None and s.has("stateSchemaFilePath"):
+            paths = [s.str("stateSchemaFilePath")]  # the 4.0-era single-path field
         stores.append(
             StoreInfo(
-                store_name=s.get("storeName", "default"),
-                num_cols_prefix_key=int(s.get("numColsPrefixKey", 0)),
-                num_partitions=int(s.get("numPartitions", 0)),
+                store_name=s.str("storeName", "default"),
+                num_cols_prefix_key=s.int("numColsPrefixKey", 0, minimum=0),
+                num_partitions=s.int("numPartitions", 0, minimum=0),
                 schema_file_paths=list(paths or []),
             )
         )
     props: dict[str, Any] = {}
-    if obj.get("operatorPropertiesJson"):
-        try:
-            props = json.loads(obj["operatorPropertiesJson"])
-        except json.JSONDecodeError:
-            raise CorruptFileError("operatorPropertiesJson is not JSON", path) from None
+    if obj.has("operatorPropertiesJson"):
+        props = Fields(
+            loads(obj.str("operatorPropertiesJson"), path, "operatorPropertiesJson"),
+            path,
+            "operatorPropertiesJson",
+        ).obj
     return OperatorMetadata(
         version=version,
-        operator_id=int(info.get("operatorId", -1)),
-        operator_name=str(info.get("operatorName", "")),
+        operator_id=info.int("operatorId", -1),
+        operator_name=info.str("operatorName", ""),
         stores=stores,
         properties=props,
     )
@@ -99,7 +98,10 @@ def parse_schema_file(data: bytes, path: str) -> tuple[int, list[ColumnFamilySch
     if version == 2:
         return 2, [ColumnFamilySchema("default", _read_chunked(r), _read_chunked(r))]
     families = []
-    for _ in range(r.read_int()):
+    count = r.read_int()
+    if count < 1 or count > 100_000:
+        raise CorruptFileError(f"invalid column family count {count} in schema file", path)
+    for _ in range(count):
         name = r.read_utf()
         key_id = r.read_short()
         key = _read_chunked(r)
@@ -107,10 +109,14 @@ def parse_schema_file(data: bytes, path: str) -> tuple[int, list[ColumnFamilySch
         value = _read_chunked(r)
         spec_text = _read_chunked(r)
         user_key = _read_chunked(r)
-        try:
-            spec = json.loads(spec_text)
-        except json.JSONDecodeError:
-            raise CorruptFileError(f"invalid key encoder spec for {name!r}", path) from None
+        spec = Fields(
+            loads(spec_text, path, f"key encoder spec of {name!r}"), path, "keyStateEncoderSpec"
+        )
+        spec.int("numColsPrefixKey", 0, minimum=0)  # the fields readers use, typed
+        spec.str("keyStateEncoderType", "")
+        ordinals = spec.list("orderingOrdinals", [])
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ordinals):
+            raise CorruptFileError(f"orderingOrdinals of {name!r} are not column numbers", path)
         families.append(
             ColumnFamilySchema(
                 name,
@@ -118,7 +124,7 @@ def parse_schema_file(data: bytes, path: str) -> tuple[int, list[ColumnFamilySch
                 value,
                 key_id,
                 value_id,
-                spec,
+                spec.obj,
                 None if "".join(user_key.split()) in ("", "{}") else user_key,
             )
         )

@@ -52,7 +52,13 @@ class DataReader:
 
     def read_utf(self) -> str:
         (n,) = struct.unpack(">H", self._take(2))
-        return decode_modified_utf8(self._take(n))
+        start = self.pos
+        try:
+            return decode_modified_utf8(self._take(n))
+        except UnicodeDecodeError:
+            raise CorruptFileError(
+                f"string at offset {start} is not (modified) UTF-8", self.path
+            ) from None
 
     def at_end(self) -> bool:
         return self.pos >= len(self.data)

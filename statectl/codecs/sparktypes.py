@@ -25,6 +25,7 @@ from typing import Any, Union
 
 import pyarrow as pa
 
+from statectl.codecs import jsonfields
 from statectl.errors import CorruptFileError, UnsupportedError
 
 SparkType = Union[str, dict[str, Any]]  # noqa: UP007 (runtime alias; the project targets 3.10)
@@ -113,13 +114,13 @@ def loads(text: str | bytes) -> Any:
 def parse_schema(schema: str | bytes | dict, path: str | None = None) -> dict:
     """A Spark struct schema from JSON text or an already parsed object."""
     if isinstance(schema, (str, bytes)):
-        try:
-            schema = loads(schema)
-        except ValueError as e:
-            raise CorruptFileError(f"schema is not valid JSON ({e})", path) from None
+        schema = jsonfields.loads(schema, path, "schema", parse_float=JsonFloat)
     if not isinstance(schema, dict) or schema.get("type") != "struct":
         raise UnsupportedError("state schema is not a Spark struct type", path)
-    _check_shape(schema, path)
+    try:
+        _check_shape(schema, path)
+    except RecursionError:
+        raise CorruptFileError("schema is nested too deeply to be real", path) from None
     return schema
 
 

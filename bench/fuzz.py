@@ -1,0 +1,1501 @@
+"""Adversarial campaign: run the real CLI on corrupted copies of the bundled fixtures.
+
+    python bench/fuzz.py --n 3000 --jobs 2            # the issue-8 campaign, prints a table
+    python bench/fuzz.py --n 200 --families tws,savepoint --seed 7
+    python bench/fuzz.py --seed 1 --case 42 --keep    # re-run one case, keep its directory
+
+Each case copies one fixture (or a savepoint of one) into a private directory, applies one
+mutation, then runs ``statectl.cli.main()`` in a forked child (the parent has imported
+everything, so a command costs its work, not an interpreter start) for every command of the
+fixture: ``inspect --json``, ``export`` of every selection in fixtures/manifest.json, ``savepoint``
+and ``export`` from that savepoint (crafted savepoints: ``inspect``, ``export``, ``restore`` and
+``export`` from the restored checkpoint). Each command is classified against the same command on
+the uncorrupted copy:
+
+    same          exit 0, output identical to the baseline
+    clean-error   exit 2, only ``statectl: error: ...`` lines on stderr, no traceback
+    SILENT-DIFF   exit 0, different rows / different output
+    TRACEBACK     an exception escaped main()
+    HANG          the case exceeded --timeout
+    CRASH         killed by a signal, or an exit code other than 0 and 2
+    ESCAPE        a file outside the case's out/ and tmp/ was created, modified or deleted
+                  (the source copy included), or a file in the sentinel directory was opened
+
+A case's outcome is its worst command. Traversal payloads point into ``<case>/sentinel``; an
+audit hook (``sys.addaudithook``) records every open of a sentinel file and every write outside
+``out/`` and ``tmp/``, and the case directory is snapshotted (sha256 of every file) before and
+after. Failing cases go to a JSON-lines reproducer file (``--failures``), each with the mutation
+and the command; ``--seed S --case I`` replays one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+FIXTURES = REPO / "fixtures" / "checkpoints"
+MANIFEST = REPO / "fixtures" / "manifest.json"
+
+FAMILIES: dict[str, list[str]] = {
+    "hdfs": [
+        "agg-hdfs",
+        "dedup-hdfs",
+        "dedupwm-hdfs",
+        "fmgws-hdfs",
+        "join-hdfs",
+        "multi-hdfs",
+        "window-hdfs",
+        "agg-types-hdfs",
+        "agg-snapshots-hdfs",
+        "agg-rowchecksum-hdfs",
+        "agg-uncommitted-hdfs",
+        "spark35-agg-hdfs",
+        "spark35-join-hdfs",
+    ],
+    "rocksdb-zip": [
+        "agg-rocksdb",
+        "dedup-rocksdb",
+        "dedupwm-rocksdb",
+        "fmgws-rocksdb",
+        "join-rocksdb",
+        "window-rocksdb",
+        "agg-types-rocksdb",
+        "spark35-agg-rocksdb",
+    ],
+    "rocksdb-changelog": [
+        "agg-rocksdb-changelog",
+        "dedup-rocksdb-changelog",
+        "dedupwm-rocksdb-changelog",
+        "fmgws-rocksdb-changelog",
+        "join-rocksdb-changelog",
+        "window-rocksdb-changelog",
+        "agg-snapshots-rocksdb-changelog",
+        "agg-rowchecksum-rocksdb-changelog",
+    ],
+    "ckptv2": ["agg-ckptv2-rocksdb", "agg-ckptv2-rocksdb-changelog"],
+    "tws": [
+        "tws-rocksdb",
+        "tws-rocksdb-changelog",
+        "tws-avro-rocksdb",
+        "tws-mergev1-rocksdb",
+        "tws-mergev1-rocksdb-changelog",
+    ],
+    "codec": ["agg-lzf-hdfs", "agg-snappy-hdfs", "agg-zstd-hdfs", "agg-hdfs"],
+    # Crafted canonical savepoints (of a fixture of any family above) fed to export and restore.
+    "savepoint": ["agg-hdfs", "join-rocksdb", "tws-rocksdb", "agg-ckptv2-rocksdb", "multi-hdfs"],
+}
+
+CKPT_CLASSES = [
+    "flip",
+    "truncate",
+    "zero",
+    "delete",
+    "swap-partition",
+    "swap-version",
+    "json-type",
+    "json-garbage",
+    "deep-json",
+    "non-utf8",
+    "schema",
+    "zip-member",
+]
+SP_CLASSES = [
+    "sp-abs-path",
+    "sp-dotdot-path",
+    "sp-symlink",
+    "sp-drop-file",
+    "sp-sha256",
+    "sp-rows",
+    "sp-bytes",
+    "sp-operator-id",
+    "sp-huge-batch",
+    "sp-json-type",
+    "sp-flip",
+    "sp-truncate",
+]
+# Savepoint mutations that model a crafted (re-sealed) _metadata rather than damage.
+CRAFTED_SAVEPOINT = {
+    "sp-abs-path",
+    "sp-dotdot-path",
+    "sp-symlink",
+    "sp-drop-file",
+    "sp-operator-id",
+}
+OUTCOMES = ["same", "clean-error", "SILENT-DIFF", "TRACEBACK", "HANG", "CRASH", "ESCAPE"]
+SEVERITY = {o: i for i, o in enumerate(OUTCOMES)}
+SEVERITY["HANG"] = SEVERITY["SILENT-DIFF"] + 0.5  # worse than a diff, less than a traceback
+BAD = {"SILENT-DIFF", "TRACEBACK", "HANG", "CRASH", "ESCAPE"}
+
+# Values of the wrong type (or hostile values of the right one) for JSON fields.
+WRONG_VALUES: list[Any] = [
+    None,
+    -1,
+    2**63,
+    1.5,
+    "x",
+    "",
+    [],
+    {},
+    [1, "a"],
+    {"a": 1},
+    True,
+    "../../sentinel/pwned",
+    "/etc/passwd",
+]
+
+
+def manifest() -> dict[str, dict[str, Any]]:
+    return {f["name"]: f for f in json.loads(MANIFEST.read_text())["fixtures"]}
+
+
+def selection_args(read: dict[str, Any]) -> list[str]:
+    """CLI options of one statestore read of the manifest."""
+    o = read["options"]
+    args = ["--operator", str(read["operatorId"])]
+    if "joinSide" in o:
+        args += ["--join-side", o["joinSide"]]
+    if "storeName" in o:
+        args += ["--store", o["storeName"]]
+    if "stateVarName" in o:
+        args += ["--state-var", o["stateVarName"]]
+    if o.get("readRegisteredTimers") == "true":
+        args += ["--timers"]
+    return args
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Command:
+    """One CLI invocation; ``{src}``, ``{out}`` are filled in per case. ``compare`` names what
+    is compared with the baseline: the JSON on stdout (minus paths) and/or an output file."""
+
+    name: str
+    argv: list[str]
+    output_file: str | None = None  # relative to out/
+    needs: str | None = None  # a command whose success this one depends on
+    # where it may write, as prefixes of paths relative to out/ (an output and its temporary
+    # siblings); anywhere else, out/ included, is an ESCAPE
+    writes: tuple[str, ...] = ()
+
+
+def checkpoint_commands(fixture: str) -> list[Command]:
+    reads = manifest()[fixture]["reads"]
+    cmds = [Command("inspect", ["inspect", "{src}", "--json"])]
+    for i, r in enumerate(reads):
+        cmds.append(
+            Command(
+                f"export[{i}]",
+                ["export", "{src}", *selection_args(r), "-o", f"{{out}}/e{i}.jsonl", "--json"],
+                f"e{i}.jsonl",
+                writes=(f"e{i}.jsonl", f".e{i}.jsonl."),
+            )
+        )
+    cmds.append(
+        Command("savepoint", ["savepoint", "{src}", "{out}/sp", "--json"], writes=("sp/", "sp"))
+    )
+    for i, r in enumerate(reads):
+        cmds.append(
+            Command(
+                f"sp-export[{i}]",
+                ["export", "{sp}", *selection_args(r), "-o", f"{{out}}/s{i}.jsonl", "--json"],
+                f"s{i}.jsonl",
+                needs="savepoint",
+                writes=(f"s{i}.jsonl", f".s{i}.jsonl."),
+            )
+        )
+    return cmds
+
+
+def savepoint_commands(fixture: str) -> list[Command]:
+    reads = manifest()[fixture]["reads"]
+    cmds = [Command("inspect", ["inspect", "{src}", "--json"])]
+    for i, r in enumerate(reads):
+        cmds.append(
+            Command(
+                f"export[{i}]",
+                ["export", "{src}", *selection_args(r), "-o", f"{{out}}/e{i}.jsonl", "--json"],
+                f"e{i}.jsonl",
+                writes=(f"e{i}.jsonl", f".e{i}.jsonl."),
+            )
+        )
+    cmds.append(
+        Command(
+            "restore",
+            ["restore", "{out}/restored", "-s", "{src}", "--json"],
+            writes=("restored", ".restored"),
+        )
+    )
+    for i, r in enumerate(reads):
+        cmds.append(
+            Command(
+                f"restored-export[{i}]",
+                [
+                    "export",
+                    "{out}/restored",
+                    *selection_args(r),
+                    "-o",
+                    f"{{out}}/r{i}.jsonl",
+                    "--json",
+                ],
+                f"r{i}.jsonl",
+                needs="restore",
+                writes=(f"r{i}.jsonl", f".r{i}.jsonl."),
+            )
+        )
+    return cmds
+
+
+# -- the case directory and its watchers -------------------------------------------------------
+
+
+@dataclass
+class CaseDirs:
+    root: Path
+
+    @property
+    def src(self) -> Path:
+        return self.root / "src"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def sentinel(self) -> Path:
+        return self.root / "sentinel"
+
+    def make(self) -> None:
+        for d in (self.out, self.tmp, self.sentinel):
+            d.mkdir(parents=True, exist_ok=True)
+        (self.sentinel / "marker").write_text("a file statectl must never touch\n")
+
+
+def snapshot(root: Path, skip: tuple[Path, ...]) -> dict[str, str]:
+    """sha256 (or symlink target) of every file under root, skipping the allowed write dirs."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        dirnames[:] = [n for n in dirnames if d / n not in skip]
+        for n in filenames + [n for n in dirnames if (d / n).is_symlink()]:
+            p = d / n
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = "->" + os.readlink(p)
+            else:
+                try:
+                    out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+                except OSError as e:
+                    out[rel] = f"unreadable {e}"
+    return out
+
+
+def diff_snapshots(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    changes = [f"created {k}" for k in b.keys() - a.keys()]
+    changes += [f"deleted {k}" for k in a.keys() - b.keys()]
+    changes += [f"modified {k}" for k in a.keys() & b.keys() if a[k] != b[k]]
+    return sorted(changes)
+
+
+class Watch:
+    """An audit hook: opens of sentinel files, writes outside out/ and tmp/ (ESCAPE)."""
+
+    def __init__(self, dirs: CaseDirs) -> None:
+        self.sentinel = str(dirs.sentinel.resolve())
+        self.out = str(dirs.out.resolve())
+        self.tmp = str(dirs.tmp.resolve())
+        self.writes: tuple[str, ...] = ()  # prefixes under out/ of the running command
+        self.events: list[str] = []
+        self.active = True
+
+    def _inside(self, path: str, base: str) -> bool:
+        return path == base or path.startswith(base + os.sep)
+
+    def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.active:
+            return
+        if event == "open":
+            path, mode, flags = ([*list(args), None, None, None])[:3]
+            if isinstance(path, int) or path is None:
+                return
+            path = os.fsdecode(path)
+            write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int)
+                and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            )
+            self._check(path, write, "open")
+        elif event in ("os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "os.truncate"):
+            if args and not isinstance(args[0], int):
+                path = os.fsdecode(args[0])
+                dir_fd = args[-1] if event != "os.truncate" and len(args) > 1 else None
+                if isinstance(dir_fd, int) and not os.path.isabs(path):
+                    # rmtree works with dir_fd: resolve the name against that directory
+                    with contextlib.suppress(OSError):
+                        path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+                self._check(path, True, event)
+        elif event in ("os.rename", "shutil.move", "shutil.copyfile", "os.symlink", "os.link"):
+            if len(args) > 1 and not isinstance(args[1], int):
+                self._check(os.fsdecode(args[1]), True, event)
+            if event in ("os.rename", "shutil.move") and args and not isinstance(args[0], int):
+                self._check(os.fsdecode(args[0]), True, event)
+
+    def _check(self, path: str, write: bool, what: str) -> None:
+        # realpath: a symlink inside the source that points at the sentinel is an escape too.
+        real = os.path.realpath(os.path.abspath(path))
+        if self._inside(real, self.sentinel):
+            self.events.append(f"{what} {'write' if write else 'read'} {real}")
+        elif what == "os.mkdir" and os.path.isdir(real):
+            return  # makedirs(exist_ok=True) on an existing parent creates nothing
+        elif write and not self._inside(real, self.tmp):
+            if real.startswith("/dev/") or "__pycache__" in real:
+                return
+            rel = real[len(self.out) + 1 :] if self._inside(real, self.out) else None
+            if rel is None or not any(rel.startswith(w) for w in self.writes):
+                self.events.append(f"{what} write outside the command's output: {real}")
+
+
+# -- mutations ---------------------------------------------------------------------------------
+
+
+def _files(src: Path) -> list[str]:
+    return sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+
+
+def _is_state(rel: str) -> bool:
+    return rel.startswith("state/") and "/_metadata/" not in rel and not _is_crc(rel)
+
+
+def _is_crc(rel: str) -> bool:
+    return rel.endswith(".crc")
+
+
+def _is_json_text(rel: str) -> bool:
+    parts = rel.split("/")
+    name = parts[-1]
+    if name.startswith("."):
+        return False
+    if parts[0] in ("offsets", "commits", "sources") or rel == "metadata":
+        return True
+    if "_metadata" in parts and (name == "metadata" or "v2" in parts):
+        return True
+    # checkpoint v2 / Spark 4.1+ checksum files are JSON
+    return _is_crc(rel) and not name.startswith(".")
+
+
+def _is_schema(rel: str) -> bool:
+    parts = rel.split("/")
+    if parts[-1].startswith("."):
+        return False
+    return "_stateSchema" in parts or (parts[-1] == "schema" and "_metadata" in parts)
+
+
+def _weighted(rng: random.Random, files: list[str]) -> str:
+    weights = [4 if _is_state(f) else (0.3 if _is_crc(f) else 1) for f in files]
+    return rng.choices(files, weights)[0]
+
+
+def _json_paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _json_paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _json_paths(v, (*prefix, i))
+    return out
+
+
+def _set_path(obj: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    cur = obj
+    for k in path[:-1]:
+        cur = cur[k]
+    cur[path[-1]] = value
+    return obj
+
+
+def _json_lines(data: bytes) -> list[int]:
+    lines = data.decode("utf-8", "replace").split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            json.loads(line)
+            out.append(i)
+        except ValueError:
+            pass
+    return out
+
+
+def _deep(rng: random.Random) -> str:
+    depth = rng.choice([1000, 100_000])
+    return "[" * depth + "]" * depth if rng.random() < 0.5 else '{"a":' * depth + "1" + "}" * depth
+
+
+def _zips(files: list[str]) -> list[str]:
+    return [f for f in files if f.endswith(".zip") and not f.split("/")[-1].startswith(".")]
+
+
+def plan_mutation(rng: random.Random, cls: str, src: Path) -> dict[str, Any] | None:
+    """A concrete, replayable mutation of class ``cls`` for the copy at ``src`` (None: n/a)."""
+    files = _files(src)
+    if cls in ("flip", "truncate", "zero", "delete"):
+        rel = _weighted(rng, files)
+        size = (src / rel).stat().st_size
+        if cls == "delete":
+            return {"cls": cls, "file": rel}
+        if size == 0:
+            return None
+        if cls == "flip":
+            return {
+                "cls": cls,
+                "file": rel,
+                "flips": [
+                    [rng.randrange(size), 1 << rng.randrange(8)] for _ in range(rng.randint(1, 3))
+                ],
+            }
+        if cls == "truncate":
+            return {"cls": cls, "file": rel, "size": rng.randrange(size)}
+        off = rng.randrange(size)
+        return {
+            "cls": cls,
+            "file": rel,
+            "offset": off,
+            "length": rng.randint(1, max(1, min(512, size - off))),
+        }
+    if cls == "swap-partition":
+        cands = [f for f in files if _is_state(f) or (f.startswith("state/") and _is_crc(f))]
+        rng.shuffle(cands)
+        for rel in cands:
+            parts = rel.split("/")
+            if len(parts) > 3 and parts[2].isdigit():
+                for p in range(4):
+                    if str(p) != parts[2]:
+                        other = "/".join([*parts[:2], str(p), *parts[3:]])
+                        if (src / other).is_file():
+                            return {"cls": cls, "file": rel, "other": other}
+        return None
+    if cls == "swap-version":
+        cands = [f for f in files if _is_state(f)]
+        rng.shuffle(cands)
+        for rel in cands:
+            d, name = rel.rsplit("/", 1)
+            ext = name.split(".", 1)[-1] if "." in name else ""
+            peers = [
+                f
+                for f in files
+                if f.rsplit("/", 1)[0] == d
+                and f != rel
+                and f.endswith("." + ext)
+                and not _is_crc(f)
+            ]
+            if peers:
+                return {"cls": cls, "file": rel, "other": rng.choice(peers)}
+        return None
+    if cls in ("json-type", "json-garbage", "deep-json"):
+        cands = [f for f in files if _is_json_text(f) and _json_lines((src / f).read_bytes())]
+        zips = _zips(files)
+        if zips and rng.random() < 0.3:
+            z = rng.choice(zips)
+            return {"cls": cls, "file": z, "member": "metadata", **_json_edit(rng, cls, z, src)}
+        if not cands:
+            return None
+        rel = rng.choice(cands)
+        return {"cls": cls, "file": rel, **_json_edit(rng, cls, rel, src)}
+    if cls == "non-utf8":
+        cands = [f for f in files if _is_json_text(f) or _is_schema(f)]
+        if not cands:
+            return None
+        rel = rng.choice(cands)
+        size = (src / rel).stat().st_size
+        return {
+            "cls": cls,
+            "file": rel,
+            "offset": rng.randrange(size + 1),
+            "bytes": rng.choice(["ff", "c328", "eda080", "fffe00"]),
+        }
+    if cls == "schema":
+        cands = [f for f in files if _is_schema(f)]
+        if not cands:
+            return None
+        rel = rng.choice(cands)
+        kind = rng.choice(["type", "garbage", "deep", "chunks", "utf"])
+        return {"cls": cls, "file": rel, "kind": kind, "seed": rng.randrange(1 << 30)}
+    if cls == "zip-member":
+        zips = _zips(files)
+        if not zips:
+            return None
+        kind = rng.choice(
+            [
+                "member-traversal",
+                "local-traversal",
+                "local-absolute",
+                "dfs-traversal",
+                "deflate-damage",
+                "metadata-types",
+            ]
+        )
+        return {"cls": cls, "file": rng.choice(zips), "kind": kind, "seed": rng.randrange(1 << 30)}
+    raise ValueError(cls)
+
+
+def _json_edit(rng: random.Random, cls: str, rel: str, src: Path) -> dict[str, Any]:
+    if cls == "json-type":
+        return {"value": rng.choice(WRONG_VALUES), "pick": rng.randrange(1 << 30)}
+    if cls == "json-garbage":
+        return {
+            "text": rng.choice(
+                ['{"a":', "}{", "nul", "[1,2", '{"id": 1}', "\x00\x01", "{}", "[]", "1e999999"]
+            )
+        }
+    return {"depth": rng.choice([1000, 100_000]), "shape": rng.choice(["list", "dict"])}
+
+
+def _edit_json_text(text: str, m: dict[str, Any]) -> str:
+    """Apply a json-* mutation to one JSON line of a text file (chosen by ``pick``)."""
+    lines = text.split("\n")
+    idx = [i for i, line in enumerate(lines) if _is_json_line(line)]
+    if not idx:
+        idx = [len(lines) - 1]
+    i = idx[m.get("pick", 0) % len(idx)]
+    if "line" in m:
+        i = m["line"]
+    cls = m["cls"]
+    if cls == "json-garbage":
+        lines[i] = m["text"]
+    elif cls == "deep-json":
+        d = m["depth"]
+        lines[i] = "[" * d + "]" * d if m["shape"] == "list" else '{"a":' * d + "1" + "}" * d
+    elif "path" in m:  # an explicit field: the first JSON line that has it
+        for i in idx:
+            obj = json.loads(lines[i])
+            with contextlib.suppress(KeyError, IndexError, TypeError):
+                _set_path(obj, tuple(m["path"]), m["value"])
+                lines[i] = json.dumps(obj)
+                break
+        else:
+            raise ValueError(f"no JSON line has {m['path']}")
+    else:
+        obj = json.loads(lines[i])
+        paths = _json_paths(obj)
+        path = paths[m["pick"] % len(paths)]
+        # Spark nests JSON in strings (operatorPropertiesJson, offsets): edit inside them too.
+        obj = _set_path(obj, path, m["value"])
+        lines[i] = json.dumps(obj)
+    return "\n".join(lines)
+
+
+def _is_json_line(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return line.strip() not in ("", "-")
+
+
+def _rewrite_zip(path: Path, edit: Any) -> None:
+    """Rebuild a zip with edit(name, bytes) -> bytes | None (None drops the member)."""
+    with zipfile.ZipFile(path) as z:
+        members = [(i, z.read(i.filename)) for i in z.infolist()]
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for info, data in members:
+            new = edit(info.filename, data)
+            if new is not None:
+                z.writestr(info.filename, new)
+        extra = edit(None, b"")
+        if extra:
+            for name, data in extra:
+                z.writestr(name, data)
+    path.write_bytes(out.getvalue())
+
+
+def apply_mutation(m: dict[str, Any], dirs: CaseDirs) -> None:
+    src = dirs.src
+    p = src / m["file"]
+    cls = m["cls"]
+    if cls == "flip":
+        data = bytearray(p.read_bytes())
+        for off, mask in m["flips"]:
+            data[off] ^= mask
+        p.write_bytes(bytes(data))
+    elif cls == "truncate":
+        with open(p, "r+b") as f:
+            f.truncate(m["size"])
+    elif cls == "zero":
+        data = bytearray(p.read_bytes())
+        data[m["offset"] : m["offset"] + m["length"]] = bytes(
+            len(data[m["offset"] : m["offset"] + m["length"]])
+        )
+        p.write_bytes(bytes(data))
+    elif cls == "delete":
+        p.unlink()
+    elif cls in ("swap-partition", "swap-version"):
+        q = src / m["other"]
+        a, b = p.read_bytes(), q.read_bytes()
+        p.write_bytes(b)
+        q.write_bytes(a)
+    elif cls in ("json-type", "json-garbage", "deep-json"):
+        if m.get("member"):
+            _rewrite_zip(
+                p,
+                lambda name, data: (
+                    None
+                    if name is None
+                    else (
+                        _edit_json_text(data.decode("utf-8"), m).encode()
+                        if name == m["member"]
+                        else data
+                    )
+                ),
+            )
+        else:
+            p.write_text(_edit_json_text(p.read_text("utf-8", "replace"), m), "utf-8")
+    elif cls == "non-utf8":
+        data = p.read_bytes()
+        p.write_bytes(data[: m["offset"]] + bytes.fromhex(m["bytes"]) + data[m["offset"] :])
+    elif cls == "schema":
+        _mutate_schema(p, m)
+    elif cls == "zip-member":
+        _mutate_zip(p, m, dirs)
+    elif cls.startswith("sp-"):
+        _mutate_savepoint(m, dirs)
+    else:
+        raise ValueError(cls)
+
+
+def _mutate_schema(p: Path, m: dict[str, Any]) -> None:
+    import struct
+
+    rng = random.Random(m["seed"])
+    data = p.read_bytes()
+    kind = m["kind"]
+    # Every schema version starts with writeUTF("vN"); the JSON strings follow as UTF chunks.
+    head = data[:4]
+    if kind == "chunks":
+        # an absurd chunk count or UTF length right after the version line
+        pos = 4
+        data = (
+            data[:pos] + struct.pack(">i", rng.choice([-1, 2**31 - 1, 999_999])) + data[pos + 4 :]
+        )
+    elif kind == "utf":
+        pos = rng.randrange(4, max(5, len(data)))
+        data = data[:pos] + b"\xff\xfe" + data[pos + 2 :]
+    else:
+        # replace the first JSON string (after its 2-byte UTF length) with another JSON text
+        start = data.find(b"{", 4)
+        if start < 2:
+            return
+        (n,) = struct.unpack(">H", data[start - 2 : start])
+        if kind == "type":
+            text = json.dumps(
+                rng.choice([[1, 2], {"type": 5}, {"type": "struct", "fields": 3}, None, "x"])
+            )
+        elif kind == "garbage":
+            text = rng.choice(
+                ['{"type":', "nonsense", "{}", '{"type":"struct","fields":[{"name":1}]}']
+            )
+        else:
+            text = "[" * 50_000 + "]" * 50_000
+        enc = text.encode()[:65535]
+        data = data[: start - 2] + struct.pack(">H", len(enc)) + enc + data[start + n :]
+    del head
+    p.write_bytes(data)
+
+
+def _mutate_zip(p: Path, m: dict[str, Any], dirs: CaseDirs) -> None:
+    rng = random.Random(m["seed"])
+    kind = m["kind"]
+    store_dir = p.parent
+    # The reader extracts into a temporary directory under tmp/ (TMPDIR), one level down.
+    extract_dir = dirs.tmp / "statectl-rocksdb-x"
+    rel_to_sentinel = os.path.relpath(dirs.sentinel / "pwned", extract_dir)
+    if kind == "member-traversal":
+        _rewrite_zip(
+            p,
+            lambda name, data: (
+                [
+                    (rel_to_sentinel + "-member", b"pwned"),
+                    ("/" + str(dirs.sentinel / "abs-member"), b"x"),
+                ]
+                if name is None
+                else data
+            ),
+        )
+        return
+    if kind == "deflate-damage":
+        # flip bytes inside the compressed stream of one deflated member: zlib.error or CRC error
+        with zipfile.ZipFile(p) as z:
+            infos = [i for i in z.infolist() if i.compress_size > 8]
+        if not infos:
+            return
+        info = rng.choice(infos)
+        data = bytearray(p.read_bytes())
+        hdr = info.header_offset
+        name_len = int.from_bytes(data[hdr + 26 : hdr + 28], "little")
+        extra_len = int.from_bytes(data[hdr + 28 : hdr + 30], "little")
+        body = hdr + 30 + name_len + extra_len
+        for _ in range(3):
+            off = body + rng.randrange(info.compress_size)
+            data[off] ^= 0xFF
+        p.write_bytes(bytes(data))
+        return
+
+    def edit_meta(name: str | None, data: bytes) -> Any:
+        if name != "metadata":
+            return None if name is None else data
+        head, _, body = data.decode().partition("\n")
+        obj = json.loads(body)
+        ssts = obj.get("sstFiles") or []
+        if kind == "metadata-types":
+            paths = _json_paths(obj)
+            obj = _set_path(obj, rng.choice(paths), rng.choice(WRONG_VALUES))
+        elif ssts:
+            e = rng.choice(ssts)
+            if kind == "local-traversal":
+                e["localFileName"] = rel_to_sentinel
+            elif kind == "local-absolute":
+                e["localFileName"] = str(dirs.sentinel / "pwned-abs")
+            elif kind == "dfs-traversal":
+                # a real SST copied into the sentinel dir: reading it would even "work"
+                real = store_dir / "SSTs" / e["dfsSstFileName"]
+                if real.is_file():
+                    shutil.copy(real, dirs.sentinel / "secret.sst")
+                e["dfsSstFileName"] = os.path.relpath(
+                    dirs.sentinel / "secret.sst", store_dir / "SSTs"
+                )
+        return (head + "\n" + json.dumps(obj)).encode()
+
+    _rewrite_zip(p, edit_meta)
+
+
+# -- crafted savepoints ------------------------------------------------------------------------
+
+
+def plan_savepoint_mutation(rng: random.Random, cls: str, sp: Path) -> dict[str, Any] | None:
+    meta = json.loads((sp / "_metadata").read_text())
+    files = [
+        (oi, ti, fi)
+        for oi, o in enumerate(meta["operators"])
+        for ti, t in enumerate(o["tables"])
+        for fi, _ in enumerate(t["files"])
+    ]
+    m: dict[str, Any] = {"cls": cls, "file": "_metadata"}
+    if cls in (
+        "sp-abs-path",
+        "sp-dotdot-path",
+        "sp-symlink",
+        "sp-drop-file",
+        "sp-sha256",
+        "sp-rows",
+        "sp-bytes",
+        "sp-flip",
+        "sp-truncate",
+    ):
+        if not files:
+            return None
+        m["target"] = list(rng.choice(files))
+        m["seed"] = rng.randrange(1 << 30)
+    elif cls == "sp-operator-id":
+        m["value"] = rng.choice(["../../sentinel/pwned", "/abs/x", -1, 2**40, "0/../../x", None])
+        m["field"] = rng.choice(["operator_id", "uid"])
+    elif cls == "sp-huge-batch":
+        m["value"] = rng.choice([3_000_000, 2**62, -5])
+    elif cls == "sp-json-type":
+        m["pick"] = rng.randrange(1 << 30)
+        m["value"] = rng.choice(WRONG_VALUES)
+    else:
+        raise ValueError(cls)
+    return m
+
+
+def _mutate_savepoint(m: dict[str, Any], dirs: CaseDirs) -> None:
+    sp = dirs.src
+    mp = sp / "_metadata"
+    meta = json.loads(mp.read_text())
+    cls = m["cls"]
+    if "target" in m:
+        oi, ti, fi = m["target"]
+        table = meta["operators"][oi]["tables"][ti]
+        entry = table["files"][fi]
+        data_file = sp / entry["path"]
+        rng = random.Random(m["seed"])
+        if cls in ("sp-abs-path", "sp-dotdot-path", "sp-symlink"):
+            # the sentinel holds an exact copy: a reader that follows the path gets "right" rows
+            copy = dirs.sentinel / "data.parquet"
+            shutil.copy(data_file, copy)
+            if cls == "sp-abs-path":
+                entry["path"] = str(copy)
+            elif cls == "sp-dotdot-path":
+                entry["path"] = os.path.relpath(copy, sp)
+            else:
+                data_file.unlink()
+                data_file.symlink_to(copy)
+        elif cls == "sp-drop-file":
+            table["files"].pop(fi)
+        elif cls == "sp-sha256":
+            entry["sha256"] = hashlib.sha256(b"other").hexdigest()
+        elif cls == "sp-rows":
+            entry["rows"] = entry["rows"] + rng.choice([-1, 1, 1000])
+        elif cls == "sp-bytes":
+            entry["bytes"] = entry["bytes"] + rng.choice([-1, 1, 1000])
+        elif cls == "sp-flip":
+            data = bytearray(data_file.read_bytes())
+            off = rng.randrange(len(data))
+            data[off] ^= 1 << rng.randrange(8)
+            data_file.write_bytes(bytes(data))
+        elif cls == "sp-truncate":
+            data = data_file.read_bytes()
+            data_file.write_bytes(data[: rng.randrange(len(data))])
+    elif cls == "sp-operator-id":
+        meta["operators"][0][m["field"]] = m["value"]
+    elif cls == "sp-huge-batch":
+        meta["batch_id"] = m["value"]
+    elif cls == "sp-json-type" and "path" in m:
+        meta = _set_path(meta, tuple(m["path"]), m["value"])
+    elif cls == "sp-json-type":
+        paths = _json_paths(meta)
+        meta = _set_path(meta, paths[m["pick"] % len(paths)], m["value"])
+    if cls in CRAFTED_SAVEPOINT:
+        # A crafted savepoint carries a valid seal (an attacker recomputes it): the checks behind
+        # the seal are what these classes test. Other classes are damage, which the seal catches.
+        from statectl.savepoints.format import seal
+
+        meta = seal(meta)
+    mp.write_text(json.dumps(meta, indent=1))
+
+
+# -- running one case --------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    name: str
+    rc: int | None
+    stdout: str
+    stderr: str
+    output: str | None = None  # normalized output file content
+    seconds: float = 0.0
+    argv: list[str] = field(default_factory=list)
+
+
+def _normalize_stdout(text: str, dirs: CaseDirs) -> Any:
+    for base in (str(dirs.root.resolve()), str(dirs.root)):
+        text = text.replace(base, "<case>")
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text
+    return _strip_volatile(obj)
+
+
+_VOLATILE = {
+    "path",
+    "bytes",
+    "files",
+    "created_at",
+    "size",
+    "target",
+    "savepoint",
+    "problems",
+    "health",
+    # what a checkpoint says about itself beyond its state: the query id (Spark makes a new one
+    # when `metadata` is gone) and the extent of its logs (old entries may be purged)
+    "query_id",
+    "offset_batches",
+    "commit_batches",
+    "uncommitted_batches",
+}
+
+
+def _strip_volatile(obj: Any) -> Any:
+    """Drop what legitimately differs between two runs or with damage to unread files."""
+    if isinstance(obj, dict):
+        return {k: _strip_volatile(v) for k, v in obj.items() if k not in _VOLATILE}
+    if isinstance(obj, list):
+        return [_strip_volatile(v) for v in obj]
+    return obj
+
+
+def _run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """statectl's main() in this process, stdout/stderr captured, any escape as a traceback."""
+    from statectl import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    cli._state["debug"] = False
+    old_argv = sys.argv
+    sys.argv = ["statectl", *argv]
+    rc = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main()
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                err.write("TRACEBACK (escaped main()):\n" + traceback.format_exc())
+                rc = 1
+    finally:
+        sys.argv = old_argv
+    return rc, out.getvalue(), err.getvalue()
+
+
+def run_commands(dirs: CaseDirs, commands: list[Command]) -> tuple[list[Result], list[str]]:
+    """Run every command; returns results and ESCAPE events. Call in a disposable process."""
+    watch = Watch(dirs)
+    skip = (dirs.out, dirs.tmp)
+    before = snapshot(dirs.root, skip)
+    sys.addaudithook(watch.hook)
+    results: list[Result] = []
+    ok: dict[str, bool] = {}
+    sp_path = None
+    for c in commands:
+        if c.needs and not ok.get(c.needs):
+            continue
+        argv = [
+            a.replace("{src}", str(dirs.src))
+            .replace("{out}", str(dirs.out))
+            .replace("{sp}", str(sp_path))
+            for a in c.argv
+        ]
+        watch.writes = c.writes
+        t0 = time.perf_counter()
+        rc, so, se = _run_cli(argv)
+        r = Result(c.name, rc, so, se, seconds=time.perf_counter() - t0, argv=argv)
+        ok[c.name] = rc == 0
+        if c.name == "savepoint" and rc == 0:
+            with contextlib.suppress(ValueError, KeyError):
+                sp_path = json.loads(so)["path"].removeprefix("file://")
+        if rc == 0 and c.output_file:
+            f = dirs.out / c.output_file
+            if f.is_file():
+                r.output = "\n".join(sorted(f.read_text("utf-8", "replace").splitlines()))
+        results.append(r)
+    watch.active = False  # audit hooks cannot be removed; the harness's own reads don't count
+    events = list(watch.events)
+    after = snapshot(dirs.root, skip)
+    events += diff_snapshots(before, after)
+    return results, events
+
+
+def _json_error(stdout: str) -> bool:
+    """stdout is the CLI's JSON error object: one line of error text, exit code 2."""
+    try:
+        obj = json.loads(stdout)
+    except ValueError:
+        return False
+    return (
+        isinstance(obj, dict)
+        and obj.get("exit_code") == 2
+        and isinstance(obj.get("error"), str)
+        and "\n" not in obj["error"]
+    )
+
+
+def classify(r: dict[str, Any], base: dict[str, Any] | None) -> str:
+    rc, err = r["rc"], r["stderr"]
+    if r.get("traceback") or "Traceback (most recent call last)" in err:
+        return "TRACEBACK"
+    if rc == 0:
+        if base is None or base["rc"] != 0:
+            return "SILENT-DIFF"
+        same = r["norm"] == base["norm"] and r.get("output") == base.get("output")
+        return "same" if same else "SILENT-DIFF"
+    if rc == 2 and not err.strip() and _json_error(r.get("stdout", "")):
+        # Under --json an error is one JSON object on stdout (and nothing on stderr).
+        same = base is not None and base["rc"] == 2 and base.get("stdout") == r.get("stdout")
+        return "same" if same else "clean-error"
+    if rc == 2:
+        lines = [line for line in err.splitlines() if line.strip()]
+        if (
+            lines
+            and all(line.startswith(("statectl: error: ", "statectl: warning: ")) for line in lines)
+            and any(line.startswith("statectl: error: ") for line in lines)
+        ):
+            return (
+                "clean-error"
+                if not (base and base["rc"] == 2 and base["stderr"] == err)
+                else "same"
+            )
+        # exit 2 but not one "statectl: error:" line (a multi-line message, raw output)
+        return "CRASH"
+    return "CRASH"
+
+
+@dataclass
+class Case:
+    index: int
+    family: str
+    fixture: str
+    cls: str
+    mutation: dict[str, Any] | None = None
+    outcome: str = "same"
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def commands_for(case_family: str, fixture: str) -> list[Command]:
+    return (
+        savepoint_commands(fixture) if case_family == "savepoint" else checkpoint_commands(fixture)
+    )
+
+
+def prepare(dirs: CaseDirs, family: str, fixture: str, base_sp: Path | None) -> None:
+    dirs.make()
+    if family == "savepoint":
+        assert base_sp is not None
+        shutil.copytree(base_sp, dirs.src, symlinks=True)
+    else:
+        shutil.copytree(FIXTURES / fixture, dirs.src, symlinks=True)
+
+
+def _child_setup(dirs: CaseDirs) -> None:
+    os.environ["TMPDIR"] = str(dirs.tmp)
+    os.environ["STATECTL_WORKERS"] = "1"
+    os.environ.pop("STATECTL_DEBUG", None)
+    tempfile.tempdir = str(dirs.tmp)
+    sys.dont_write_bytecode = True
+
+
+def execute(
+    dirs: CaseDirs, family: str, fixture: str, mutation: dict[str, Any] | None, base_sp: Path | None
+) -> dict[str, Any]:
+    """In a (forked) child: prepare, mutate, run, return raw results."""
+    _child_setup(dirs)
+    prepare(dirs, family, fixture, base_sp)
+    if mutation is not None:
+        apply_mutation(mutation, dirs)
+    results, events = run_commands(dirs, commands_for(family, fixture))
+    return {
+        "results": [
+            {
+                "name": r.name,
+                "argv": ["statectl", *r.argv],
+                "rc": r.rc,
+                "stdout": r.stdout[-4000:],
+                "stderr": r.stderr
+                if len(r.stderr) < 6000
+                else r.stderr[:1000] + "\n...\n" + r.stderr[-3000:],
+                "traceback": "Traceback (most recent call last)" in r.stderr,
+                "norm": _normalize_stdout(r.stdout, dirs),
+                "output": r.output,
+                "seconds": r.seconds,
+            }
+            for r in results
+        ],
+        "events": events,
+    }
+
+
+def fork_start(fn: Any, *args: Any) -> tuple[int, str, float]:
+    """Fork a child running fn(*args), its JSON result written to a temporary file."""
+    fd, result_path = tempfile.mkstemp(prefix="fuzz-result-", suffix=".json")
+    os.close(fd)
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        code = 0
+        try:
+            os.setpgid(0, 0)
+            value = fn(*args)
+            with open(result_path, "w") as f:
+                json.dump(value, f, default=str)
+        except BaseException:
+            with open(result_path, "w") as f:
+                json.dump({"harness_error": traceback.format_exc()}, f)
+            code = 3
+        finally:
+            os._exit(code)
+    return pid, result_path, t0
+
+
+def _poll(pid: int, result_path: str, deadline: float) -> tuple[str, Any] | None:
+    """None while running; ("ok", value) | ("HANG", None) | ("CRASH", detail) | ("HARNESS", tb)."""
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if not done:
+        if time.monotonic() < deadline:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.unlink(result_path)
+        return "HANG", None
+    try:
+        text = Path(result_path).read_text()
+    finally:
+        os.unlink(result_path)
+    if os.WIFSIGNALED(status):
+        return "CRASH", f"killed by signal {os.WTERMSIG(status)}"
+    if not text:
+        return "CRASH", f"exit {os.waitstatus_to_exitcode(status)} without a result"
+    value = json.loads(text)
+    if "harness_error" in value:
+        return "HARNESS", value["harness_error"]
+    return "ok", value
+
+
+def fork_call(fn: Any, timeout: float, *args: Any) -> tuple[str, Any]:
+    """fn(*args) in a forked child with a timeout (blocking)."""
+    pid, result_path, t0 = fork_start(fn, *args)
+    while True:
+        res = _poll(pid, result_path, t0 + timeout)
+        if res is not None:
+            return res
+        time.sleep(0.01)
+
+
+# -- the campaign ------------------------------------------------------------------------------
+
+
+class Campaign:
+    def __init__(self, workdir: Path, timeout: float = 60.0) -> None:
+        self.workdir = workdir
+        self.timeout = timeout
+        self.baselines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.base_sp: dict[str, Path] = {}
+
+    def baseline(self, family: str, fixture: str) -> list[dict[str, Any]]:
+        kind = "savepoint" if family == "savepoint" else "checkpoint"
+        key = (kind, fixture)
+        if key not in self.baselines:
+            sp = self.savepoint_of(fixture) if kind == "savepoint" else None
+            dirs = CaseDirs(self.workdir / f"baseline-{kind}-{fixture}")
+            status, value = fork_call(execute, self.timeout * 3, dirs, family, fixture, None, sp)
+            shutil.rmtree(dirs.root, ignore_errors=True)
+            if status != "ok":
+                raise RuntimeError(f"baseline of {fixture} failed: {status} {value}")
+            for r in value["results"]:
+                if classify(r, None) == "TRACEBACK":
+                    raise RuntimeError(f"baseline {fixture} {r['name']}: {r['stderr']}")
+            self.baselines[key] = value["results"]
+        return self.baselines[key]
+
+    def savepoint_of(self, fixture: str) -> Path:
+        if fixture not in self.base_sp:
+            target = self.workdir / "base-savepoints" / fixture
+
+            def make() -> dict[str, Any]:
+                os.environ["STATECTL_WORKERS"] = "1"
+                rc, so, se = _run_cli(["savepoint", str(FIXTURES / fixture), str(target), "--json"])
+                return {"rc": rc, "stdout": so, "stderr": se}
+
+            status, value = fork_call(make, self.timeout * 3)
+            if status != "ok" or value["rc"] != 0:
+                raise RuntimeError(f"cannot take a savepoint of {fixture}: {value}")
+            self.base_sp[fixture] = Path(
+                json.loads(value["stdout"])["path"].removeprefix("file://")
+            )
+        return self.base_sp[fixture]
+
+    def plan(
+        self, seed: int, index: int, families: list[str], classes: list[str] | None = None
+    ) -> Case:
+        rng = random.Random(f"{seed}:{index}")
+        family = families[index % len(families)]
+        fixture = rng.choice(FAMILIES[family])
+        pool = SP_CLASSES if family == "savepoint" else CKPT_CLASSES
+        if classes:
+            pool = [c for c in pool if c in classes] or pool
+        # fall back to another class when the drawn one does not apply to this fixture
+        for _ in range(20):
+            cls = rng.choice(pool)
+            src = self.savepoint_of(fixture) if family == "savepoint" else FIXTURES / fixture
+            m = (plan_savepoint_mutation if family == "savepoint" else plan_mutation)(rng, cls, src)
+            if m is not None:
+                return Case(index, family, fixture, cls, m)
+        return Case(index, family, fixture, "none", None)
+
+    def run(self, case: Case, keep: bool = False) -> Case:
+        """Run one case in a forked child and classify it (blocking)."""
+        base = self.baseline(case.family, case.fixture)
+        sp = self.savepoint_of(case.fixture) if case.family == "savepoint" else None
+        dirs = self.case_dirs(case)
+        t0 = time.monotonic()
+        status, value = fork_call(
+            execute, self.timeout, dirs, case.family, case.fixture, case.mutation, sp
+        )
+        return self.finish(case, status, value, base, time.monotonic() - t0, dirs, keep)
+
+    def case_dirs(self, case: Case) -> CaseDirs:
+        return CaseDirs(self.workdir / f"case-{case.index:06d}")
+
+    def start(self, case: Case) -> tuple[int, str, float]:
+        """Fork the child of one case (non-blocking); poll() it."""
+        sp = self.savepoint_of(case.fixture) if case.family == "savepoint" else None
+        self.baseline(case.family, case.fixture)
+        return fork_start(
+            execute, self.case_dirs(case), case.family, case.fixture, case.mutation, sp
+        )
+
+    def poll(self, handle: tuple[int, str, float]) -> tuple[str, Any] | None:
+        pid, result_path, t0 = handle
+        return _poll(pid, result_path, t0 + self.timeout)
+
+    def finish(
+        self,
+        case: Case,
+        status: str,
+        value: Any,
+        base: list[dict[str, Any]] | None,
+        seconds: float,
+        dirs: CaseDirs | None = None,
+        keep: bool = False,
+    ) -> Case:
+        if base is None:
+            base = self.baseline(case.family, case.fixture)
+        case.seconds = seconds
+        if status == "ok":
+            by_name = {b["name"]: b for b in base}
+            worst = "same"
+            for r in value["results"]:
+                outcome = classify(r, by_name.get(r["name"]))
+                case.commands.append(
+                    {
+                        "name": r["name"],
+                        "argv": r.get("argv"),
+                        "outcome": outcome,
+                        "rc": r["rc"],
+                        "stderr": r["stderr"][-1500:],
+                        "stdout": r["stdout"][-1500:] if outcome == "clean-error" else "",
+                        "seconds": round(r["seconds"], 3),
+                    }
+                )
+                if SEVERITY[outcome] > SEVERITY[worst]:
+                    worst = outcome
+            case.events = value["events"]
+            if case.events:
+                worst = "ESCAPE"
+            case.outcome = worst
+        elif status == "HARNESS":
+            raise RuntimeError(f"harness error in case {case.index} ({case.mutation}):\n{value}")
+        else:
+            case.outcome = status
+            case.events = [str(value)] if value else []
+        if not keep:
+            shutil.rmtree((dirs or self.case_dirs(case)).root, ignore_errors=True)
+        return case
+
+
+def run_cases(
+    camp: Campaign,
+    cases: list[Case],
+    jobs: int,
+    on_done: Any = None,
+    deadline: float | None = None,
+) -> list[Case]:
+    """Run cases, ``jobs`` forked children at a time; on_done(case, done) after each. Past
+    ``deadline`` (time.monotonic()) or after SIGINT/SIGTERM no new case starts; the running
+    ones finish (each is bounded by the timeout) so the table covers every started case."""
+    todo = list(cases)
+    done: list[Case] = []
+    running: dict[int, tuple[Case, Any]] = {}
+    stop = [False]
+
+    def _stop(signum: int, frame: Any) -> None:
+        stop[0] = True
+
+    old = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _run_loop(camp, todo, done, running, jobs, on_done, deadline, stop)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    return done
+
+
+def _run_loop(
+    camp: Campaign,
+    todo: list[Case],
+    done: list[Case],
+    running: dict[int, tuple[Case, Any]],
+    jobs: int,
+    on_done: Any,
+    deadline: float | None,
+    stop: list[bool],
+) -> None:
+    while todo or running:
+        if stop[0] or (deadline is not None and time.monotonic() > deadline):
+            todo.clear()
+        while todo and len(running) < jobs:
+            c = todo.pop(0)
+            running[c.index] = (c, camp.start(c))
+        for idx in list(running):
+            c, handle = running[idx]
+            res = camp.poll(handle)
+            if res is not None:
+                camp.finish(c, res[0], res[1], None, time.monotonic() - handle[2])
+                del running[idx]
+                done.append(c)
+                if on_done:
+                    on_done(c, done)
+        time.sleep(0.005)
+
+
+def preload() -> None:
+    """Import and warm up everything a command needs before forking, so each child only does
+    its own work (typer builds its pydantic adapters on first use: ~0.2 s per child otherwise).
+    Safe to fork after: the warm-up leaves no thread behind (checked)."""
+    import threading
+
+    import pyarrow.parquet  # noqa: F401
+    import rocksdict  # noqa: F401
+
+    import statectl.restoring
+    import statectl.savepoints.create  # noqa: F401
+
+    with tempfile.TemporaryDirectory(prefix="statectl-fuzz-warmup-") as tmp:
+        old = os.environ.get("STATECTL_WORKERS")
+        os.environ["STATECTL_WORKERS"] = "1"
+        try:
+            for argv in (
+                ["inspect", str(FIXTURES / "agg-rocksdb"), "--json"],
+                ["export", str(FIXTURES / "agg-hdfs"), "-o", f"{tmp}/x.jsonl", "--json"],
+                ["savepoint", str(FIXTURES / "agg-hdfs"), tmp, "--json"],
+            ):
+                _run_cli(argv)
+        finally:
+            if old is None:
+                os.environ.pop("STATECTL_WORKERS")
+            else:
+                os.environ["STATECTL_WORKERS"] = old
+    if threading.active_count() != 1:
+        raise RuntimeError("the warm-up left threads running: forking would not be safe")
+
+
+def command_line(case: Case, seed: int) -> str:
+    return f"python bench/fuzz.py --seed {seed} --case {case.index} --families {case.family} --keep"
+
+
+def print_table(cases: list[Case], out: Any = sys.stdout) -> None:
+    counts = Counter((c.family, c.cls, c.outcome) for c in cases)
+    keys = sorted({(f, k) for f, k, _ in counts})
+    w = max([len(f"{f} {k}") for f, k in keys] + [20])
+    out.write(f"{'family / mutation':<{w}} " + " ".join(f"{o:>11}" for o in OUTCOMES) + "\n")
+    for f, k in keys:
+        row = " ".join(f"{counts.get((f, k, o), 0) or '.':>11}" for o in OUTCOMES)
+        out.write(f"{f + ' ' + k:<{w}} {row}\n")
+    tot = Counter(c.outcome for c in cases)
+    out.write(f"{'TOTAL':<{w}} " + " ".join(f"{tot.get(o, 0):>11}" for o in OUTCOMES) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--n", type=int, default=3000, help="number of corrupted copies")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated")
+    ap.add_argument("--classes", default="", help="only these mutation classes (comma-separated)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="stop starting cases after this many seconds (the table covers the cases run)",
+    )
+    ap.add_argument("--case", type=int, default=None, help="replay one case index")
+    ap.add_argument("--keep", action="store_true", help="keep case directories")
+    ap.add_argument(
+        "--failures", default="fuzz-failures.jsonl", help="reproducer file (JSON lines)"
+    )
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args(argv)
+    families = [f for f in args.families.split(",") if f]
+    for f in families:
+        if f not in FAMILIES:
+            ap.error(f"unknown family {f!r}; known: {', '.join(FAMILIES)}")
+    classes = [c for c in args.classes.split(",") if c]
+    preload()
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="statectl-fuzz-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    camp = Campaign(workdir, args.timeout)
+    t0 = time.monotonic()
+    if args.case is not None:
+        case = camp.run(camp.plan(args.seed, args.case, families, classes), keep=args.keep)
+        print(json.dumps(case.__dict__, indent=1, default=str))
+        print(f"case directory: {workdir / f'case-{case.index:06d}'}" if args.keep else "")
+        return 0 if case.outcome in ("same", "clean-error") else 1
+    # baselines first (serially), so the forked cases share them
+    for fam in families:
+        for fx in FAMILIES[fam]:
+            camp.baseline(fam, fx)
+    print(f"baselines ready in {time.monotonic() - t0:.1f}s; workdir {workdir}", flush=True)
+    todo = [camp.plan(args.seed, i, families, classes) for i in range(args.n)]
+    fail_path = Path(args.failures)
+    fail_path.write_text("")
+    last = [time.monotonic()]
+
+    def on_done(c: Case, done: list[Case]) -> None:
+        if c.outcome in BAD:
+            bad = [x for x in c.commands if x["outcome"] in BAD]
+            rec = {
+                "index": c.index,
+                "seed": args.seed,
+                "family": c.family,
+                "fixture": c.fixture,
+                "class": c.cls,
+                "outcome": c.outcome,
+                "mutation": c.mutation,
+                "commands": bad or c.commands,
+                "events": c.events,
+                "replay": command_line(c, args.seed),
+            }
+            with fail_path.open("a") as f:
+                f.write(json.dumps(rec, default=str) + "\n")
+        if time.monotonic() - last[0] > 15:
+            last[0] = time.monotonic()
+            tally = Counter(x.outcome for x in done)
+            print(
+                f"[{len(done)}/{args.n}] {last[0] - t0:.0f}s  "
+                + "  ".join(f"{o}={tally[o]}" for o in OUTCOMES if tally[o]),
+                flush=True,
+            )
+
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t1 = time.monotonic()
+    done = run_cases(camp, todo, args.jobs, on_done, t1 + args.budget if args.budget else None)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    wall = time.monotonic() - t1
+    n = max(1, len(done))
+    print()
+    print_table(done)
+    print(
+        f"\n{len(done)} of {args.n} cases in {wall:.0f}s wall (+{t1 - t0:.0f}s baselines), "
+        f"--jobs {args.jobs}: {wall / n:.2f}s wall and {cpu / n:.2f}s CPU per case "
+        f"(load average {os.getloadavg()[0]:.1f}); failing cases: {fail_path.resolve()}"
+    )
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if any(c.outcome in BAD for c in done) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
