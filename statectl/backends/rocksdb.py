@@ -85,12 +85,12 @@ def _read_zip(io: FileIO, store_dir: str, zip_path: str) -> tuple[RawState, Snap
     data = io.read_bytes(zip_path)
     try:
         archive = zipfile.ZipFile(_io.BytesIO(data))
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, UnicodeDecodeError):  # a damaged member name flagged UTF-8
         raise CorruptFileError("not a valid zip archive (truncated?)", zip_path) from None
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as tmp:
         try:
             archive.extractall(tmp)
-        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
             raise CorruptFileError(f"cannot unpack snapshot zip: {e}", zip_path) from None
         meta_path = posixpath.join(tmp, "metadata")
         try:

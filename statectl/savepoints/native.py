@@ -16,6 +16,7 @@ import io as _io
 import json
 import posixpath
 import zipfile
+import zlib
 from collections.abc import Callable
 
 from statectl.backends.hdfs import files_for_version
@@ -50,7 +51,7 @@ def _rocksdb_files(
         try:
             with zipfile.ZipFile(_io.BytesIO(ckpt.io.read_bytes(base.path))) as z:
                 meta = parse_snapshot_metadata(z.read("metadata").decode(), base.path)
-        except (zipfile.BadZipFile, KeyError):
+        except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, zlib.error):
             raise CorruptFileError(
                 "snapshot zip is corrupt or has no metadata", base.path
             ) from None
