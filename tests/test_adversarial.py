@@ -278,6 +278,12 @@ CASES = [
     ),
     # -- transformWithState ------------------------------------------------------------------
     _c("tws", "tws-rocksdb", _flip(TWS_SST, 300)),
+    # a flipped bit in a member name flagged UTF-8: UnicodeDecodeError inside zipfile
+    _c(
+        "tws",
+        "tws-rocksdb-changelog",
+        {"cls": "flip", "file": "state/0/0/1.zip", "flips": [[1436, 16], [3063, 8], [39, 128]]},
+    ),
     _c("tws", "tws-rocksdb", {"cls": "schema", "file": TWS_SCHEMA, "kind": "type", "seed": 1}),
     _c("tws", "tws-rocksdb", {"cls": "schema", "file": TWS_SCHEMA, "kind": "chunks", "seed": 1}),
     _c(

@@ -119,7 +119,7 @@ def _read_zip(
     data = read_verified(io, zip_path, data_file=True, verify=verify)
     try:
         archive = zipfile.ZipFile(_io.BytesIO(data))
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, UnicodeDecodeError):  # a damaged member name flagged UTF-8
         raise CorruptFileError("not a valid zip archive (truncated?)", zip_path) from None
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as tmp:
         try:
