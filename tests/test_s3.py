@@ -214,11 +214,15 @@ def test_errors_keep_the_url_scheme(bucket, s3_endpoint):
 def test_without_options_s3_is_not_configured(bucket):
     """The same command without options fails (no credentials, no endpoint): the options above
     are what made it work, not something in the environment."""
-    proc = _statectl("inspect", f"{bucket}/agg-hdfs", "--json", check=False)
+    proc = _statectl("inspect", f"{bucket}/agg-hdfs", check=False)
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()  # one line naming the URL and what to do
     assert line.startswith(f"statectl: error: {bucket}/agg-hdfs")
     assert "cannot access storage" in line and "--storage-option" in line
+    proc = _statectl("inspect", f"{bucket}/agg-hdfs", "--json", check=False)
+    error = json.loads(proc.stdout)  # under --json: the same error as one JSON object
+    assert proc.returncode == 2 and error["exit_code"] == 2
+    assert "cannot access storage" in error["error"] and error["path"].startswith(bucket)
 
 
 def test_statectl_toml_storage_section(bucket, s3_endpoint, tmp_path):
