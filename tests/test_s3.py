@@ -141,3 +141,22 @@ def test_restore_from_and_to_s3(bucket, tmp_path, name, backend):
             a = read_state(dst, sel).drop_columns(["partition_id"])
             b = read_state(src, sel).drop_columns(["partition_id"])
             assert arrow_rows(a) == arrow_rows(b)
+
+
+def test_checksums_are_verified_on_s3(bucket, s3_endpoint, fixture_copy):
+    """Spark's CRC32C checksum files are checked through s3fs too (and sidecars, when copied)."""
+    import s3fs
+
+    from statectl.errors import CorruptFileError
+
+    ck = fixture_copy("agg-ckptv2-rocksdb-changelog")
+    log = max((ck / "state/0/0").glob("*.changelog"), key=lambda p: int(p.name.split("_")[0]))
+    data = bytearray(log.read_bytes())
+    data[-10] ^= 0x40
+    log.write_bytes(bytes(data))
+    (log.parent / f".{log.name}.crc").unlink()
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
+    fs.put(str(ck), "statectl-test/damaged/ckptv2", recursive=True)
+    fs.invalidate_cache()
+    with pytest.raises(CorruptFileError, match=rf"{log.name}: does not match its checksum"):
+        read_state(Checkpoint.open("s3://statectl-test/damaged/ckptv2"), Selection(0))
