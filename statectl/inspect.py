@@ -217,7 +217,11 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
                 entry["problems"].extend(store_health(ckpt, op, b))
     except StatectlError as e:
         entry["problems"].append(str(e))
-    entry["bytes"] = ckpt.io.du(ckpt.root)
+    try:
+        entry["bytes"] = ckpt.io.du(ckpt.root)
+    except StatectlError as e:  # a symbolic link loop
+        entry["bytes"] = None
+        entry["problems"].append(str(e))
     entry["health"] = "ok" if not entry["problems"] else "damaged"
     if entry["problems"] and all(p.startswith("uncommitted") for p in entry["problems"]):
         entry["health"] = "uncommitted"
