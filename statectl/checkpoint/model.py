@@ -339,12 +339,14 @@ def check_partition_count(
     )
     recorded = sorted({s.num_partitions for s in meta.stores if s.num_partitions}) if meta else []
     try:
-        pinned: int | None = ckpt.num_partitions(batch)
+        pinned = ckpt.num_partitions(batch)
     except CorruptFileError:
         raise
     except StatectlError:
-        pinned = None  # very old checkpoints: the directories and metadata must agree
-    partitions = pinned if pinned is not None else (recorded[0] if recorded else len(listed))
+        # Nothing pinned: very old checkpoints, and the planning directory of `restore --query`
+        # (metadata for N partitions, schema in partition 0 only). The listing decides, as before.
+        return len(listed)
+    partitions = pinned
     problems = []
     if partitions < 1:
         problems.append(f"{PARTITIONS_CONF}={partitions} is not a partition count")
@@ -357,9 +359,9 @@ def check_partition_count(
             else f"state/{op} has {len(listed)} partition directories"
         )
     if problems:
-        pinned_text = f"pins {PARTITIONS_CONF}={pinned}" if pinned is not None else "pins no count"
         raise CorruptFileError(
-            f"partition counts disagree: the offset log {pinned_text}, but " + "; ".join(problems),
+            f"partition counts disagree: the offset log pins {PARTITIONS_CONF}={pinned}, but "
+            + "; ".join(problems),
             off_path(ckpt, batch),
             "the offset log or the state directory was edited; restore them from a backup",
         )
