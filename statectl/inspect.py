@@ -209,7 +209,8 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         else:
             off = ckpt.offsets(b)
             entry["backend"] = ckpt.backend(b)
-            entry["partitions"] = int(off.conf.get(PARTITIONS_CONF, 0)) or None
+            value = off.conf.get(PARTITIONS_CONF, "")
+            entry["partitions"] = int(value) if value.isdigit() and int(value) else None
             entry["provider"] = off.conf.get(PROVIDER_CONF)
             ops = ckpt.operators(b)
             entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]

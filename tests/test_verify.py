@@ -449,3 +449,13 @@ def test_list_reports_a_symlink_loop_as_damage(fixture_copy):
     (entry,) = list_dir(str(ck.parent))
     assert entry["health"] == "damaged"
     assert any("symbolic link loop" in p for p in entry["problems"])
+
+
+def test_list_reports_a_non_numeric_partition_count(fixture_copy):
+    from statectl.inspect import list_dir
+
+    ck = fixture_copy("agg-hdfs")
+    _pin_partitions(ck, "two")
+    (entry,) = list_dir(str(ck.parent))
+    assert entry["health"] == "damaged" and entry["partitions"] is None
+    assert any("'two' is not a partition count" in p for p in entry["problems"])
