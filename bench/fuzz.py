@@ -1018,6 +1018,18 @@ def _json_error(stdout: str) -> bool:
     )
 
 
+def _json_refusal(stdout: str) -> bool:
+    """Under --json a failure is one JSON document on stdout: an error object, or a restore
+    plan whose ``problems`` say why it was refused."""
+    if _json_error(stdout):
+        return True
+    try:
+        obj = json.loads(stdout)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and bool(obj.get("problems")) and obj.get("ok") is not True
+
+
 def classify(r: dict[str, Any], base: dict[str, Any] | None) -> str:
     rc, err = r["rc"], r["stderr"]
     if r.get("traceback") or "Traceback (most recent call last)" in err:
@@ -1027,7 +1039,7 @@ def classify(r: dict[str, Any], base: dict[str, Any] | None) -> str:
             return "SILENT-DIFF"
         same = r["norm"] == base["norm"] and r.get("output") == base.get("output")
         return "same" if same else "SILENT-DIFF"
-    if rc == 2 and not err.strip() and _json_error(r.get("stdout", "")):
+    if rc == 2 and not err.strip() and _json_refusal(r.get("stdout", "")):
         # Under --json an error is one JSON object on stdout (and nothing on stderr).
         same = base is not None and base["rc"] == 2 and base.get("stdout") == r.get("stdout")
         return "same" if same else "clean-error"

@@ -219,7 +219,8 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         else:
             off = ckpt.offsets(b)
             entry["backend"] = ckpt.backend(b)
-            entry["partitions"] = ckpt.num_partitions(b) if PARTITIONS_CONF in off.conf else None
+            value = off.conf.get(PARTITIONS_CONF, "")
+            entry["partitions"] = int(value) if value.isdigit() and int(value) else None
             entry["provider"] = off.conf.get(PROVIDER_CONF)
             ops = ckpt.operators(b)
             entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
@@ -227,7 +228,11 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
                 entry["problems"].extend(store_health(ckpt, op, b))
     except StatectlError as e:
         entry["problems"].append(str(e))
-    entry["bytes"] = ckpt.io.du(ckpt.root)
+    try:
+        entry["bytes"] = ckpt.io.du(ckpt.root)
+    except StatectlError as e:  # a symbolic link loop
+        entry["bytes"] = None
+        entry["problems"].append(str(e))
     entry["health"] = "ok" if not entry["problems"] else "damaged"
     if entry["problems"] and all(p.startswith("uncommitted") for p in entry["problems"]):
         entry["health"] = "uncommitted"

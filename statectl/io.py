@@ -290,8 +290,15 @@ class FileIO:
             raise StatectlError("is a directory, expected a file", path) from None
 
     def read_bytes_if_exists(self, path: str) -> bytes | None:
-        """The file's bytes, or None when it does not exist (one request either way)."""
+        """The file's bytes, or None when it does not exist.
+
+        ``exists`` first: on object stores it is answered from the listing cache when the
+        directory was listed (as state directories are), so an absent checksum sidecar costs
+        no request.
+        """
         try:
+            if not self.fs.exists(path):
+                return None
             return self.fs.cat_file(path)
         except (FileNotFoundError, IsADirectoryError):
             return None

@@ -35,9 +35,15 @@ def s3_endpoint():
     }
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    import s3fs
+
+    # fsspec caches filesystems by their arguments, not by the endpoint in the environment:
+    # a cached one would still point at another module's (stopped) server.
+    s3fs.S3FileSystem.clear_instance_cache()
     try:
         yield env
     finally:
+        s3fs.S3FileSystem.clear_instance_cache()
         server.stop()
         for k, v in old.items():
             if v is None:
@@ -283,3 +289,22 @@ def test_relabel_on_s3_and_across_filesystems(bucket, tmp_path):
         paths = [f.path for op in new.metadata.operators for t in op.tables for f in t.files]
         assert paths and all(p.startswith("operators/totals/") for p in paths)
         assert arrow_rows(new.read(Selection(), "totals")) == arrow_rows(old.read(Selection(), uid))
+
+
+def test_checksums_are_verified_on_s3(bucket, s3_endpoint, fixture_copy):
+    """Spark's CRC32C checksum files are checked through s3fs too (and sidecars, when copied)."""
+    import s3fs
+
+    from statectl.errors import CorruptFileError
+
+    ck = fixture_copy("agg-ckptv2-rocksdb-changelog")
+    log = max((ck / "state/0/0").glob("*.changelog"), key=lambda p: int(p.name.split("_")[0]))
+    data = bytearray(log.read_bytes())
+    data[-10] ^= 0x40
+    log.write_bytes(bytes(data))
+    (log.parent / f".{log.name}.crc").unlink()
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
+    fs.put(str(ck), "statectl-test/damaged/ckptv2", recursive=True)
+    fs.invalidate_cache()
+    with pytest.raises(CorruptFileError, match=rf"{log.name}: does not match its checksum"):
+        read_state(Checkpoint.open("s3://statectl-test/damaged/ckptv2"), Selection(0))

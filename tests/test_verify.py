@@ -444,3 +444,23 @@ def test_inspect_no_verify_skips_data_checksums(fixture_copy):
     side.write_bytes(bytes(data))
     assert_one_line_error(run("inspect", str(ck), check_rc=None), sst.name)
     run("inspect", str(ck), "--no-verify", "--json")
+
+
+def test_list_reports_a_symlink_loop_as_damage(fixture_copy):
+    from statectl.inspection import list_dir
+
+    ck = fixture_copy("agg-hdfs")
+    (ck / "state" / "0" / "0" / "loop").symlink_to(ck / "state", target_is_directory=True)
+    (entry,) = list_dir(str(ck.parent))
+    assert entry["health"] == "damaged"
+    assert any("symbolic link loop" in p for p in entry["problems"])
+
+
+def test_list_reports_a_non_numeric_partition_count(fixture_copy):
+    from statectl.inspection import list_dir
+
+    ck = fixture_copy("agg-hdfs")
+    _pin_partitions(ck, "two")
+    (entry,) = list_dir(str(ck.parent))
+    assert entry["health"] == "damaged" and entry["partitions"] is None
+    assert any("is 'two', not a positive number" in p for p in entry["problems"])

@@ -172,11 +172,23 @@ class Checkpoint:
 
     def _batch_ids(self, log: str) -> list[int]:
         ids = set()
+        names = set()
         for f in self.io.list_dir(self.path(log)):
+            names.add(f.name)
             if not f.is_dir and not f.name.startswith("."):
                 b = batch_id_of(f.name)
                 if b is not None and not f.name.endswith(".compact"):
                     ids.add(b)
+        for name in names:
+            orphan = name[1:-4] if name.startswith(".") and name.endswith(".crc") else None
+            if orphan and orphan.isdigit() and orphan not in names:
+                # Hadoop writes and renames a file with its checksum, and deletes them together:
+                # a checksum without its file means the file was deleted afterwards.
+                raise MissingFileError(
+                    f"was deleted (its checksum .{orphan}.crc is still there); restore it from a "
+                    "backup",
+                    self.path(log, orphan),
+                )
         return sorted(ids)
 
     @cached_property
@@ -310,6 +322,12 @@ def _operator_metadata(ckpt: Checkpoint, op: int, batch: int) -> OperatorMetadat
         p = posixpath.join(meta_dir, "v2", str(max(eligible)))
         return parse_operator_metadata(ckpt.read_text(p), p)
     p = posixpath.join(meta_dir, "metadata")
+    if not ckpt.io.exists(p) and ckpt.io.exists(posixpath.join(meta_dir, ".metadata.crc")):
+        raise MissingFileError(
+            "operator metadata was deleted (its checksum .metadata.crc is still there); restore "
+            "it from a backup",
+            p,
+        )
     if ckpt.io.exists(p):
         return parse_operator_metadata(ckpt.read_text(p), p)
     return None
@@ -364,12 +382,14 @@ def check_partition_count(
     )
     recorded = sorted({s.num_partitions for s in meta.stores if s.num_partitions}) if meta else []
     try:
-        pinned: int | None = ckpt.num_partitions(batch)
+        pinned = ckpt.num_partitions(batch)
     except CorruptFileError:
         raise
     except StatectlError:
-        pinned = None  # very old checkpoints: the directories and metadata must agree
-    partitions = pinned if pinned is not None else (recorded[0] if recorded else len(listed))
+        # Nothing pinned: very old checkpoints, and the planning directory of `restore --query`
+        # (metadata for N partitions, schema in partition 0 only). The listing decides, as before.
+        return len(listed)
+    partitions = pinned
     problems = []
     if partitions < 1:
         problems.append(f"{PARTITIONS_CONF}={partitions} is not a partition count")
@@ -382,9 +402,9 @@ def check_partition_count(
             else f"state/{op} has {len(listed)} partition directories"
         )
     if problems:
-        pinned_text = f"pins {PARTITIONS_CONF}={pinned}" if pinned is not None else "pins no count"
         raise CorruptFileError(
-            f"partition counts disagree: the offset log {pinned_text}, but " + "; ".join(problems),
+            f"partition counts disagree: the offset log pins {PARTITIONS_CONF}={pinned}, but "
+            + "; ".join(problems),
             off_path(ckpt, batch),
             "the offset log or the state directory was edited; restore them from a backup",
         )

@@ -248,10 +248,21 @@ def validate_metadata(meta: SavepointMetadata, path: str) -> None:
     seen_uids: set[str] = set()
     seen_paths: set[str] = set()
     for op in meta.operators:
-        _check(isinstance(op.uid, str) and bool(op.uid), f"uid {op.uid!r}", path)
+        _check(
+            isinstance(op.uid, str)
+            and bool(op.uid)
+            and not any(c in op.uid for c in "/\\\0")
+            and op.uid not in (".", ".."),
+            f"uid {op.uid!r} (a name, not a path)",
+            path,
+        )
         _check(op.uid not in seen_uids, f"uid {op.uid!r} appears twice", path)
         seen_uids.add(op.uid)
-        _check(_is_int(op.operator_id), f"operator_id {op.operator_id!r} of {op.uid}", path)
+        _check(
+            _is_int(op.operator_id) and op.operator_id < 2**31,  # Spark's operator ids are ints
+            f"operator_id {op.operator_id!r} of {op.uid}",
+            path,
+        )
         _check(_is_int(op.partitions, 1), f"partitions {op.partitions!r} of {op.uid}", path)
         _check(isinstance(op.tables, list), f"tables of {op.uid}", path)
         for t in op.tables:
