@@ -29,6 +29,7 @@ from statectl.backends.rocksdb import (
 )
 from statectl.checkpoint.logs import batch_id_of
 from statectl.checkpoint.model import HDFS, Checkpoint, store_dir
+from statectl.checksums import read_verified
 from statectl.codecs.compression import normalize_codec
 from statectl.errors import CorruptFileError
 from statectl.io import FileIO
@@ -133,7 +134,8 @@ def build_native(
 
     def copy(path: str) -> DataFile:
         rel = posixpath.join(EMBEDDED, posixpath.relpath(path, ckpt.root))
-        data = ckpt.io.read_bytes(path)
+        # Verified like every checkpoint read: a native savepoint must not copy damage along.
+        data = read_verified(ckpt.io, path, data_file=True, verify=ckpt.verify)
         out_io.write_atomic(posixpath.join(out_root, rel), data)
         return DataFile(rel, -1, len(data), hashlib.sha256(data).hexdigest())
 
