@@ -6,6 +6,7 @@ Heavy modules (pyarrow, the backends) are imported inside the commands so ``--he
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -589,5 +590,28 @@ for _info in app.registered_commands:
         _info.cls = _Command
 
 
+def run() -> None:
+    """The ``statectl`` executable: :func:`main`, then leave without interpreter teardown.
+
+    A native library statectl loads (seen about once in 40 runs) can abort the process while
+    its static threads are destroyed at exit ("terminate called without an active exception"),
+    turning a finished command into exit code -6. Everything statectl writes is complete and
+    flushed by then, so the process ends right away with the command's own exit code.
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            sys.stderr.write(f"{e.code}\n")
+            code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    run()
