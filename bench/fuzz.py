@@ -104,6 +104,19 @@ FAMILIES: dict[str, list[str]] = {
     "codec": ["agg-lzf-hdfs", "agg-snappy-hdfs", "agg-zstd-hdfs", "agg-hdfs"],
     # Crafted canonical savepoints (of a fixture of any family above) fed to export and restore.
     "savepoint": ["agg-hdfs", "join-rocksdb", "tws-rocksdb", "agg-ckptv2-rocksdb", "multi-hdfs"],
+    # A writing command (savepoint, restore, migrate) killed with SIGKILL at a random moment,
+    # then its output read back and the command re-run (see "kill -9" below).
+    "kill": [
+        "agg-hdfs",
+        "join-rocksdb",
+        "tws-rocksdb",
+        "agg-ckptv2-rocksdb",
+        "agg-rocksdb-changelog",
+        "multi-hdfs",
+    ],
+    # `dispose` of a savepoint with user files, nested checkpoints, crafted paths, missing
+    # files, and the path given through a link, `..`, `.` or a trailing slash (see "dispose").
+    "dispose": ["agg-hdfs", "join-rocksdb", "tws-rocksdb", "multi-hdfs"],
 }
 
 CKPT_CLASSES = [
@@ -134,6 +147,9 @@ SP_CLASSES = [
     "sp-flip",
     "sp-truncate",
 ]
+SP_FAMILIES = ("savepoint", "kill", "dispose")  # cases that need a savepoint of the fixture
+KILL_CLASSES = ["kill-savepoint", "kill-restore", "kill-migrate"]
+DISPOSE_CLASSES = ["dispose", "dispose-force"]
 # Savepoint mutations that model a crafted (re-sealed) _metadata rather than damage.
 CRAFTED_SAVEPOINT = {
     "sp-abs-path",
@@ -142,10 +158,19 @@ CRAFTED_SAVEPOINT = {
     "sp-drop-file",
     "sp-operator-id",
 }
-OUTCOMES = ["same", "clean-error", "SILENT-DIFF", "TRACEBACK", "HANG", "CRASH", "ESCAPE"]
+OUTCOMES = [
+    "same",
+    "clean-error",
+    "SILENT-DIFF",
+    "NO-RECOVERY",  # after kill -9, re-running the command (with --overwrite) did not recover
+    "TRACEBACK",
+    "HANG",
+    "CRASH",
+    "ESCAPE",
+]
 SEVERITY = {o: i for i, o in enumerate(OUTCOMES)}
 SEVERITY["HANG"] = SEVERITY["SILENT-DIFF"] + 0.5  # worse than a diff, less than a traceback
-BAD = {"SILENT-DIFF", "TRACEBACK", "HANG", "CRASH", "ESCAPE"}
+BAD = {"SILENT-DIFF", "NO-RECOVERY", "TRACEBACK", "HANG", "CRASH", "ESCAPE"}
 
 # Values of the wrong type (or hostile values of the right one) for JSON fields.
 WRONG_VALUES: list[Any] = [
@@ -326,7 +351,8 @@ def diff_snapshots(a: dict[str, str], b: dict[str, str]) -> list[str]:
 class Watch:
     """An audit hook: opens of sentinel files, writes outside out/ and tmp/ (ESCAPE)."""
 
-    def __init__(self, dirs: CaseDirs) -> None:
+    def __init__(self, dirs: CaseDirs, log: Path | None = None) -> None:
+        self.log = log  # events also appended here: a forked child's events outlive it
         self.sentinel = str(dirs.sentinel.resolve())
         self.out = str(dirs.out.resolve())
         self.tmp = str(dirs.tmp.resolve())
@@ -369,7 +395,7 @@ class Watch:
         # realpath: a symlink inside the source that points at the sentinel is an escape too.
         real = os.path.realpath(os.path.abspath(path))
         if self._inside(real, self.sentinel):
-            self.events.append(f"{what} {'write' if write else 'read'} {real}")
+            self._event(f"{what} {'write' if write else 'read'} {real}")
         elif what == "os.mkdir" and os.path.isdir(real):
             return  # makedirs(exist_ok=True) on an existing parent creates nothing
         elif write and not self._inside(real, self.tmp):
@@ -377,7 +403,23 @@ class Watch:
                 return
             rel = real[len(self.out) + 1 :] if self._inside(real, self.out) else None
             if rel is None or not any(rel.startswith(w) for w in self.writes):
-                self.events.append(f"{what} write outside the command's output: {real}")
+                self._event(f"{what} write outside the command's output: {real}")
+
+    def _event(self, text: str) -> None:
+        self.events.append(text)
+        if self.log is not None:
+            self.active = False  # the log write is the harness's own
+            try:
+                with open(self.log, "a") as f:
+                    f.write(text + "\n")
+            finally:
+                self.active = True
+
+    def logged(self) -> list[str]:
+        """Events logged by forked children (the ones not already in ``events``)."""
+        if self.log is None or not self.log.is_file():
+            return []
+        return [e for e in self.log.read_text().splitlines() if e not in self.events]
 
 
 # -- mutations ---------------------------------------------------------------------------------
@@ -891,6 +933,351 @@ def _mutate_savepoint(m: dict[str, Any], dirs: CaseDirs) -> None:
     mp.write_text(json.dumps(meta, indent=1))
 
 
+# -- kill -9 -----------------------------------------------------------------------------------
+#
+# A writing command runs in a forked grandchild (its own process group, so its pool workers go
+# too) and gets SIGKILL after a random delay drawn from [0, 1.1 x its uninterrupted time]. Then
+# the harness reads back what it left: every export from the output must be `same` as from an
+# uninterrupted run or a clean refusal (an incomplete output must not look complete:
+# SILENT-DIFF). Finally the command is re-run as a user at 3 a.m. would (restore/migrate with
+# --overwrite when it asks for it) and the exports must be `same` (else NO-RECOVERY).
+
+
+def kill_commands(fixture: str, cls: str) -> tuple[Command, list[Command]]:
+    """The killable command of a class and the exports that read its output back."""
+    reads = manifest()[fixture]["reads"]
+    if cls == "kill-savepoint":
+        cmd = Command(cls, ["savepoint", "{src}", "{out}/sp", "--json"], writes=("sp/", "sp"))
+        target = "{sp}"
+    elif cls == "kill-restore":
+        cmd = Command(cls, ["restore", "{out}/ck", "-s", "{spsrc}", "--json"], writes=("ck",))
+        target = "{out}/ck"
+    elif cls == "kill-migrate":
+        argv = ["migrate", "{src}", "{out}/mk", "--partitions", "3", "--backend", "rocksdb"]
+        cmd = Command(cls, [*argv, "--json"], writes=("mk",))
+        target = "{out}/mk"
+    else:
+        raise ValueError(cls)
+    verify = [
+        Command(
+            f"{cls}:verify[{i}]",
+            ["export", target, *selection_args(r), "-o", f"{{out}}/{cls}-{i}.jsonl", "--json"],
+            f"{cls}-{i}.jsonl",
+            writes=(f"{cls}-{i}.jsonl", f".{cls}-{i}.jsonl."),
+        )
+        for i, r in enumerate(reads)
+    ]
+    return cmd, verify
+
+
+def kill_baseline_commands(fixture: str) -> list[Command]:
+    cmds: list[Command] = []
+    for cls in KILL_CLASSES:
+        cmd, verify = kill_commands(fixture, cls)
+        cmds += [cmd, *verify]
+    return cmds
+
+
+def _fill(argv: list[str], dirs: CaseDirs, sp_path: str | None) -> list[str]:
+    return [
+        a.replace("{src}", str(dirs.src))
+        .replace("{out}", str(dirs.out))
+        .replace("{sp}", str(sp_path))
+        .replace("{spsrc}", str(dirs.root / "spsrc"))
+        for a in argv
+    ]
+
+
+def _killed_child(argv: list[str], result_path: Path) -> None:
+    """The grandchild: run one command, write its result, exit without cleanup."""
+    code = 0
+    try:
+        os.setpgid(0, 0)
+        rc, so, se = _run_cli(argv)
+        part = result_path.with_suffix(".part")
+        part.write_text(json.dumps({"rc": rc, "stdout": so, "stderr": se}))
+        part.rename(result_path)  # a kill mid-write leaves no result, not half of one
+    except BaseException:
+        code = 3
+    finally:
+        os._exit(code)
+
+
+def _found_savepoint(dirs: CaseDirs) -> str:
+    """The savepoint directory a killed `savepoint` left (complete or not), else a missing path."""
+    found = sorted((dirs.out / "sp").glob("savepoint-*")) if (dirs.out / "sp").is_dir() else []
+    return str(found[0]) if found else str(dirs.out / "sp" / "none")
+
+
+def run_kill_case(dirs: CaseDirs, fixture: str, cls: str, delay: float) -> dict[str, Any]:
+    """Kill one writing command after ``delay`` seconds, read back, re-run, read back again."""
+    cmd, verify = kill_commands(fixture, cls)
+    watch = Watch(dirs, log=dirs.tmp / "watch-events.log")
+    before = snapshot(dirs.root, (dirs.out, dirs.tmp))
+    sys.addaudithook(watch.hook)
+    results: list[dict[str, Any]] = []
+
+    watch.writes = cmd.writes
+    result_path = dirs.tmp / "killed-result.json"
+    argv = _fill(cmd.argv, dirs, None)
+    pid = os.fork()
+    if pid == 0:
+        _killed_child(argv, result_path)
+    deadline = time.monotonic() + delay
+    while os.waitpid(pid, os.WNOHANG)[0] == 0:  # not finished yet
+        if time.monotonic() >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.002)
+    finished = result_path.is_file() and result_path.stat().st_size > 0
+    if finished:
+        done = json.loads(result_path.read_text())
+        # it finished before the kill: judged like any run (an exit 0 compared later)
+        results.append(
+            _result_dict(
+                Result(f"{cls}:finished", done["rc"], done["stdout"], done["stderr"]), dirs
+            )
+            | {"compare_as": cls}
+        )
+    killed = not finished
+    sp_path = _found_savepoint(dirs) if cls == "kill-savepoint" else None
+    if finished and cls == "kill-savepoint" and done["rc"] == 0:
+        sp_path = json.loads(done["stdout"])["path"].removeprefix("file://")
+
+    def read_back(role: str, sp: str | None) -> None:
+        for v in verify:
+            # its own output file per read-back (an export never overwrites)
+            v = Command(
+                v.name,
+                [a.replace(f"{cls}-", f"{cls}-{role}-") for a in v.argv],
+                (v.output_file or "").replace(f"{cls}-", f"{cls}-{role}-"),
+                writes=tuple(w.replace(f"{cls}-", f"{cls}-{role}-") for w in v.writes),
+            )
+            watch.writes = v.writes
+            r = _run_in_process(v, dirs, sp)
+            r.name = v.name.replace(":verify", f":{role}")
+            results.append(_result_dict(r, dirs) | {"compare_as": v.name, "role": role})
+
+    read_back("after-kill", sp_path)
+    if finished and done["rc"] == 0:
+        # nothing to recover (and restore/migrate rightly refuse to overwrite a checkpoint)
+        watch.active = False
+        events = list(watch.events) + watch.logged()
+        events += diff_snapshots(before, snapshot(dirs.root, (dirs.out, dirs.tmp)))
+        return {"results": results, "events": events, "killed": False}
+    # recovery: the same command again; restore/migrate ask for --overwrite after an interrupt
+    watch.writes = cmd.writes
+    rerun = _run_in_process(cmd, dirs, None)
+    if rerun.rc == 2 and cls != "kill-savepoint":
+        rerun = _run_in_process(
+            Command(cmd.name, [*cmd.argv, "--overwrite"], writes=cmd.writes), dirs, None
+        )
+    rerun.name = f"{cls}:rerun"
+    results.append(_result_dict(rerun, dirs) | {"compare_as": cls, "role": "rerun"})
+    if rerun.rc == 0:
+        if cls == "kill-savepoint":
+            sp_path = json.loads(rerun.stdout)["path"].removeprefix("file://")
+        read_back("after-rerun", sp_path)
+    watch.active = False
+    events = list(watch.events) + watch.logged()
+    events += diff_snapshots(before, snapshot(dirs.root, (dirs.out, dirs.tmp)))
+    return {"results": results, "events": events, "killed": killed}
+
+
+def _run_in_process(c: Command, dirs: CaseDirs, sp_path: str | None) -> Result:
+    argv = _fill(c.argv, dirs, sp_path)
+    t0 = time.perf_counter()
+    rc, so, se = _run_cli(argv)
+    r = Result(c.name, rc, so, se, seconds=time.perf_counter() - t0, argv=argv)
+    if rc == 0 and c.output_file:
+        f = dirs.out / c.output_file
+        if f.is_file():
+            r.output = "\n".join(sorted(f.read_text("utf-8", "replace").splitlines()))
+    return r
+
+
+def classify_kill(r: dict[str, Any], base: dict[str, Any] | None) -> str:
+    """A read-back after the kill may be refused cleanly; after the re-run it must be same."""
+    outcome = classify(r, base)
+    if r.get("role") == "rerun":
+        # the re-run's JSON names a new savepoint / says it overwrote: only its exit counts
+        if outcome in ("TRACEBACK", "CRASH"):
+            return outcome
+        return "same" if r["rc"] == 0 else "NO-RECOVERY"
+    if r.get("role") == "after-rerun" and outcome == "clean-error":
+        return "NO-RECOVERY"
+    return outcome
+
+
+# -- dispose -----------------------------------------------------------------------------------
+#
+# A savepoint (copied to src/) gets 1-3 perturbations, then `dispose TARGET --yes [--force]`
+# runs with the path in one of several spellings. Whatever it does, it may delete only what
+# _metadata lists inside the savepoint (plus _metadata and the listed files' .crc sidecars);
+# anything else deleted, created or modified is an ESCAPE. Exit 0 must leave no listed file
+# and no _metadata (else SILENT-DIFF); a refusal (exit 2) that deleted files must at least
+# have removed _metadata first, so nothing incomplete looks complete.
+
+DISPOSE_PERTURBATIONS = [
+    "user-file",
+    "nested-checkpoint",
+    "missing-data-file",
+    "unlisted-data-file",
+    "crafted-path",
+    "copied-metadata",
+]
+DISPOSE_SPELLINGS = ["plain", "trailing-slash", "dotdot", "cwd-dot", "symlink", "parent-cwd"]
+
+
+def plan_dispose(rng: random.Random, cls: str) -> dict[str, Any]:
+    k = rng.choice([0, 1, 1, 2, 3])
+    return {
+        "cls": cls,
+        "perturb": sorted(rng.sample(DISPOSE_PERTURBATIONS, k)),
+        "spelling": rng.choice(DISPOSE_SPELLINGS),
+        "seed": rng.randrange(1 << 30),
+    }
+
+
+def _listed(meta: dict[str, Any]) -> list[str]:
+    paths = [
+        f.get("path")
+        for o in meta.get("operators") or []
+        for t in o.get("tables") or []
+        for f in t.get("files") or []
+    ]
+    paths += [f.get("path") for f in meta.get("native_logs") or []]
+    return [p for p in paths if isinstance(p, str)]
+
+
+def _perturb_for_dispose(m: dict[str, Any], dirs: CaseDirs) -> Path:
+    """Apply the perturbations; returns the directory dispose is pointed at."""
+    rng = random.Random(m["seed"])
+    sp = dirs.src
+    mp = sp / "_metadata"
+    meta = json.loads(mp.read_text())
+    target = sp
+    listed = _listed(meta)
+    for p in m["perturb"]:
+        if p == "user-file":
+            (sp / "NOTES.txt").write_text("the user's own notes\n")
+            sub = rng.choice([d for d in sp.rglob("*") if d.is_dir()] or [sp])
+            (sub / "user.py").write_text("print('mine')\n")
+        elif p == "nested-checkpoint":
+            live = sp / "live"
+            for d in ("commits", "offsets", "state/0/0"):
+                (live / d).mkdir(parents=True, exist_ok=True)
+            (live / "metadata").write_text('{"id":"x"}\n')
+            (live / "commits" / "0").write_text("v1\n{}\n")
+        elif p == "missing-data-file" and listed:
+            with contextlib.suppress(FileNotFoundError):
+                (sp / rng.choice(listed)).unlink()
+        elif p == "unlisted-data-file" and listed:
+            src = sp / rng.choice(listed)
+            if src.is_file():
+                shutil.copy(src, src.with_name("part-99999-unlisted.parquet"))
+        elif p == "crafted-path" and listed:
+            from statectl.savepoints.format import seal
+
+            victim = rng.choice(["../sentinel/marker", str(dirs.sentinel / "marker")])
+            for o in meta["operators"]:
+                for t in o["tables"]:
+                    for f in t["files"]:
+                        if f["path"] == listed[0]:
+                            f["path"] = victim
+            meta = seal(meta)
+            mp.write_text(json.dumps(meta, indent=1))
+        elif p == "copied-metadata":
+            # a user's project directory with a copy of this _metadata in it
+            target = dirs.out / "project"
+            (target / "src").mkdir(parents=True, exist_ok=True)
+            (target / "src" / "main.py").write_text("print('the pipeline')\n")
+            shutil.copy(mp, target / "_metadata")
+    return target
+
+
+def run_dispose_case(dirs: CaseDirs, m: dict[str, Any]) -> dict[str, Any]:
+    target = _perturb_for_dispose(m, dirs)
+    meta_path = target / "_metadata"
+    meta = json.loads(meta_path.read_text())
+    real = target.resolve()
+    allowed = {"_metadata", "_metadata.crc", ".statectl-dispose"}
+    for rel in _listed(meta):
+        p = os.path.normpath(os.path.join(real, rel))
+        if p.startswith(str(real) + os.sep):
+            r = os.path.relpath(p, real)
+            allowed |= {r, os.path.join(os.path.dirname(r), f".{os.path.basename(r)}.crc")}
+    cwd = os.getcwd()
+    spelling = m["spelling"]
+    arg = str(target)
+    if spelling == "trailing-slash":
+        arg += "/"
+    elif spelling == "dotdot":
+        sub = next((d for d in sorted(target.iterdir()) if d.is_dir()), None)
+        arg = f"{sub}/.." if sub else arg
+    elif spelling == "symlink":
+        link = dirs.out / "link"
+        link.symlink_to(target)
+        arg = str(link)
+    before = snapshot(dirs.root, (dirs.tmp,))
+    argv = ["dispose", arg, "--yes", "--json"] + (
+        ["--force"] if m["cls"] == "dispose-force" else []
+    )
+    try:
+        if spelling == "cwd-dot":
+            os.chdir(target)
+            argv[1] = "."
+        elif spelling == "parent-cwd":
+            os.chdir(target.parent)
+            argv[1] = target.name
+        rc, so, se = _run_cli(argv)
+    finally:
+        os.chdir(cwd)
+    after = snapshot(dirs.root, (dirs.tmp,))
+    changes = diff_snapshots(before, after)
+    rel_root = str(real.relative_to(dirs.root.resolve()))
+    events: list[str] = []
+    deleted: set[str] = set()
+    for c in changes:
+        what, path = c.split(" ", 1)
+        inside = path.startswith(rel_root + "/")
+        rel = path[len(rel_root) + 1 :] if inside else None
+        if what == "deleted" and rel is not None and rel in allowed:
+            deleted.add(rel)
+        elif not (what == "created" and path == "out/link"):
+            events.append(f"dispose {c}")
+    r = Result("dispose", rc, so, se, argv=argv)
+    d = _result_dict(r, dirs)
+    outcome = classify(d, None) if rc != 0 else "same"
+    remaining = [x for x in allowed - {".statectl-dispose"} if (real / x).is_file()]
+    if rc == 0 and remaining:
+        outcome = "SILENT-DIFF"  # said "deleted" and left listed files behind
+        d["stderr"] += f"\nleft behind: {sorted(remaining)[:5]}"
+    if rc == 2 and deleted and (real / "_metadata").is_file():
+        outcome = "SILENT-DIFF"  # a refusal after deleting data: what is left looks complete
+        d["stderr"] += f"\ndeleted {sorted(deleted)[:5]} and kept _metadata"
+    d["outcome"] = outcome
+    return {"results": [d], "events": events}
+
+
+def _result_dict(r: Result, dirs: CaseDirs) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "argv": ["statectl", *r.argv],
+        "rc": r.rc,
+        "stdout": r.stdout[-4000:],
+        "stderr": r.stderr
+        if len(r.stderr) < 6000
+        else r.stderr[:1000] + "\n...\n" + r.stderr[-3000:],
+        "traceback": "Traceback (most recent call last)" in r.stderr,
+        "norm": _normalize_stdout(r.stdout, dirs),
+        "output": r.output,
+        "seconds": r.seconds,
+    }
+
+
 # -- running one case --------------------------------------------------------------------------
 
 
@@ -982,6 +1369,7 @@ def run_commands(dirs: CaseDirs, commands: list[Command]) -> tuple[list[Result],
             a.replace("{src}", str(dirs.src))
             .replace("{out}", str(dirs.out))
             .replace("{sp}", str(sp_path))
+            .replace("{spsrc}", str(dirs.root / "spsrc"))
             for a in c.argv
         ]
         watch.writes = c.writes
@@ -989,7 +1377,7 @@ def run_commands(dirs: CaseDirs, commands: list[Command]) -> tuple[list[Result],
         rc, so, se = _run_cli(argv)
         r = Result(c.name, rc, so, se, seconds=time.perf_counter() - t0, argv=argv)
         ok[c.name] = rc == 0
-        if c.name == "savepoint" and rc == 0:
+        if c.name in ("savepoint", "kill-savepoint") and rc == 0:
             with contextlib.suppress(ValueError, KeyError):
                 sp_path = json.loads(so)["path"].removeprefix("file://")
         if rc == 0 and c.output_file:
@@ -1071,9 +1459,14 @@ class Case:
     commands: list[dict[str, Any]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    killed: bool | None = None  # kill family: the command was killed before it finished
 
 
 def commands_for(case_family: str, fixture: str) -> list[Command]:
+    if case_family == "kill":
+        return kill_baseline_commands(fixture)
+    if case_family == "dispose":
+        return []
     return (
         savepoint_commands(fixture) if case_family == "savepoint" else checkpoint_commands(fixture)
     )
@@ -1081,11 +1474,14 @@ def commands_for(case_family: str, fixture: str) -> list[Command]:
 
 def prepare(dirs: CaseDirs, family: str, fixture: str, base_sp: Path | None) -> None:
     dirs.make()
-    if family == "savepoint":
+    if family in ("savepoint", "dispose"):
         assert base_sp is not None
         shutil.copytree(base_sp, dirs.src, symlinks=True)
     else:
         shutil.copytree(FIXTURES / fixture, dirs.src, symlinks=True)
+    if family == "kill":  # kill-restore restores from a savepoint of the fixture
+        assert base_sp is not None
+        shutil.copytree(base_sp, dirs.root / "spsrc", symlinks=True)
 
 
 def _child_setup(dirs: CaseDirs) -> None:
@@ -1102,28 +1498,15 @@ def execute(
     """In a (forked) child: prepare, mutate, run, return raw results."""
     _child_setup(dirs)
     prepare(dirs, family, fixture, base_sp)
+    if family == "kill" and mutation is not None:
+        return run_kill_case(dirs, fixture, mutation["cls"], mutation["delay"])
+    if family == "dispose":
+        assert mutation is not None
+        return run_dispose_case(dirs, mutation)
     if mutation is not None:
         apply_mutation(mutation, dirs)
     results, events = run_commands(dirs, commands_for(family, fixture))
-    return {
-        "results": [
-            {
-                "name": r.name,
-                "argv": ["statectl", *r.argv],
-                "rc": r.rc,
-                "stdout": r.stdout[-4000:],
-                "stderr": r.stderr
-                if len(r.stderr) < 6000
-                else r.stderr[:1000] + "\n...\n" + r.stderr[-3000:],
-                "traceback": "Traceback (most recent call last)" in r.stderr,
-                "norm": _normalize_stdout(r.stdout, dirs),
-                "output": r.output,
-                "seconds": r.seconds,
-            }
-            for r in results
-        ],
-        "events": events,
-    }
+    return {"results": [_result_dict(r, dirs) for r in results], "events": events}
 
 
 def fork_start(fn: Any, *args: Any) -> tuple[int, str, float]:
@@ -1194,10 +1577,12 @@ class Campaign:
         self.base_sp: dict[str, Path] = {}
 
     def baseline(self, family: str, fixture: str) -> list[dict[str, Any]]:
-        kind = "savepoint" if family == "savepoint" else "checkpoint"
+        kind = family if family in ("savepoint", "kill", "dispose") else "checkpoint"
         key = (kind, fixture)
+        if kind == "dispose":
+            return []  # judged on its own (what was deleted), not against a baseline
         if key not in self.baselines:
-            sp = self.savepoint_of(fixture) if kind == "savepoint" else None
+            sp = self.savepoint_of(fixture) if kind in ("savepoint", "kill") else None
             dirs = CaseDirs(self.workdir / f"baseline-{kind}-{fixture}")
             status, value = fork_call(execute, self.timeout * 3, dirs, family, fixture, None, sp)
             shutil.rmtree(dirs.root, ignore_errors=True)
@@ -1232,6 +1617,17 @@ class Campaign:
         rng = random.Random(f"{seed}:{index}")
         family = families[index % len(families)]
         fixture = rng.choice(FAMILIES[family])
+        if family == "kill":
+            cls = rng.choice(
+                [c for c in KILL_CLASSES if not classes or c in classes] or KILL_CLASSES
+            )
+            base = {r["name"]: r for r in self.baseline(family, fixture)}
+            delay = rng.uniform(0.0, 1.1) * base[cls]["seconds"]
+            return Case(index, family, fixture, cls, {"cls": cls, "delay": round(delay, 4)})
+        if family == "dispose":
+            self.savepoint_of(fixture)
+            cls = rng.choice(DISPOSE_CLASSES)
+            return Case(index, family, fixture, cls, plan_dispose(rng, cls))
         pool = SP_CLASSES if family == "savepoint" else CKPT_CLASSES
         if classes:
             pool = [c for c in pool if c in classes] or pool
@@ -1247,7 +1643,7 @@ class Campaign:
     def run(self, case: Case, keep: bool = False) -> Case:
         """Run one case in a forked child and classify it (blocking)."""
         base = self.baseline(case.family, case.fixture)
-        sp = self.savepoint_of(case.fixture) if case.family == "savepoint" else None
+        sp = self.savepoint_of(case.fixture) if case.family in SP_FAMILIES else None
         dirs = self.case_dirs(case)
         t0 = time.monotonic()
         status, value = fork_call(
@@ -1260,7 +1656,7 @@ class Campaign:
 
     def start(self, case: Case) -> tuple[int, str, float]:
         """Fork the child of one case (non-blocking); poll() it."""
-        sp = self.savepoint_of(case.fixture) if case.family == "savepoint" else None
+        sp = self.savepoint_of(case.fixture) if case.family in SP_FAMILIES else None
         self.baseline(case.family, case.fixture)
         return fork_start(
             execute, self.case_dirs(case), case.family, case.fixture, case.mutation, sp
@@ -1287,7 +1683,12 @@ class Campaign:
             by_name = {b["name"]: b for b in base}
             worst = "same"
             for r in value["results"]:
-                outcome = classify(r, by_name.get(r["name"]))
+                if "outcome" in r:  # judged in the child (dispose)
+                    outcome = r["outcome"]
+                elif case.family == "kill":
+                    outcome = classify_kill(r, by_name.get(r.get("compare_as", r["name"])))
+                else:
+                    outcome = classify(r, by_name.get(r["name"]))
                 case.commands.append(
                     {
                         "name": r["name"],
@@ -1295,13 +1696,14 @@ class Campaign:
                         "outcome": outcome,
                         "rc": r["rc"],
                         "stderr": r["stderr"][-1500:],
-                        "stdout": r["stdout"][-1500:] if outcome == "clean-error" else "",
+                        "stdout": r["stdout"][-1500:] if outcome != "same" else "",
                         "seconds": round(r["seconds"], 3),
                     }
                 )
                 if SEVERITY[outcome] > SEVERITY[worst]:
                     worst = outcome
             case.events = value["events"]
+            case.killed = value.get("killed")
             if case.events:
                 worst = "ESCAPE"
             case.outcome = worst
@@ -1415,6 +1817,12 @@ def print_table(cases: list[Case], out: Any = sys.stdout) -> None:
         out.write(f"{f + ' ' + k:<{w}} {row}\n")
     tot = Counter(c.outcome for c in cases)
     out.write(f"{'TOTAL':<{w}} " + " ".join(f"{tot.get(o, 0):>11}" for o in OUTCOMES) + "\n")
+    kills = [c for c in cases if c.killed is not None]
+    if kills:
+        n = sum(1 for c in kills if c.killed)
+        out.write(
+            f"kill -9: {n} of {len(kills)} commands killed mid-run (the rest finished first)\n"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -391,6 +391,47 @@ CASES = [
         "agg-hdfs",
         {"cls": "sp-operator-id", "file": "_metadata", "field": "operator_id", "value": None},
     ),
+    # -- kill -9 of a writing command at a given moment, then read back and re-run ------------
+    *[
+        _c("kill", fixture, {"cls": cls, "delay": delay, "file": f"after-{delay}s"})
+        for fixture, cls, delay in [
+            ("agg-hdfs", "kill-savepoint", 0.02),
+            ("agg-hdfs", "kill-savepoint", 0.3),
+            ("agg-hdfs", "kill-restore", 0.02),
+            ("agg-hdfs", "kill-restore", 0.3),
+            ("agg-hdfs", "kill-migrate", 0.3),
+            ("agg-hdfs", "kill-migrate", 60.0),  # finishes first: a normal run
+            ("tws-rocksdb", "kill-restore", 0.4),
+            ("tws-rocksdb", "kill-migrate", 0.4),
+        ]
+    ],
+    # -- dispose of a savepoint around things that are not its own ----------------------------
+    *[
+        _c(
+            "dispose",
+            fixture,
+            {
+                "cls": cls,
+                "perturb": perturb,
+                "spelling": spelling,
+                "seed": 5,
+                "file": "+".join(perturb) or "none",
+                "kind": spelling,
+            },
+        )
+        for fixture, cls, perturb, spelling in [
+            ("agg-hdfs", "dispose", [], "plain"),
+            ("agg-hdfs", "dispose", [], "parent-cwd"),
+            ("agg-hdfs", "dispose", [], "cwd-dot"),
+            ("agg-hdfs", "dispose", [], "dotdot"),
+            ("agg-hdfs", "dispose", [], "symlink"),
+            ("agg-hdfs", "dispose", ["user-file"], "plain"),
+            ("agg-hdfs", "dispose-force", ["user-file", "nested-checkpoint"], "trailing-slash"),
+            ("agg-hdfs", "dispose-force", ["crafted-path"], "plain"),
+            ("join-rocksdb", "dispose-force", ["copied-metadata"], "plain"),
+            ("join-rocksdb", "dispose-force", ["missing-data-file", "unlisted-data-file"], "plain"),
+        ]
+    ],
 ]
 
 
@@ -417,6 +458,20 @@ def test_corruption_is_same_or_clean_error(
     assert case.outcome in ("same", "clean-error"), f"{case.outcome}: {detail} {case.events}"
 
 
+def test_kills_land_mid_command_and_disposes_delete(outcomes: dict[int, Any]) -> None:
+    """The kill and dispose cases test something: most kills interrupt the command, the longest
+    delay lets it finish, and a plain dispose of an untouched savepoint deletes it."""
+    kills = [c for c in outcomes.values() if c.family == "kill"]
+    assert sum(1 for c in kills if c.killed) >= len(kills) - 2
+    assert any(c.killed is False for c in kills)
+    plain = [
+        c
+        for c in outcomes.values()
+        if c.family == "dispose" and not c.mutation["perturb"] and c.mutation["kind"] == "plain"
+    ]
+    assert plain and all(c.outcome == "same" for c in plain)
+
+
 def test_clean_errors_name_a_file(outcomes: dict[int, Any]) -> None:
     """A clean error is one line that says which file is damaged (not just that one is); under
     ``--json`` it is the JSON error object on stdout."""
@@ -424,7 +479,9 @@ def test_clean_errors_name_a_file(outcomes: dict[int, Any]) -> None:
         for c in case.commands:
             if c["outcome"] == "clean-error":
                 text = c["stderr"] or c.get("stdout", "")
-                assert "/" in text, (case.mutation, text)
+                # dispose names the path as the user typed it ("." included)
+                named = c["argv"][2] if case.family == "dispose" else "/"
+                assert named in text, (case.mutation, text)
 
 
 # -- the parsers directly: every malformed input is a CorruptFileError naming the file ---------
