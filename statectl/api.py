@@ -72,11 +72,25 @@ def savepoint(
     kind: str = "canonical",
     progress: Callable[[str], None] | None = None,
     verify: bool = True,
+    engine: Any = "local",
+    spark: Any = None,
+    spark_confs: dict[str, str] | None = None,
 ) -> SavepointResult:
     """Take a savepoint of a (possibly running) query's checkpoint. ``target`` defaults to
     ``$STATECTL_SAVEPOINT_DIR`` or ``[savepoint] dir`` in ``./statectl.toml``. The result's
-    ``str()`` (and ``.path``) is the savepoint's URL."""
+    ``str()`` (and ``.path``) is the savepoint's URL.
+
+    ``engine="spark"`` (or ``spark=`` a SparkSession) converts the partitions as Spark tasks on
+    the cluster (a session is built from ``spark_confs`` when none is given); the result is the
+    same savepoint as the local engine's."""
+    from statectl.engines import engine_for
     from statectl.savepoints.create import take_savepoint
+
+    runner = (
+        None
+        if engine == "local" and spark is None
+        else engine_for(engine, spark=spark, spark_confs=spark_confs)
+    )
 
     url, meta = take_savepoint(
         as_url(checkpoint),
@@ -86,6 +100,7 @@ def savepoint(
         kind=kind,
         progress=progress,
         verify=verify,
+        engine=runner,
     )
     return SavepointResult.from_document(
         {

@@ -234,9 +234,32 @@ def savepoint(
     ] = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
+    engine: Annotated[
+        str,
+        typer.Option("--engine", help="local (this machine) or spark (partitions as Spark tasks)."),
+    ] = "local",
+    spark_conf: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--spark-conf",
+            help="KEY=VALUE for the Spark engine's session, repeatable (e.g. spark.master=yarn).",
+        ),
+    ] = None,
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
     from statectl.api import savepoint as take_savepoint
+    from statectl.engines import ENGINES, parse_spark_confs
+
+    if engine not in ENGINES:
+        from statectl.errors import StatectlError
+
+        raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    confs = parse_spark_confs(spark_conf or [])
+    if confs and engine != "spark":
+        from statectl.errors import StatectlError
+
+        raise StatectlError("--spark-conf needs --engine spark")
+    engine_args = {"engine": engine, "spark_confs": confs}
 
     pairs = _parse_pairs(uid or [], "--uid")
     uids = {}
@@ -248,7 +271,13 @@ def savepoint(
         uids[int(k)] = v
     if as_json or not sys.stderr.isatty():
         result = take_savepoint(
-            checkpoint, target, batch=batch, uids=uids, kind=kind, verify=not no_verify
+            checkpoint,
+            target,
+            batch=batch,
+            uids=uids,
+            kind=kind,
+            verify=not no_verify,
+            **engine_args,
         )
     else:
         from rich.console import Console
@@ -275,6 +304,7 @@ def savepoint(
                 progress=advance,
                 kind=kind,
                 verify=not no_verify,
+                **engine_args,
             )
     if as_json:
         _print_json(result.to_dict())

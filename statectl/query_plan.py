@@ -28,8 +28,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -44,19 +42,11 @@ from statectl.checkpoint.model import (
     load_operator,
 )
 from statectl.errors import StatectlError, UnsupportedError
+from statectl.spark_session import quiet_session, spark_message
 
 INCREMENTAL_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.IncrementalExecution"
 OUTPUT_MODES = {"append": "Append", "update": "Update", "complete": "Complete"}
 # The planning session logs errors only: Spark's start-up warnings are not the user's business.
-QUIET_LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
 
 
 @dataclass
@@ -240,60 +230,14 @@ def stand_in_sources(found: list[str]) -> Iterator[None]:
 
 
 def planning_session(progress: Callable[[str], None] | None = None) -> Any:
-    """The local session planning runs in, started with a quiet log4j2 configuration (the JVM
-    takes half a minute to start: say so)."""
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    if progress:
-        progress("starting Spark to plan the query (the JVM takes 20-40 s to start)")
-    conf_dir = tempfile.mkdtemp(prefix="statectl-log4j-")
-    conf = os.path.join(conf_dir, "log4j2.properties")
-    with open(conf, "w") as f:
-        f.write(QUIET_LOG4J2)
-    started = time.monotonic()
-    # The JVM also prints to its stderr before any logging is configured (JDK notices, the
-    # launcher): it inherits a log file as stderr instead of the terminal, named on failure.
-    with tempfile.NamedTemporaryFile(prefix="statectl-spark-", suffix=".log", delete=False) as log:
-        sys.stderr.flush()
-        terminal = os.dup(2)
-        os.dup2(log.fileno(), 2)
-        stop = threading.Event()
-
-        def tick() -> None:  # an elapsed-time line on a terminal while the JVM starts
-            while not stop.wait(1):
-                line = f"\rstatectl: starting Spark... {time.monotonic() - started:.0f} s"
-                os.write(terminal, line.encode())
-            os.write(terminal, b"\r\x1b[K")
-
-        ticker = threading.Thread(target=tick, daemon=True)
-        if progress and os.isatty(terminal):
-            ticker.start()
-        try:
-            spark = (
-                SparkSession.builder.master("local[1]")
-                .appName("statectl-plan")
-                .config("spark.ui.enabled", "false")
-                .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{conf}")
-                .getOrCreate()
-            )
-        except Exception as e:
-            raise StatectlError(
-                f"--query: Spark did not start ({_spark_message(e)}); its output is in {log.name}"
-            ) from None
-        finally:
-            stop.set()
-            if ticker.is_alive():
-                ticker.join()
-            os.dup2(terminal, 2)
-            os.close(terminal)
-    os.unlink(log.name)  # started: the JVM keeps writing to the (unlinked) file, not the terminal
-    spark.sparkContext.setLogLevel("ERROR")
-    if progress:
-        progress(f"Spark started in {time.monotonic() - started:.0f} s; planning the query")
-    return spark
+    """The local session planning runs in (the active one, or a quiet local[1] session)."""
+    return quiet_session(
+        "statectl-plan",
+        {"spark.master": "local[1]", "spark.ui.enabled": "false"},
+        purpose="--query",
+        progress=progress,
+        starting="starting Spark to plan the query",
+    )
 
 
 def check_output_mode(spark: Any, jplan: Any, mode: str | None) -> str:
@@ -309,19 +253,11 @@ def check_output_mode(spark: Any, jplan: Any, mode: str | None) -> str:
             )
             return m
         except Exception as e:  # py4j wraps Spark's AnalysisException
-            errors.append(_spark_message(e))
+            errors.append(spark_message(e))
     raise StatectlError(
         f"--query: Spark does not accept the query in {mode or 'any'} output mode: {errors[0]}",
         hint="pass the --output-mode the query runs with" if mode else None,
     )
-
-
-def _spark_message(e: BaseException) -> str:
-    """One line of a Spark (or py4j-wrapped) error."""
-    java = getattr(e, "java_exception", None)
-    text = str(java.getMessage()) if java is not None else str(e)
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 def plan_query(
@@ -358,7 +294,7 @@ def plan_query(
                 jplan = df._jdf.queryExecution().analyzed()
             except Exception as e:
                 raise StatectlError(
-                    f"--query {spec}: Spark cannot analyze the query: {_spark_message(e)}"
+                    f"--query {spec}: Spark cannot analyze the query: {spark_message(e)}"
                 ) from None
             mode = check_output_mode(spark, jplan, output_mode)
             with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
@@ -378,7 +314,7 @@ def plan_query(
                     raise
                 except Exception as e:
                     raise StatectlError(
-                        f"--query {spec}: Spark cannot plan the query: {_spark_message(e)}"
+                        f"--query {spec}: Spark cannot plan the query: {spark_message(e)}"
                     ) from None
                 ckpt = Checkpoint.open(tmp)
                 ids = sorted(

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import statectl
 from statectl.checkpoint.model import Checkpoint, Operator
 from statectl.config import load_config
+from statectl.engines import Engine, LocalEngine
 from statectl.errors import MissingFileError, StatectlError
 from statectl.export import exportable
 from statectl.io import FileIO
@@ -104,26 +105,14 @@ def _run(task: PartitionTask) -> tuple[DataFile, list[str]]:
 
 
 def run_tasks(
-    jobs: list[PartitionTask], workers: int, progress: Callable[[str], None] | None
+    jobs: list[PartitionTask], engine: Engine, progress: Callable[[str], None] | None
 ) -> list:
-    """Run conversion tasks in order, in a local process pool when ``workers > 1``."""
-
-    def note(job: PartitionTask) -> None:
+    """Run conversion tasks on ``engine`` (here, a process pool, or Spark); results in order."""
+    out = []
+    for job, result in zip(jobs, engine.map(_run, jobs), strict=True):
+        out.append(result)
         if progress:
             progress(job.rel.removeprefix("operators/"))
-
-    if workers <= 1 or len(jobs) < 2:
-        out = []
-        for job in jobs:
-            out.append(job())
-            note(job)
-        return out
-    from statectl.processes import run_in_pool
-
-    out = []
-    for job, result in zip(jobs, run_in_pool(_run, jobs, workers), strict=True):
-        out.append(result)
-        note(job)
     return out
 
 
@@ -234,13 +223,13 @@ def build_savepoint(
     batch: int,
     uids: dict[int, str],
     progress: Callable[[str], None] | None = None,
-    workers: int = 1,
+    engine: Engine | None = None,
 ) -> SavepointMetadata:
     """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten)."""
     ops = ckpt.operators(batch)
     enc = StoreEncoding.of(ckpt, batch)
     # One task per operator, table and partition, each writing its own Parquet file: the same
-    # task function can run in a process pool here, or later as a Spark job.
+    # task function runs here, in a process pool, or as a Spark task (statectl/engines.py).
     jobs = []
     for op in ops:
         for task in table_tasks(op):
@@ -249,7 +238,7 @@ def build_savepoint(
                 jobs.append(
                     PartitionTask(ckpt, op, task.selection, p, batch, enc, out_io, out_root, rel)
                 )
-    results = iter(run_tasks(jobs, workers, progress))
+    results = iter(run_tasks(jobs, engine or LocalEngine(), progress))
     operators = []
     for op in ops:
         uid = uids[op.operator_id]
@@ -357,6 +346,7 @@ def take_savepoint(
     kind: str = "canonical",
     workers: int | None = None,
     verify: bool = True,
+    engine: Engine | None = None,
 ) -> tuple[str, SavepointMetadata]:
     """Take a canonical (or native) savepoint; returns (savepoint URL, metadata).
 
@@ -364,6 +354,9 @@ def take_savepoint(
 
     If the query is running and maintenance deletes a file while we read, the latest committed
     batch is tried again (up to 3 times); with an explicit ``batch`` that is an error.
+
+    ``engine`` runs the partition tasks (default: a local process pool of ``workers``); the
+    Spark engine runs them on a cluster, and ``_metadata`` is still written here, last.
     """
     if kind not in ("canonical", "native"):
         raise StatectlError(f"--type must be canonical or native, not {kind!r}")
@@ -425,7 +418,7 @@ def take_savepoint(
                     b,
                     assign_uids(ops, explicit),
                     progress,
-                    workers or default_workers(fresh),
+                    engine or LocalEngine(workers or default_workers(fresh)),
                 )
         except MissingFileError as e:
             out_io.remove(root, recursive=True) if out_io.exists(root) else None
