@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 import statectl
 from statectl.engines import (
@@ -26,8 +27,6 @@ from statectl.engines import (
     parse_spark_confs,
 )
 from statectl.errors import MissingFileError, StatectlError
-
-from conftest import FIXTURES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +90,7 @@ def test_task_errors_cross_back_as_the_same_class() -> None:
 
     run = _guarded(fails)
     assert _unwrap(run((0, 0))) == 0
-    with pytest.raises(MissingFileError, match="/ck/state/0/1: state version 4 needs 4.delta"):
+    with pytest.raises(MissingFileError, match=r"/ck/state/0/1: state version 4 needs 4\.delta"):
         _unwrap(run((1, 1)))
     with pytest.raises(RuntimeError, match="a Spark task failed: ValueError: a bug"):
         _unwrap(run((2, 2)))
