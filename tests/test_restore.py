@@ -184,7 +184,31 @@ def build(spark, case, d):
         ), "update"
     if case == "multi":
         return src().dropDuplicates(["id", "k"]).groupBy("k").count(), "update"
+    if case == "limit":
+        return src().limit(LIMIT), "append"
+    if case in ("session", "session-dynamic"):
+        # Batch b's events lie at 8b..8b+4 s: a 5 s gap (4 or 6 s, by key, dynamic) merges a
+        # key's events across consecutive batches, and sessions still open at the savepoint
+        # merge with the next batch's events after the restore (SESSION_MERGED checks it).
+        gap = (
+            "5 seconds"
+            if case == "session"
+            else F.when(F.col("k").isin("k0", "k1", "k2"), "6 seconds").otherwise("4 seconds")
+        )
+        return src().withWatermark("ts", "5 seconds").groupBy(
+            F.session_window("ts", gap), "k"
+        ).count(), "append"
     raise AssertionError(case)
+
+
+# More than the first run's 3 batches of 10 rows: the limit is reached after the restore.
+LIMIT = 45
+
+
+def session_merged_across_restore(rows: list) -> bool:
+    """A session that began before the savepoint (batch 3's events start at 24 s) and holds
+    events after it: restored state merged with new events."""
+    return any(r[0][0] < "2024-01-01T00:00:24" and r[0][1] > "2024-01-01T00:00:27" for r in rows)
 
 
 def run(spark, case, d, ckpt, provider=None, confs=None):
@@ -243,6 +267,16 @@ CASES = [
     # Row checksums on the source: restored as plain rows, the conf pinned off.
     ("agg-checksum", "hdfs", "rocksdb", 3),
     ("agg-checksum", "rocksdb", "hdfs", 2),
+    # Session windows: placed by the grouping key, prefix-encoded keys on RocksDB.
+    *[("session", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
+    ("session", "rocksdb", "hdfs", 3),
+    ("session", "rocksdb", "rocksdb", 3),
+    ("session-dynamic", "hdfs", "rocksdb", 3),
+    ("session-dynamic", "rocksdb", "hdfs", 2),
+    # Streaming limit: its count lives in partition 0 at any partition count.
+    *[("limit", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
+    ("limit", "rocksdb", "hdfs", 3),
+    ("limit", "rocksdb", "rocksdb", 3),
 ]
 CASE_CONFS = {
     "tws-avro": {"spark.sql.streaming.stateStore.encodingFormat": "avro"},
@@ -302,6 +336,15 @@ def test_restored_query_continues_like_an_uninterrupted_run(
     # end of the first run, where the uninterrupted run had none.)
     assert all(b > meta.batch_id for b in continued) and any(continued.values())
     assert_exactly_once(first, continued, full)
+    if case == "limit":  # not reached before the savepoint, reached exactly after it
+        emitted = [sum(len(rows) for rows in part.values()) for part in (first, continued)]
+        assert emitted[0] < LIMIT and sum(emitted) == LIMIT, emitted
+        assert sorted(p.name for p in (tmp_path / "ck2" / "state" / "0").iterdir()) == [
+            "0",
+            "_metadata",
+        ]
+    if case.startswith("session"):
+        assert session_merged_across_restore([r for rows in continued.values() for r in rows])
     restored = Checkpoint.open(str(tmp_path / "ck2"))
     last = restored.latest_committed_batch
     assert last == max(continued)
