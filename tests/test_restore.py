@@ -158,7 +158,7 @@ def build(spark, case, d):
         return src().withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(
             ["id", "k"]
         ), "append"
-    if case == "fmgws":
+    if case in ("fmgws", "fmgws-v1"):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         # Nested so cloudpickle ships it by value: Python workers cannot import tests/.
@@ -277,10 +277,14 @@ CASES = [
     *[("limit", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
     ("limit", "rocksdb", "hdfs", 3),
     ("limit", "rocksdb", "rocksdb", 3),
+    # applyInPandasWithState at state format 1 (the state fields unnested in the value).
+    ("fmgws-v1", "hdfs", "hdfs", 3),
+    ("fmgws-v1", "hdfs", "rocksdb", 2),
 ]
 CASE_CONFS = {
     "tws-avro": {"spark.sql.streaming.stateStore.encodingFormat": "avro"},
     "agg-checksum": {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"},
+    "fmgws-v1": {"spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"},
 }
 
 
