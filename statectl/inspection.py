@@ -20,6 +20,7 @@ from statectl.checkpoint.model import (
     PROVIDER_CONF,
     Checkpoint,
     Operator,
+    partition_absent,
     store_dir,
 )
 from statectl.errors import StatectlError, display_path
@@ -187,6 +188,8 @@ def store_health(ckpt: Checkpoint, op: Operator, batch: int) -> list[str]:
     problems = []
     backend = ckpt.backend(batch)
     for p in range(op.num_partitions):
+        if partition_absent(ckpt, op, p):
+            continue
         for store in op.store_names:
             d = store_dir(ckpt, op.operator_id, p, store)
             try:

@@ -17,8 +17,10 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
+from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import UnsupportedError
 
 UNKNOWN = "unknown"  # Spark < 4 writes no operator metadata
@@ -34,6 +36,9 @@ JOIN_STORES = tuple(
 )
 
 PartitionKey = Callable[[str, pa.StructArray], pa.StructArray]
+# numColsPrefixKey of a store, from its key schema (Spark JSON).
+PrefixColumns = Callable[[str], int]
+SESSION_START = "sessionStartTime"
 
 
 def whole_key(_table: str, key: pa.StructArray) -> pa.StructArray:
@@ -52,6 +57,43 @@ def join_key(table: str, key: pa.StructArray) -> pa.StructArray:
     )
 
 
+def no_prefix(_key_schema: str) -> int:
+    return 0
+
+
+def _key_fields(key_schema: str) -> list:
+    try:
+        fields = json.loads(key_schema or "{}").get("fields")
+    except (ValueError, AttributeError):
+        return []
+    return fields if isinstance(fields, list) else []
+
+
+def session_prefix(key_schema: str) -> int:
+    """A session window's key is (grouping columns..., sessionStartTime): every column but the
+    last is the prefix (``StreamingSessionWindowStateManagerImplV1``)."""
+    return max(len(_key_fields(key_schema)) - 1, 0)
+
+
+def session_grouping_key(_table: str, key: pa.StructArray) -> pa.StructArray:
+    """Spark places a session by its grouping columns (the key without ``sessionStartTime``),
+    so all sessions of a key share a partition and merge there."""
+    n = key.type.num_fields - 1
+    return pa.StructArray.from_arrays(
+        [key.field(i) for i in range(n)], fields=[key.type.field(i) for i in range(n)]
+    )
+
+
+def _is_session_key(key_schema: str) -> bool:
+    fields = _key_fields(key_schema)
+    return (
+        len(fields) >= 2
+        and isinstance(fields[-1], dict)
+        and fields[-1].get("name") == SESSION_START
+        and fields[-1].get("type") == "timestamp"
+    )
+
+
 @dataclass(frozen=True)
 class OperatorKind:
     """What statectl knows of one kind of stateful operator at one state layout."""
@@ -62,6 +104,20 @@ class OperatorKind:
     restorable: bool = True
     reason: str = ""  # why restore refuses it (when not restorable)
     partition_key: PartitionKey = field(default=whole_key, compare=False)
+    prefix_columns: PrefixColumns = field(default=no_prefix, compare=False)
+    # The operator runs in one task (StreamingGlobalLimitExec): its state is in partition 0
+    # only, whatever the partition count, and Spark never creates the other partitions.
+    single_partition: bool = False
+
+    def partitions_of(self, table: str, key: pa.StructArray, partitions: int) -> np.ndarray:
+        """The partition Spark keeps each key of ``table`` in, at ``partitions`` partitions."""
+        if self.single_partition:
+            return np.zeros(len(key), dtype=np.int32)
+        return partition_ids(self.partition_key(table, key), partitions)
+
+    def partition_may_be_absent(self, partition: int) -> bool:
+        """A missing partition directory is empty state for this kind (and only this kind)."""
+        return self.single_partition and partition > 0
 
     def refusal(self, what: str) -> str | None:
         """The plan-time reason restore refuses ``what`` (None for a kind with a spec)."""
@@ -86,23 +142,17 @@ GROUP_STATE = OperatorKind("flatMapGroupsWithState", "stores", ("default",))
 JOIN_V2 = OperatorKind("stream-stream join", "stores", JOIN_STORES, partition_key=join_key)
 TRANSFORM_WITH_STATE = OperatorKind("transformWithState", "column-families")
 
-# Kinds Spark writes that have no spec yet: inspect and export read them generically, restore
-# refuses them with these reasons.
 SESSION_WINDOW = OperatorKind(
     "session window aggregation",
     "stores",
     ("default",),
-    restorable=False,
-    reason="its state is keyed by (grouping keys, session start) with a prefix key, and Spark "
-    "places keys by the grouping keys alone",
+    partition_key=session_grouping_key,
+    prefix_columns=session_prefix,
 )
-GLOBAL_LIMIT = OperatorKind(
-    "streaming limit",
-    "stores",
-    ("default",),
-    restorable=False,
-    reason="its count lives in a single partition regardless of the partition count",
-)
+GLOBAL_LIMIT = OperatorKind("streaming limit", "stores", ("default",), single_partition=True)
+
+# Kinds Spark writes that have no spec yet: inspect and export read them generically, restore
+# refuses them with these reasons.
 JOIN_VCF = OperatorKind(
     "stream-stream join (state format 3/4)",
     "column-families",
@@ -135,11 +185,16 @@ def _unmodelled(name: str, why: str) -> OperatorKind:
 
 
 def _has_session_window(key_schema: str | None) -> bool:
-    try:
-        fields = json.loads(key_schema or "{}").get("fields") or []
-    except (ValueError, AttributeError):
-        return False
-    return any(isinstance(f, dict) and f.get("name") == "session_window" for f in fields)
+    fields = _key_fields(key_schema or "")
+    return any(isinstance(f, dict) and f.get("name") == "session_window" for f in fields) or (
+        _is_session_key(key_schema or "")
+    )
+
+
+def single_partition(name: str) -> bool:
+    """Whether Spark operator ``name`` keeps its state in partition 0 only."""
+    kind = _BY_NAME.get(name)
+    return kind is not None and kind.single_partition
 
 
 def classify(
@@ -165,7 +220,11 @@ def classify(
         if stores == JOIN_STORES:
             return JOIN_V2
         if any(_has_session_window(k) for k in key_schemas):
-            return SESSION_WINDOW
+            return _unmodelled(
+                name,
+                "a session window (its key ends with the session start and Spark places it by "
+                "the grouping keys), but Spark < 4 recorded no operator metadata to confirm it",
+            )
         if stores == ("default",) and not column_families:
             return OperatorKind("unknown (Spark < 4, no operator metadata)", "stores", ("default",))
         return _unmodelled(name, "Spark < 4 wrote no operator metadata for this store layout")
@@ -180,6 +239,19 @@ def classify(
         return _unmodelled(
             name, f"unexpected stores {list(stores)} (the spec has {list(kind.stores)})"
         )
+    if kind is SESSION_WINDOW:
+        if not key_schemas or not all(_is_session_key(k) for k in key_schemas):
+            return _unmodelled(
+                name, f"a session window key must end with {SESSION_START}: timestamp"
+            )
+        expected = [session_prefix(k) for k in key_schemas]
+        if prefix_columns and [int(n or 0) for n in prefix_columns] != expected:
+            return _unmodelled(
+                name,
+                f"numColsPrefixKey {list(prefix_columns)} is not the number of grouping keys "
+                f"{expected}",
+            )
+        return kind
     if kind.restorable and any(int(n or 0) for n in prefix_columns):
         return _unmodelled(name, "its stores use a prefix key (numColsPrefixKey > 0)")
     return kind

@@ -67,6 +67,7 @@ from statectl.tws_encode import (
     VERSION,
     assign_cf_ids,
     concat_binary,
+    encode_key,
     encode_operator_partition,
     unsupported_families,
 )
@@ -638,27 +639,43 @@ def _under(root: str, *parts: str) -> str:
 def _store_writer(
     plan: RestorePlan, codec: str
 ) -> Callable[[FileIO, str, pa.Array, pa.Array], str | None]:
-    """Writes one store partition's UnsafeRow keys and values at version N+1; returns the
-    unique id the files carry (checkpoint format 2) or None."""
+    """Writes one store partition's keys and values, encoded for the backend (see
+    :func:`_encode_store`), at version N+1; returns the unique id the files carry (checkpoint
+    format 2) or None."""
     version = plan.batch + 1
 
     def hdfs(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
         write_hdfs_store(io, d, version, codec, k, v)
 
     def changelog(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
-        write_rocksdb_store(io, d, version, codec, k, v)
+        write_rocksdb_store(io, d, version, codec, k, v, encoded=True)
 
     def snapshot(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> str | None:
-        # RocksDB rows carry Spark 4's encoding-version byte in front of key and value.
         uid = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
-        write_rocksdb_snapshot(
-            io, d, version, concat_binary(VERSION, k), concat_binary(VERSION, v), unique_id=uid
-        )
+        write_rocksdb_snapshot(io, d, version, k, v, unique_id=uid)
         return uid
 
     if plan.backend == HDFS:
         return hdfs
     return changelog if plan.rocksdb_layout == "changelog" else snapshot
+
+
+def _encode_store(
+    backend: str, key: pa.StructArray, value: pa.StructArray, table: Any, prefix: int
+) -> tuple[pa.Array, pa.Array]:
+    """A store's keys and values as the backend keeps them. HDFS: UnsafeRows (the whole key,
+    prefix or not). RocksDB: Spark 4's encoding-version byte in front of key and value, and a
+    key with ``numColsPrefixKey > 0`` prefix-encoded as Spark's PrefixKeyScanStateEncoder
+    does (``int32 LE len ‖ 0x00 prefix row ‖ 0x00 remaining row``)."""
+    k = encode_unsafe_rows(key, json.loads(table.key_schema))
+    v = encode_unsafe_rows(value, json.loads(table.value_schema))
+    if backend == HDFS:
+        return k, v
+    if prefix:
+        spec = {"keyStateEncoderType": "PrefixKeyScanStateEncoderSpec", "numColsPrefixKey": prefix}
+        family = ColumnFamilySchema(table.name, table.key_schema, table.value_schema, 0, 0, spec)
+        return encode_key(key, family), concat_binary(VERSION, v)
+    return concat_binary(VERSION, k), concat_binary(VERSION, v)
 
 
 def _record_unique_id(plan: RestorePlan, op_id: int, partition: int, uid: str | None) -> None:
@@ -679,19 +696,22 @@ def _write_operator(
     if op.column_families:
         return _write_cf_operator(sp, op, new_id, plan, io, root)
     writer = _store_writer(plan, codec)
+    kind = op.kind
     rows_written = {}
     store_infos = []
     for table in op.tables:
         data = sp.read_table(table)
         key = data.column("key").combine_chunks()
         value = data.column("value").combine_chunks()
-        pids = partition_ids(op.kind.partition_key(table.name, key), plan.partitions)
-        key_schema = json.loads(table.key_schema)
-        value_schema = json.loads(table.value_schema)
+        pids = kind.partitions_of(table.name, key, plan.partitions)
+        prefix = kind.prefix_columns(table.key_schema)
         for p in range(plan.partitions):
+            if kind.single_partition and p > 0:
+                continue  # Spark runs the operator in one task and never creates these
             mask = pa.array(pids == p)
-            k = encode_unsafe_rows(pc.filter(key, mask), key_schema)
-            v = encode_unsafe_rows(pc.filter(value, mask), value_schema)
+            k, v = _encode_store(
+                plan.backend, pc.filter(key, mask), pc.filter(value, mask), table, prefix
+            )
             base = _under(root, "state", str(new_id), str(p))
             store_dir = base if table.name == "default" else posixpath.join(base, table.name)
             _record_unique_id(plan, new_id, p, writer(io, store_dir, k, v))
@@ -701,8 +721,10 @@ def _write_operator(
                     write_schema_file_v2(table.key_schema, table.value_schema),
                 )
         rows_written[table.name] = data.num_rows
+        # numPartitions is the shuffle partition count even for a one-task operator (Spark's
+        # StatefulOperatorStateInfo.numPartitions), as Spark records it.
         store_infos.append(
-            {"storeName": table.name, "numColsPrefixKey": 0, "numPartitions": plan.partitions}
+            {"storeName": table.name, "numColsPrefixKey": prefix, "numPartitions": plan.partitions}
         )
     name = op.name
     if name == UNKNOWN_OPERATOR and new_id in plan.query_operators:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.backends import RawState
+from statectl.backends import RawState, empty_raw_state
 from statectl.backends.hdfs import read_hdfs_store
 from statectl.backends.rocksdb import read_rocksdb_store
 from statectl.checkpoint.model import (
@@ -27,10 +27,10 @@ from statectl.checkpoint.model import (
     Checkpoint,
     Operator,
     StoreDescription,
+    partition_absent,
     store_dir,
 )
 from statectl.codecs.compression import normalize_codec
-from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
 from statectl.codecs.unsaferow import decode_unsafe_rows
 from statectl.errors import CorruptFileError, StatectlError, UnsupportedError
@@ -80,6 +80,8 @@ def load_raw(
 ) -> RawState:
     """The live entries of one physical store partition after ``batch`` (version batch+1)."""
     directory = store_dir(ckpt, op.operator_id, partition, store)
+    if partition_absent(ckpt, op, partition):
+        return empty_raw_state()
     version = batch + 1
     if enc.backend == HDFS:
         return read_hdfs_store(ckpt.io, directory, version, enc.codec, verify=ckpt.verify)
@@ -310,9 +312,9 @@ def check_placement(
         return
     kind = op.kind
     if not kind.restorable:
-        return  # no spec for this kind (e.g. session windows: placed by a key prefix)
+        return  # no spec for this kind: where Spark places its keys is not modelled
     key = table.column("key").combine_chunks()
-    pids = partition_ids(kind.partition_key(store or "default", key), op.num_partitions)
+    pids = kind.partitions_of(store or "default", key, op.num_partitions)
     wrong = pids != partition
     if wrong.any():
         first = int(pids[np.argmax(wrong)])

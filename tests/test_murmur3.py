@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from statectl.codecs.murmur3 import hash_bytes, partition_ids, spark_hash
 from statectl.errors import UnsupportedError
+from statectl.operators import whole_key
 from tests.conftest import FIXTURES, load_manifest
 
 UTC = dt.timezone.utc
@@ -293,7 +294,9 @@ PLACEMENT = [
     ("name", "read"), PLACEMENT, ids=[f"{n}-{r['options']}" for n, r in PLACEMENT]
 )
 def test_partition_of_every_fixture_key_matches_spark(name: str, read: dict) -> None:
-    """Every key sits in the partition Spark put it in: pmod(hash(key), partitions)."""
+    """Every key sits in the partition Spark put it in: pmod(hash(key), partitions), where the
+    key is what the operator kind places by (a session's grouping columns; a streaming limit
+    keeps its one row in partition 0)."""
     from statectl.checkpoint.model import Checkpoint
     from statectl.state import Selection, read_state
 
@@ -307,7 +310,11 @@ def test_partition_of_every_fixture_key_matches_spark(name: str, read: dict) -> 
         pytest.skip("no rows")
     key = table.column("key").combine_chunks()
     n = ckpt.num_partitions(ckpt.latest_committed_batch)
-    assert partition_ids(key, n).tolist() == table.column("partition_id").to_pylist()
+    kind = ckpt.operator(read["operatorId"], ckpt.latest_committed_batch).kind
+    placed = kind.partitions_of(opts.get("storeName") or "default", key, n)
+    assert placed.tolist() == table.column("partition_id").to_pylist()
+    if kind.partition_key is whole_key and not kind.single_partition:
+        assert partition_ids(key, n).tolist() == placed.tolist()
 
 
 # -- against Spark's hash() ----------------------------------------------------------------------------

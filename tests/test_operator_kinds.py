@@ -1,9 +1,8 @@
 """What statectl does TODAY with the operator kinds it does not model yet (issue 10).
 
 Every fixture marked ``pending`` in fixtures/manifest.json is a kind or state format that Spark
-writes and statectl has no spec for (streaming limit, session windows, join state formats 3 and
-4, outer / semi joins, transformWithState TTL, row-based transformWithState, flatMapGroupsWithState
-format 1). The generic tests skip them (tests/conftest.py ``load_manifest``). This file pins the
+writes and statectl has no spec for (join state formats 3 and 4). Streaming limit and session
+windows have specs now and run in the generic tests; their placement is pinned below. The generic tests skip them (tests/conftest.py ``load_manifest``). This file pins the
 current behaviour, so that a change to it is noticed:
 
 * ``statectl inspect --json`` exits 0, or exits 2 with one ``statectl: error:`` line; never a
@@ -19,6 +18,7 @@ once every read and a restore are right. fixtures/README.md explains each layout
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -33,6 +33,7 @@ from statectl.checkpoint.model import Checkpoint
 from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.export import export_state
+from statectl.operators import GLOBAL_LIMIT, SESSION_WINDOW
 from tests.conftest import FIXTURES, ROOT, arrow_names, arrow_rows, load_manifest
 from tests.test_export_vs_spark import selection
 
@@ -56,16 +57,6 @@ def _join(left_right: str, stores: tuple[str, str]) -> dict[str, str]:
 # export equals Spark's rows (EQUAL), differs (DIFFERS) or is refused with a one-line
 # StatectlError (REFUSED). Why, and what a spec needs: fixtures/README.md.
 TODAY: dict[str, dict[str, Any]] = {
-    # Partition 1 has no state directory at all (StreamingGlobalLimitExec runs in one task):
-    # "state version 4 needs 1.delta / 1.changelog, which is missing".
-    # `savepoint` says "state kept changing while reading (... missing)", which it did not.
-    "limit-hdfs": {"inspect": 2, "reads": {"op0": REFUSED}, "savepoint": 2},
-    "limit-rocksdb": {"inspect": 2, "reads": {"op0": REFUSED}, "savepoint": 2},
-    # Read generically and equal; placement is by the grouping key alone (see the test below),
-    # which restore does not model: the operator-kind registry refuses it at plan time (exit 2).
-    "session-hdfs": {"inspect": 0, "reads": {"op0": EQUAL}, "savepoint": 0, "restore": 2},
-    "session-rocksdb": {"inspect": 0, "reads": {"op0": EQUAL}, "savepoint": 0, "restore": 2},
-    "session-dynamic-hdfs": {"inspect": 0, "reads": {"op0": EQUAL}, "savepoint": 0, "restore": 2},
     # Format 3: the four column families read like TWS value states (equal), but joinSide
     # looks for a store 'default' and is refused.
     # Savepoints copy the column families; restore refuses it at plan time (no spec, exit 2).
@@ -225,14 +216,20 @@ def _spark_partitions(name: str, store: str | None = None) -> list[tuple[Any, in
 @pytest.mark.parametrize("name", ["session-hdfs", "session-rocksdb", "session-dynamic-hdfs"])
 def test_session_keys_are_placed_by_the_grouping_columns_only(name):
     """Session state key (k, sessionStartTime), numColsPrefixKey 1: Spark places every session
-    by hash(k) alone, so all sessions of a key share a partition. Hashing the whole key (what
-    restore does today) puts them elsewhere."""
+    by hash(k) alone, so all sessions of a key share a partition; the session spec does the
+    same (hashing the whole key would put them elsewhere)."""
     rows = _spark_partitions(name)
     keys = pa.array([key[0] for key, _ in rows], pa.string())
     assert partition_ids(pa.table({"k": keys}), 2).tolist() == [p for _, p in rows]
     ckpt = Checkpoint.open(str(FIXTURES / name))
     (op,) = ckpt.operators(ckpt.latest_committed_batch)
     assert [s.num_cols_prefix_key for s in op.schemas] == [1]
+    assert op.kind is SESSION_WINDOW
+    assert op.kind.prefix_columns(op.schemas[0].key_schema) == 1
+    starts = pa.array([dt.datetime.fromisoformat(key[1]) for key, _ in rows], pa.timestamp("us"))
+    key = pa.StructArray.from_arrays([keys, starts], names=["k", "sessionStartTime"])
+    assert op.kind.partitions_of("default", key, 2).tolist() == [p for _, p in rows]
+    assert partition_ids(key, 2).tolist() != [p for _, p in rows]
 
 
 @pytest.mark.parametrize(
@@ -260,3 +257,23 @@ def test_limit_state_is_one_row_in_partition_0(name):
     assert fx["reads"][0]["rows"] == 1 and fx["operators"][0]["numPartitions"] == 2
     parts = sorted(p.name for p in (FIXTURES / name / "state" / "0").iterdir() if p.name.isdigit())
     assert parts == ["0"]
+    ckpt = Checkpoint.open(str(FIXTURES / name))
+    (op,) = ckpt.operators(ckpt.latest_committed_batch)
+    assert op.kind is GLOBAL_LIMIT and op.num_partitions == 2
+    assert op.kind.partition_may_be_absent(1) and not op.kind.partition_may_be_absent(0)
+
+
+SPEC_READS = [
+    pytest.param(fx, read, id=f"{fx['name']}-{read_id(read)}")
+    for fx in KIND_FIXTURES
+    if fx["name"].startswith(("limit-", "session-"))
+    for read in fx["reads"]
+]
+
+
+@pytest.mark.parametrize(("fx", "read"), SPEC_READS)
+def test_export_of_limit_and_sessions_equals_spark(fx, read, tmp_path):
+    """Kinds that left `pending`: export equals the rows Spark's reader returned at generation
+    (the limit's absent partition 1 reads as empty)."""
+    got, detail = export_outcome(fx, read, tmp_path)
+    assert got == EQUAL, detail

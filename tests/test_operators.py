@@ -22,6 +22,8 @@ EXPECTED = {
     "join": "stream-stream join",
     "fmgws": "flatMapGroupsWithState",
     "tws": "transformWithState",
+    "limit": "streaming limit",
+    "session": "session window aggregation",
 }
 
 
@@ -65,12 +67,30 @@ SESSION_KEY = json.dumps(
 )
 
 
+# What Spark 4 records for session_window(ts, ...) grouped by k: numColsPrefixKey 1.
+SESSION_KEY_43 = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "k", "type": "string"},
+            {"name": "sessionStartTime", "type": "timestamp"},
+        ],
+    }
+)
+
+
 @pytest.mark.parametrize(
     ("name", "stores", "kw", "reason"),
     [
         ("notAnOperatorSparkHas", ["default"], {}, "no spec"),
-        ("sessionWindowStateStoreSaveExec", ["default"], {}, "prefix key"),
-        ("globalLimit", ["default"], {}, "single partition"),
+        ("sessionWindowStateStoreSaveExec", ["default"], {}, "must end with sessionStartTime"),
+        (
+            "sessionWindowStateStoreSaveExec",
+            ["default"],
+            {"key_schemas": [SESSION_KEY_43], "prefix_columns": [0]},
+            "not the number of grouping keys",
+        ),
+        ("globalLimit", ["default", "other"], {}, "unexpected stores"),
         ("symmetricHashJoin", ["default"], {"column_families": True}, "column families"),
         ("stateStoreSave", ["default"], {"prefix_columns": [1]}, "prefix key"),
         ("stateStoreSave", ["default", "other"], {}, "unexpected stores"),
@@ -84,6 +104,24 @@ def test_unmodelled_kinds_are_refused(name, stores, kw, reason):
     assert not kind.restorable
     with pytest.raises(UnsupportedError, match=reason):
         kind.require_restorable("operator 0")
+
+
+def test_session_windows_and_limit_have_specs():
+    session = classify(
+        "sessionWindowStateStoreSaveExec",
+        ["default"],
+        column_families=False,
+        prefix_columns=[1],
+        key_schemas=[SESSION_KEY_43],
+    )
+    assert session.restorable and session.prefix_columns(SESSION_KEY_43) == 1
+    limit = classify("globalLimit", ["default"], column_families=False)
+    assert limit.restorable and limit.single_partition
+    import pyarrow as pa
+
+    key = pa.StructArray.from_arrays([pa.array([None, None], pa.null())], names=["key"])
+    # Partition 0 at any count (a whole-key hash of null would give 42 % n).
+    assert limit.partitions_of("default", key, 5).tolist() == [0, 0]
 
 
 def test_modelled_kinds_restore():

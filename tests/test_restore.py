@@ -158,7 +158,7 @@ def build(spark, case, d):
         return src().withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(
             ["id", "k"]
         ), "append"
-    if case == "fmgws":
+    if case in ("fmgws", "fmgws-v1"):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         # Nested so cloudpickle ships it by value: Python workers cannot import tests/.
@@ -184,7 +184,31 @@ def build(spark, case, d):
         ), "update"
     if case == "multi":
         return src().dropDuplicates(["id", "k"]).groupBy("k").count(), "update"
+    if case == "limit":
+        return src().limit(LIMIT), "append"
+    if case in ("session", "session-dynamic"):
+        # Batch b's events lie at 8b..8b+4 s: a 5 s gap (4 or 6 s, by key, dynamic) merges a
+        # key's events across consecutive batches, and sessions still open at the savepoint
+        # merge with the next batch's events after the restore (SESSION_MERGED checks it).
+        gap = (
+            "5 seconds"
+            if case == "session"
+            else F.when(F.col("k").isin("k0", "k1", "k2"), "6 seconds").otherwise("4 seconds")
+        )
+        return src().withWatermark("ts", "5 seconds").groupBy(
+            F.session_window("ts", gap), "k"
+        ).count(), "append"
     raise AssertionError(case)
+
+
+# More than the first run's 3 batches of 10 rows: the limit is reached after the restore.
+LIMIT = 45
+
+
+def session_merged_across_restore(rows: list) -> bool:
+    """A session that began before the savepoint (batch 3's events start at 24 s) and holds
+    events after it: restored state merged with new events."""
+    return any(r[0][0] < "2024-01-01T00:00:24" and r[0][1] > "2024-01-01T00:00:27" for r in rows)
 
 
 def run(spark, case, d, ckpt, provider=None, confs=None):
@@ -243,10 +267,24 @@ CASES = [
     # Row checksums on the source: restored as plain rows, the conf pinned off.
     ("agg-checksum", "hdfs", "rocksdb", 3),
     ("agg-checksum", "rocksdb", "hdfs", 2),
+    # Session windows: placed by the grouping key, prefix-encoded keys on RocksDB.
+    *[("session", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
+    ("session", "rocksdb", "hdfs", 3),
+    ("session", "rocksdb", "rocksdb", 3),
+    ("session-dynamic", "hdfs", "rocksdb", 3),
+    ("session-dynamic", "rocksdb", "hdfs", 2),
+    # Streaming limit: its count lives in partition 0 at any partition count.
+    *[("limit", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
+    ("limit", "rocksdb", "hdfs", 3),
+    ("limit", "rocksdb", "rocksdb", 3),
+    # applyInPandasWithState at state format 1 (the state fields unnested in the value).
+    ("fmgws-v1", "hdfs", "hdfs", 3),
+    ("fmgws-v1", "hdfs", "rocksdb", 2),
 ]
 CASE_CONFS = {
     "tws-avro": {"spark.sql.streaming.stateStore.encodingFormat": "avro"},
     "agg-checksum": {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"},
+    "fmgws-v1": {"spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"},
 }
 
 
@@ -302,6 +340,15 @@ def test_restored_query_continues_like_an_uninterrupted_run(
     # end of the first run, where the uninterrupted run had none.)
     assert all(b > meta.batch_id for b in continued) and any(continued.values())
     assert_exactly_once(first, continued, full)
+    if case == "limit":  # not reached before the savepoint, reached exactly after it
+        emitted = [sum(len(rows) for rows in part.values()) for part in (first, continued)]
+        assert emitted[0] < LIMIT and sum(emitted) == LIMIT, emitted
+        assert sorted(p.name for p in (tmp_path / "ck2" / "state" / "0").iterdir()) == [
+            "0",
+            "_metadata",
+        ]
+    if case.startswith("session"):
+        assert session_merged_across_restore([r for rows in continued.values() for r in rows])
     restored = Checkpoint.open(str(tmp_path / "ck2"))
     last = restored.latest_committed_batch
     assert last == max(continued)
@@ -377,6 +424,9 @@ def test_restore_every_fixture_reads_back(tmp_path):
         "tws-mergev1-rocksdb-changelog",
         "tws-avro-rocksdb",
         "agg-ckptv2-rocksdb-changelog",
+        "session-hdfs",
+        "session-dynamic-hdfs",
+        "limit-rocksdb",
     ]
     for name in names:
         url, meta = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
@@ -851,3 +901,43 @@ def test_spark35_state_moves_to_spark43_with_query(spark, tmp_path):
         shutil.rmtree(d)
     got = {r["k"]: r["cnt"] for r in out}
     assert got == {"k0": before["k0"] + 1, "k3": before["k3"] + 1, "znew": 1}
+
+
+@pytest.mark.parametrize("changelog", [False, True])
+def test_session_state_restores_byte_for_byte_as_spark_wrote_it(tmp_path, changelog):
+    """A session window restored to RocksDB at the fixture's own partition count holds exactly
+    the bytes Spark wrote: keys prefix-encoded (numColsPrefixKey 1), values, the schema file and
+    the operator metadata."""
+    from statectl.state import StoreEncoding, load_raw
+
+    name = "session-rocksdb"
+    url, _ = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
+    restore(url, str(tmp_path / "ck"), backend="rocksdb", partitions=2, changelog=changelog)
+    src, dst = Checkpoint.open(str(FIXTURES / name)), Checkpoint.open(str(tmp_path / "ck"))
+    b = src.latest_committed_batch
+    for p in range(2):
+        entries = []
+        for ck in (src, dst):
+            op = ck.operator(0, b)
+            raw = load_raw(ck, op, "default", p, b, StoreEncoding.of(ck, b))
+            entries.append(sorted(zip(raw.keys.to_pylist(), raw.values.to_pylist(), strict=True)))
+        assert entries[0] == entries[1] and entries[0], p
+    for rel in ("state/0/0/_metadata/schema", "state/0/_metadata/metadata"):
+        assert (tmp_path / "ck" / rel).read_bytes() == (FIXTURES / name / rel).read_bytes(), rel
+
+
+def test_limit_restores_to_partition_0_only(tmp_path):
+    """A streaming limit's count goes to partition 0 at any partition count (a whole-key hash of
+    its null key would put it in 42 % n); the other partitions are not written, as Spark writes
+    none, and statectl reads the result back."""
+    for name in ("limit-hdfs", "limit-rocksdb"):
+        url, _ = take_savepoint(str(FIXTURES / name), str(tmp_path / f"sp-{name}"))
+        for backend in ("hdfs", "rocksdb"):
+            target = tmp_path / f"{name}-{backend}"
+            restore(url, str(target), backend=backend, partitions=5)
+            assert sorted(p.name for p in (target / "state" / "0").iterdir()) == ["0", "_metadata"]
+            meta = (target / "state" / "0" / "_metadata" / "metadata").read_text()
+            assert '"operatorName":"globalLimit"' in meta and '"numPartitions":5' in meta
+            table = read_state(Checkpoint.open(str(target)), Selection(0))
+            assert table.column("partition_id").to_pylist() == [0]
+            assert arrow_rows(table.drop_columns(["partition_id"])) == [((None,), (20,))]

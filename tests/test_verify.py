@@ -404,7 +404,7 @@ def test_every_fixture_table_is_placed_where_spark_put_it():
     from statectl.savepoints.create import table_tasks
     from statectl.state import StoreEncoding, read_partition
 
-    for fx in load_manifest():  # pending kinds (limit, sessions) have no placement rule yet
+    for fx in load_manifest():  # pending kinds (join formats 3/4) have no placement rule yet
         c = Checkpoint.open(str(FIXTURES / fx["name"]))
         b = c.latest_committed_batch
         enc = StoreEncoding.of(c, b)

@@ -40,9 +40,17 @@ def write_hdfs_store(
 
 
 def write_rocksdb_store(
-    io: FileIO, store_dir: str, version: int, codec: str, keys: pa.Array, values: pa.Array
+    io: FileIO,
+    store_dir: str,
+    version: int,
+    codec: str,
+    keys: pa.Array,
+    values: pa.Array,
+    *,
+    encoded: bool = False,
 ) -> list[str]:
-    """Changelog v1 files; keys and values get RocksDB's 0x00 encoding-version byte."""
+    """Changelog v1 files; keys and values get RocksDB's 0x00 encoding-version byte (unless
+    ``encoded``: they are already the exact RocksDB bytes, e.g. prefix-encoded keys)."""
     written = []
     empty = compress_stream(codec, EMPTY_RECORDS)
     for v in range(1, version):
@@ -50,7 +58,7 @@ def write_rocksdb_store(
         io.write_atomic(path, empty)
         written.append(path)
     path = posixpath.join(store_dir, f"{version}.changelog")
-    data = write_state_records(keys, values, prefix=b"\x00")
+    data = write_state_records(keys, values, prefix=b"" if encoded else b"\x00")
     io.write_atomic(path, compress_stream(codec, data))
     written.append(path)
     return written

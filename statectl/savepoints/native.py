@@ -28,7 +28,7 @@ from statectl.backends.rocksdb import (
     parse_snapshot_metadata,
 )
 from statectl.checkpoint.logs import batch_id_of
-from statectl.checkpoint.model import HDFS, Checkpoint, store_dir
+from statectl.checkpoint.model import HDFS, Checkpoint, partition_absent, store_dir
 from statectl.checksums import read_verified
 from statectl.codecs.compression import normalize_codec
 from statectl.errors import CorruptFileError
@@ -91,6 +91,8 @@ def _operator_files(ckpt: Checkpoint, op_id: int, batch: int) -> list[str]:
         if not f.name.startswith(".")
     ]
     for p in range(op.num_partitions):
+        if partition_absent(ckpt, op, p):
+            continue
         for i, store in enumerate(op.store_names):
             d = store_dir(ckpt, op_id, p, store)
             if p == 0 and ckpt.io.exists(posixpath.join(d, "_metadata", "schema")):
