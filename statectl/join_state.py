@@ -281,3 +281,22 @@ def encode_partition(
         pa.concat_arrays([k.cast(pa.large_binary()) for k in keys_out]),
         pa.concat_arrays([v.cast(pa.large_binary()) for v in values_out]),
     )
+
+
+def v2_to_v4(table: pa.Table, value_schema: str, family: str) -> pa.Table:
+    """Format 2 ``keyWithIndexToValue`` rows shown as format 4's ``keyWithTsToValues`` or
+    ``tsWithKey`` family (``family`` says which): what Spark's reader shows for the same
+    values at format 4 (savepoints of format 4 joins answer its reads)."""
+    key = table.column("key").combine_chunks()
+    value = table.column("value").combine_chunks()
+    n = key.type.num_fields - 1
+    ts = pa.array(_event_times(value, value_schema), pa.int64())
+    k = pa.StructArray.from_arrays(
+        [*[key.field(i) for i in range(n)], ts],
+        fields=[*[key.type.field(i) for i in range(n)], pa.field(EVENT_TIME, pa.int64())],
+    )
+    if family.endswith("tsWithKey"):
+        value = pa.StructArray.from_arrays([pa.nulls(len(key))], names=["__dummy__"])
+    return pa.Table.from_arrays(
+        [k, value, table.column("partition_id").combine_chunks()], names=table.column_names
+    )
