@@ -358,3 +358,54 @@ def test_join_query_continues_from_every_format(spark, tmp_path, src, src_fmt, d
         restored.offsets(last).conf["spark.sql.streaming.stateStore.providerClass"]
         == (PROVIDERS[dst])
     )
+
+
+def _semi_continuation(d: Path, sp: Savepoint, uid: str, watermark_ms: int) -> tuple[int, int]:
+    """Rows that meet restored state only: a right row (v odd, multiple of 3: right side only)
+    one second after an unmatched restored left row, and a left row (v even, not a multiple of
+    3: left side only) one second before a restored right row, on another key. Returns their v."""
+    left = arrow_rows(sp.read(Selection(0, store="left-keyWithIndexToValue"), uid))
+    right = arrow_rows(sp.read(Selection(0, store="right-keyWithIndexToValue"), uid))
+    floor = dt.datetime.fromtimestamp(watermark_ms / 1000, dt.timezone.utc).replace(tzinfo=None)
+    lk, _, lts, _ = next(
+        v for _, v, _ in left if not v[-1] and dt.datetime.fromisoformat(v[2]) >= floor
+    )
+    rk, rts, _ = next(
+        v for _, v, _ in right if v[0] != lk and dt.datetime.fromisoformat(v[1]) > floor
+    )
+    rows = [
+        {"id": 100, "k": lk, "v": 105, "ts": (dt.datetime.fromisoformat(lts) + dt.timedelta(seconds=1)).isoformat()},
+        {"id": 101, "k": rk, "v": 104, "ts": (dt.datetime.fromisoformat(rts) - dt.timedelta(seconds=1)).isoformat()},
+    ]  # fmt: skip
+    path = d / "part-0004.json"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    mtime = dt.datetime(2024, 1, 1, 0, 0, 4, tzinfo=dt.timezone.utc).timestamp()
+    os.utime(path, (mtime, mtime))
+    return 105, 104
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("dst", "asked", "n"), [("rocksdb", None, 3), ("hdfs", 2, 2)])
+def test_left_semi_join_continues_from_format_4(spark, tmp_path, dst, asked, n):
+    """join4-leftsemi's query: a restored unmatched left row is emitted when a new right row
+    meets it, and a new left row is emitted for meeting a restored right row, as in an
+    uninterrupted run."""
+    d = tmp_path / "input"
+    _input(d)
+    confs = {FORMAT_CONF: "4"}
+    first = run(spark, "join-leftsemi-fixture", d, tmp_path / "ck1", "rocksdb", confs)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), backend=dst, partitions=n, join_state_format=asked
+    )
+    assert not plan.problems and plan.join_state_format == (asked or 4)
+    uid = meta.operators[0].uid
+    wm = meta.next_batch_watermark_ms
+    new_right_v, new_left_v = _semi_continuation(d, Savepoint.open(sp_url), uid, wm)
+    continued = run(spark, "join-leftsemi-fixture", d, tmp_path / "ck2")
+    full = run(spark, "join-leftsemi-fixture", d, tmp_path / "ck3", "rocksdb", confs)
+    rows = [r for part in continued.values() for r in part]  # (lk, lv, lts)
+    assert any(r[1] < 100 for r in rows), rows  # restored left met the new right row
+    assert any(r[1] == new_left_v for r in rows), rows  # the new left met a restored right row
+    del new_right_v
+    assert_exactly_once(first, continued, full)

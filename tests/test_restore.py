@@ -158,6 +158,10 @@ def build(spark, case, d):
         from fixtures.generate import q_join
 
         return q_join(spark, d)
+    if case == "join-leftsemi-fixture":  # the query of join4-leftsemi-rocksdb
+        from fixtures.generate import q_join_outer
+
+        return q_join_outer("left_semi")(spark, d)
     if case == "dedupwm":
         return src().withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(
             ["id", "k"]
