@@ -55,7 +55,7 @@ from statectl.errors import StatectlError
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
-from statectl.savepoints.create import default_uid
+from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
     OperatorState,
     fingerprint_of,
@@ -177,11 +177,13 @@ def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]
         ]
     problems = []
     for table in op.tables:
-        desc = next((s for s in target.schemas if s.name == table.name), None)
+        # A join at state format 3/4 is compared as format 2's stores (what savepoints hold).
+        schemas = logical_stores(target)[1]
+        desc = next((s for s in schemas if s.name == table.name), None)
         if desc is None:
             problems.append(
                 f"{where} ({op.name}): the query has no store {table.name!r} "
-                f"(it has {', '.join(s.name for s in target.schemas)})"
+                f"(it has {', '.join(s.name for s in schemas)})"
             )
             continue
         for part, stored, new in (
@@ -381,7 +383,7 @@ def _schema_changed(
         same_kind = op.name in (qop.name, UNKNOWN_OPERATOR)
         same_stores = sorted(
             t.name for t in op.tables if t.kind in ("store", "join-store")
-        ) == sorted(qop.store_names) or (
+        ) == sorted(logical_stores(qop)[0]) or (
             op.column_families is not None and qop.uses_column_families
         )
         if same_kind and (same_stores or qop.operator_id == op.operator_id):
@@ -1188,12 +1190,11 @@ def restore(
     sp = open_savepoint(savepoint)
     if isinstance(query, str):
         chosen, n = choose_target(sp, backend, partitions)
+        confs = planning_confs(sp.metadata.pinned_confs, chosen, n)
+        if join_state_format is not None:  # new joins of the query start at that format
+            confs[join_state.FORMAT_CONF] = str(join_state_format)
         query = plan_query(
-            query,
-            output_mode=output_mode,
-            confs=planning_confs(sp.metadata.pinned_confs, chosen, n),
-            spark=spark,
-            progress=progress,
+            query, output_mode=output_mode, confs=confs, spark=spark, progress=progress
         )
     plan = plan_restore(
         sp,
