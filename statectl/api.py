@@ -164,13 +164,16 @@ def restore(
     overwrite: bool = False,
     spark: Any = None,
     progress: Callable[[str], None] | None = None,
+    join_state_format: int | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
     plan says whether the restore would succeed (``.ok``, ``.problems``); without it, a restore
     that would fail raises :class:`RestoreError` (``.result`` is the plan) and writes nothing.
     ``query`` is ``"MODULE:FUNCTION"`` / ``"FILE.py:FUNCTION"`` for a changed query (planned
-    with ``spark`` or a local session, needs PySpark)."""
+    with ``spark`` or a local session, needs PySpark). ``join_state_format`` (2, 3 or 4)
+    converts stream-stream join state to that format (default: the savepoint's where the
+    target backend runs it, else 2)."""
     from statectl.restoring import restore as do_restore
 
     plan = do_restore(
@@ -189,6 +192,7 @@ def restore(
         dry_run=dry_run,
         overwrite=overwrite,
         progress=progress,
+        join_state_format=join_state_format,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:

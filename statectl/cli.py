@@ -424,6 +424,14 @@ def restore(
             help="RocksDB state checkpoint format 1 or 2 (default: the savepoint source's).",
         ),
     ] = None,
+    join_state_format: Annotated[
+        int | None,
+        typer.Option(
+            "--join-state-format",
+            help="2, 3 or 4: convert stream-stream join state to this format (3 and 4: RocksDB "
+            "only; default: the savepoint's where the backend runs it, else 2).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Make every check the restore makes, write nothing."),
@@ -472,6 +480,7 @@ def restore(
             dry_run=dry_run,
             overwrite=overwrite,
             progress=progress,
+            join_state_format=join_state_format,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
@@ -486,6 +495,8 @@ def restore(
         )
         for uid, op_id in info["restored"].items():
             print(f"  {uid} -> operator {op_id}")
+        for note in info.get("conversions", []):
+            print(f"  {note}")
         for uid in info["dropped"]:
             print(f"  {uid} dropped (-n)")
             sys.stderr.write(f"statectl: warning: the state of uid {uid} is not restored (-n)\n")

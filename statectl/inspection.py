@@ -25,6 +25,7 @@ from statectl.checkpoint.model import (
 )
 from statectl.errors import StatectlError, display_path
 from statectl.io import FileIO, redact, storage_options_for
+from statectl.join_state import format_of
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
 
 SAMPLE_ROWS = 5
@@ -91,7 +92,11 @@ def describe_operator(
         }
         if op.uses_column_families:
             entry["kind"] = (
-                "internal" if s.name.startswith("$") else state_variable_type(op, s.name)
+                "join column family"  # join state format 3/4, not transformWithState
+                if format_of(op.kind)
+                else "internal"
+                if s.name.startswith("$")
+                else state_variable_type(op, s.name)
             )
         if s.key_encoder_spec:
             entry["key_encoder"] = s.key_encoder_spec.get("keyStateEncoderType")

@@ -34,6 +34,14 @@ JOIN_STORES = tuple(
     for side in ("left", "right")
     for kind in ("keyToNumValues", "keyWithIndexToValue")
 )
+# Join state formats 3 and 4: one RocksDB store, these column families (statectl/join_state.py).
+JOIN_V3_FAMILIES = JOIN_STORES
+JOIN_V4_FAMILIES = tuple(
+    f"{side}-{kind}" for side in ("left", "right") for kind in ("keyWithTsToValues", "tsWithKey")
+)
+# Key suffixes that do not take part in a join key's placement: format 2/3's value index,
+# format 4's event time.
+_JOIN_KEY_SUFFIXED = ("keyWithIndexToValue", "keyWithTsToValues", "tsWithKey")
 
 PartitionKey = Callable[[str, pa.StructArray], pa.StructArray]
 # numColsPrefixKey of a store, from its key schema (Spark JSON).
@@ -48,8 +56,9 @@ def whole_key(_table: str, key: pa.StructArray) -> pa.StructArray:
 
 def join_key(table: str, key: pa.StructArray) -> pa.StructArray:
     """A join store is partitioned by the join key: ``keyWithIndexToValue`` keys end with the
-    value's ``index`` within that key, which does not take part in placement."""
-    if not table.endswith("keyWithIndexToValue"):
+    value's ``index`` within that key, format 4's ``keyWithTsToValues`` and ``tsWithKey`` keys
+    with ``__event_time``; neither takes part in placement."""
+    if not table.endswith(_JOIN_KEY_SUFFIXED):
         return key
     n = key.type.num_fields - 1
     return pa.StructArray.from_arrays(
@@ -140,6 +149,20 @@ DEDUPLICATE = OperatorKind("deduplicate", "stores", ("default",))
 DEDUPLICATE_WITHIN_WATERMARK = OperatorKind("deduplicate within watermark", "stores", ("default",))
 GROUP_STATE = OperatorKind("flatMapGroupsWithState", "stores", ("default",))
 JOIN_V2 = OperatorKind("stream-stream join", "stores", JOIN_STORES, partition_key=join_key)
+# Formats 3 and 4 (RocksDB only): savepoints hold them as format 2's four tables, restore writes
+# any of 2, 3, 4 (statectl/join_state.py owns the layouts and the conversions).
+JOIN_V3 = OperatorKind(
+    "stream-stream join (state format 3)",
+    "column-families",
+    JOIN_V3_FAMILIES,
+    partition_key=join_key,
+)
+JOIN_V4 = OperatorKind(
+    "stream-stream join (state format 4)",
+    "column-families",
+    JOIN_V4_FAMILIES,
+    partition_key=join_key,
+)
 TRANSFORM_WITH_STATE = OperatorKind("transformWithState", "column-families")
 
 SESSION_WINDOW = OperatorKind(
@@ -154,11 +177,10 @@ GLOBAL_LIMIT = OperatorKind("streaming limit", "stores", ("default",), single_pa
 # Kinds Spark writes that have no spec yet: inspect and export read them generically, restore
 # refuses them with these reasons.
 JOIN_VCF = OperatorKind(
-    "stream-stream join (state format 3/4)",
+    "stream-stream join (column families)",
     "column-families",
     restorable=False,
-    reason="join state formats 3 and 4 keep the four logical stores as column families of one "
-    "RocksDB store, which statectl does not encode yet",
+    reason="its column families are neither join state format 3's nor format 4's",
 )
 STREAMLINE_AGGREGATE = OperatorKind(
     "real-time mode aggregation",
@@ -204,17 +226,23 @@ def classify(
     column_families: bool,
     prefix_columns: Sequence[int] = (),
     key_schemas: Sequence[str] = (),
+    families: Sequence[str] = (),
 ) -> OperatorKind:
     """The kind of an operator from what its metadata records (never a guess that restores).
 
     ``prefix_columns`` are the stores' ``numColsPrefixKey`` where known. Spark < 4 records no
     operator name ("unknown"): such state is recognised by its stores, and a key schema with a
     ``session_window`` column is refused rather than restored as a plain aggregation.
+    ``families`` are the column families of a column-family operator (a join's tell its format).
     """
     stores = tuple(store_names)
     if name == "symmetricHashJoin":
         if stores == JOIN_STORES and not column_families:
             return JOIN_V2
+        if column_families and sorted(families) == sorted(JOIN_V3_FAMILIES):
+            return JOIN_V3
+        if column_families and sorted(families) == sorted(JOIN_V4_FAMILIES):
+            return JOIN_V4
         return JOIN_VCF
     if name == UNKNOWN:
         if stores == JOIN_STORES:

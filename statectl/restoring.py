@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statectl import join_state
 from statectl.backends.writers import (
     write_hdfs_store,
     write_rocksdb_snapshot,
@@ -54,7 +55,7 @@ from statectl.errors import StatectlError
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
-from statectl.savepoints.create import default_uid
+from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
     OperatorState,
     fingerprint_of,
@@ -105,6 +106,10 @@ class RestorePlan:
     # and schemas from the savepoint, new ones get empty state with these.
     query_operators: dict[int, Operator] = field(default_factory=dict)
     overwrite: bool = False  # the target is an interrupted statectl restore to replace
+    # Stream-stream joins: the state format written (pinned as
+    # spark.sql.streaming.join.stateFormatVersion), None without joins; what is converted.
+    join_state_format: int | None = None
+    conversions: list[str] = field(default_factory=list)
     interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
     # What write_restore needs: the open savepoint and the target's filesystem and root.
     sp: Savepoint | None = field(default=None, repr=False, compare=False)
@@ -124,6 +129,8 @@ class RestorePlan:
             "restored": self.restored,
             "dropped": self.dropped,
             "started_empty": {str(k): v for k, v in self.started_empty.items()},
+            "join_state_format": self.join_state_format,
+            "conversions": self.conversions,
             "problems": self.problems,
             "ok": not self.problems,
         }
@@ -171,11 +178,13 @@ def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]
         ]
     problems = []
     for table in op.tables:
-        desc = next((s for s in target.schemas if s.name == table.name), None)
+        # A join at state format 3/4 is compared as format 2's stores (what savepoints hold).
+        schemas = logical_stores(target)[1]
+        desc = next((s for s in schemas if s.name == table.name), None)
         if desc is None:
             problems.append(
                 f"{where} ({op.name}): the query has no store {table.name!r} "
-                f"(it has {', '.join(s.name for s in target.schemas)})"
+                f"(it has {', '.join(s.name for s in schemas)})"
             )
             continue
         for part, stored, new in (
@@ -375,7 +384,7 @@ def _schema_changed(
         same_kind = op.name in (qop.name, UNKNOWN_OPERATOR)
         same_stores = sorted(
             t.name for t in op.tables if t.kind in ("store", "join-store")
-        ) == sorted(qop.store_names) or (
+        ) == sorted(logical_stores(qop)[0]) or (
             op.column_families is not None and qop.uses_column_families
         )
         if same_kind and (same_stores or qop.operator_id == op.operator_id):
@@ -398,6 +407,7 @@ def plan_restore(
     overwrite: bool = False,
     source: str | None = None,
     own_target: bool = False,
+    join_state_format: int | None = None,
 ) -> RestorePlan:
     """Every check the restore makes, nothing written: which uid goes to which operator id,
     what is dropped or started empty, and what is wrong (``problems``; empty means
@@ -561,8 +571,14 @@ def plan_restore(
         if op.uid in plan.restored and (refusal := op.kind.refusal(f"uid {op.uid} ({op.name})")):
             plan.problems.append(refusal)
     if m.savepoint_type == "native":
+        if join_state_format is not None:
+            plan.problems.append(
+                "a native savepoint keeps its join state format; convert it first: statectl "
+                "savepoint --type canonical SAVEPOINT"
+            )
         plan.problems += _native_problems(plan, m)
         return plan
+    _plan_join_format(plan, m, join_state_format)
     for op in m.operators:
         if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
             continue
@@ -582,6 +598,87 @@ def plan_restore(
                 f"{what}: column families {', '.join(bad)} (state TTL) cannot be restored yet"
             )
     return plan
+
+
+def _join_formats_supported(plan: RestorePlan) -> tuple[int, ...]:
+    """Join state formats this restore can write: Spark runs 3 and 4 on RocksDB only, and
+    statectl writes column families as RocksDB snapshots only."""
+    if plan.backend == ROCKSDB and plan.rocksdb_layout == "snapshot":
+        return join_state.FORMATS
+    return (1, 2)
+
+
+def _plan_join_format(plan: RestorePlan, m: Any, requested: int | None) -> None:
+    """Choose the join state format (``--join-state-format``, else the savepoint's when the
+    target supports it, else 2) and say in the plan what is converted."""
+    joins = [
+        op
+        for op in m.operators
+        if op.uid in plan.restored
+        and op.name == join_state.NAME
+        and any(t.kind == "join-store" for t in op.tables)
+    ]
+    if requested is not None and requested not in (2, 3, 4):
+        raise StatectlError(f"--join-state-format must be 2, 3 or 4, not {requested}")
+    if not joins:
+        if requested is not None:
+            plan.problems.append(
+                "--join-state-format: the restore has no stream-stream join to convert"
+            )
+        return
+    pinned = join_state.pinned_format(m.pinned_confs)
+    sources = {op.uid: op.state_format or pinned for op in joins}
+    supported = _join_formats_supported(plan)
+    where = (
+        "HDFS"
+        if plan.backend == HDFS
+        else "RocksDB changelog checkpoints (--changelog)"
+        if plan.backend == ROCKSDB and plan.rocksdb_layout != "snapshot"
+        else plan.backend
+    )
+    if requested is not None:
+        target = requested
+        if target not in supported:
+            plan.problems.append(
+                f"--join-state-format {target}: join state formats 3 and 4 keep the join in "
+                f"RocksDB column families, which {where} cannot hold (Spark runs them on RocksDB "
+                "only; statectl writes them as RocksDB snapshots); use --backend rocksdb "
+                "without --changelog, or --join-state-format 2"
+            )
+    else:
+        kept = set(sources.values())
+        target = kept.pop() if len(kept) == 1 else 2
+        if target not in supported:
+            plan.conversions.append(
+                f"join state format {target} cannot be written to {where}: restoring at "
+                "format 2 (pass --join-state-format to choose)"
+            )
+            target = 2
+    plan.join_state_format = target
+    for op in joins:
+        src = sources[op.uid]
+        if src == target:
+            plan.conversions.append(f"uid {op.uid}: join state format {src}, kept")
+            continue
+        if 1 in (src, target):
+            plan.problems.append(
+                f"uid {op.uid}: join state format 1 has no matched flags; it converts to no "
+                "other format (and none to it)"
+            )
+            continue
+        plan.conversions.append(f"uid {op.uid}: join state format {src} -> {target}")
+        if target == 4:
+            for t in op.tables:
+                if t.name.endswith("keyWithIndexToValue"):
+                    try:
+                        join_state.event_time_column(t.value_schema)
+                    except StatectlError as e:
+                        plan.problems.append(f"uid {op.uid} ({t.name}): {e}")
+    if target in join_state.COLUMN_FAMILY_FORMATS and m.pinned_confs.get(ENCODING_CONF) == "avro":
+        plan.problems.append(
+            f"join state format {target} in Avro state encoding is not supported yet; use "
+            "--join-state-format 2"
+        )
 
 
 def _native_problems(plan: RestorePlan, m: Any) -> list[str]:
@@ -695,6 +792,8 @@ def _write_operator(
 ) -> dict[str, int]:
     if op.column_families:
         return _write_cf_operator(sp, op, new_id, plan, io, root)
+    if op.name == join_state.NAME and plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
+        return _write_join_families(sp, op, new_id, plan, io, root)
     writer = _store_writer(plan, codec)
     kind = op.kind
     rows_written = {}
@@ -765,20 +864,18 @@ def _write_cf_state(
     io: FileIO,
     root: str,
 ) -> None:
-    """Every column family in one RocksDB snapshot per partition, the schema file (v3) and
-    operator metadata v2 pointing at it."""
+    """transformWithState: every column family in one RocksDB snapshot per partition."""
     cf_ids = assign_cf_ids(families)
-    internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
     confs = sp.metadata.pinned_confs
     delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
     pids = {
         name: partition_ids(t.column("key").combine_chunks(), plan.partitions)
         for name, t in data.items()
     }
-    version = plan.batch + 1
-    for p in range(plan.partitions):
+
+    def encode(p: int) -> tuple[pa.Array, pa.Array]:
         tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
-        keys, values = encode_operator_partition(
+        return encode_operator_partition(
             tables,
             kinds,
             families,
@@ -787,6 +884,57 @@ def _write_cf_state(
             delimiter,
             avro=confs.get(ENCODING_CONF) == "avro",
         )
+
+    _write_cf_files(new_id, name, properties, families, cf_ids, encode, plan, io, root)
+
+
+def _write_join_families(
+    sp: Savepoint, op: OperatorState, new_id: int, plan: RestorePlan, io: FileIO, root: str
+) -> dict[str, int]:
+    """A join at state format 3 or 4 from the savepoint's format 2 tables: the column families
+    Spark registers for that format, keys placed by the join key (statectl/join_state.py)."""
+    fmt = plan.join_state_format
+    assert fmt in join_state.COLUMN_FAMILY_FORMATS
+    data = {t.name: sp.read_table(t) for t in op.tables}
+    families = join_state.families_for(
+        fmt, {t.name: (t.key_schema, t.value_schema) for t in op.tables}
+    )
+    cf_ids = assign_cf_ids(families)
+    delimiter = b"" if sp.metadata.pinned_confs.get(MERGE_OPERATOR_CONF) == "2" else b","
+    kind = op.kind
+    pids = {
+        name: partition_ids(
+            kind.partition_key(name, t.column("key").combine_chunks()), plan.partitions
+        )
+        for name, t in data.items()
+    }
+
+    def encode(p: int) -> tuple[pa.Array, pa.Array]:
+        tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
+        return join_state.encode_partition(fmt, tables, families, cf_ids, delimiter)
+
+    properties = {"useVirtualColumnFamilies": True}
+    _write_cf_files(new_id, op.name, properties, families, cf_ids, encode, plan, io, root)
+    return {name: t.num_rows for name, t in data.items()}
+
+
+def _write_cf_files(
+    new_id: int,
+    name: str,
+    properties: dict[str, Any],
+    families: list[ColumnFamilySchema],
+    cf_ids: dict[str, int],
+    encode: Callable[[int], tuple[pa.Array, pa.Array]],
+    plan: RestorePlan,
+    io: FileIO,
+    root: str,
+) -> None:
+    """One RocksDB snapshot per partition (``encode(p)``: its entries), the schema file (v3)
+    and operator metadata v2 pointing at it, as Spark writes a column-family operator."""
+    internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
+    version = plan.batch + 1
+    for p in range(plan.partitions):
+        keys, values = encode(p)
         ids = read_le_int(keys, 0, 2) if len(keys) else np.zeros(0)
         unique_id = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
         _record_unique_id(plan, new_id, p, unique_id)
@@ -992,6 +1140,8 @@ def _write_canonical(plan: RestorePlan) -> None:
     confs = dict(m.pinned_confs)
     confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]
     confs[PARTITIONS_CONF] = str(plan.partitions)
+    if plan.join_state_format is not None:  # Spark reads the joins at the pinned format
+        confs[join_state.FORMAT_CONF] = str(plan.join_state_format)
     # statectl writes plain rows; the restarted query keeps writing them.
     if confs.get(ROW_CHECKSUM_CONF) == "true":
         confs[ROW_CHECKSUM_CONF] = "false"
@@ -1051,6 +1201,7 @@ def restore(
     dry_run: bool = False,
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
+    join_state_format: int | None = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
@@ -1061,12 +1212,11 @@ def restore(
     sp = open_savepoint(savepoint)
     if isinstance(query, str):
         chosen, n = choose_target(sp, backend, partitions)
+        confs = planning_confs(sp.metadata.pinned_confs, chosen, n)
+        if join_state_format is not None:  # new joins of the query start at that format
+            confs[join_state.FORMAT_CONF] = str(join_state_format)
         query = plan_query(
-            query,
-            output_mode=output_mode,
-            confs=planning_confs(sp.metadata.pinned_confs, chosen, n),
-            spark=spark,
-            progress=progress,
+            query, output_mode=output_mode, confs=confs, spark=spark, progress=progress
         )
     plan = plan_restore(
         sp,
@@ -1080,6 +1230,7 @@ def restore(
         "changelog" if changelog else "snapshot",
         checkpoint_format,
         overwrite=overwrite,
+        join_state_format=join_state_format,
     )
     if not plan.problems and not dry_run:
         write_restore(plan)

@@ -142,6 +142,8 @@ class RestoreResult(_Result):
     problems: tuple[str, ...] = ()
     ok: bool = True
     dry_run: bool = False
+    join_state_format: int | None = None  # stream-stream joins: the format written
+    conversions: tuple[str, ...] = ()  # what the restore converts (join state formats)
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> RestoreResult:
@@ -159,6 +161,8 @@ class RestoreResult(_Result):
             problems=tuple(doc.get("problems", ())),
             ok=doc.get("ok", not doc.get("problems")),
             dry_run=doc.get("dry_run", False),
+            join_state_format=doc.get("join_state_format"),
+            conversions=tuple(doc.get("conversions", ())),
         )
 
 

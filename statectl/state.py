@@ -34,6 +34,7 @@ from statectl.codecs.compression import normalize_codec
 from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
 from statectl.codecs.unsaferow import decode_unsafe_rows
 from statectl.errors import CorruptFileError, StatectlError, UnsupportedError
+from statectl.join_state import format_of, read_be_times, v4_to_v2
 
 STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 TIMER_CFS = ("$eventTimers_keyToTimestamp", "$procTimers_keyToTimestamp")
@@ -49,6 +50,9 @@ class Selection:
     state_var: str | None = None  # stateVarName
     registered_timers: bool = False  # readRegisteredTimers
     batch: int | None = None  # batchId (default: latest committed)
+    # A join's format-2 store (keyToNumValues, keyWithIndexToValue) whatever its state format:
+    # what savepoints hold (statectl/join_state.py). Not a Spark option.
+    join_store: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,10 @@ def decode_key(
     n_prefix = desc.num_cols_prefix_key
     if spec == "NoPrefixKeyStateEncoderSpec" and n_prefix == 0:
         return decode_rows(keys, desc.key_schema, enc, path)
+    if spec in ("TimestampAsPostfixKeyStateEncoderSpec", "TimestampAsPrefixKeyStateEncoderSpec"):
+        return _decode_timestamp_key(
+            keys, desc, enc, path, postfix=spec.startswith("TimestampAsPost")
+        )
     if spec in ("PrefixKeyScanStateEncoderSpec", "NoPrefixKeyStateEncoderSpec"):
         fields = _struct_fields(desc.key_schema)
         plen = read_le_int(keys, 0, 4)
@@ -195,6 +203,28 @@ def decode_key(
         names = [f["name"] for f in fields]
         return pa.StructArray.from_arrays(arrays, names=names)
     raise UnsupportedError(f"key encoder {spec} is not supported yet", path)
+
+
+def _decode_timestamp_key(
+    keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path: str, *, postfix: bool
+) -> pa.StructArray:
+    """Join state format 4 keys: the key row without its last field, the event time, with the
+    time's 8 bytes (big-endian, sign bit flipped) after (postfix) or before (prefix) the row."""
+    if enc.avro:
+        raise UnsupportedError("timestamp-keyed state in Avro encoding is not supported yet", path)
+    fields = _struct_fields(desc.key_schema)
+    data, offsets = _parts(keys)
+    lengths = offsets[1:] - offsets[:-1]
+    if np.any(lengths < 9):
+        raise CorruptFileError("timestamp key shorter than its 8-byte event time", path)
+    at = offsets[1:] - 8 if postfix else offsets[:-1]
+    times = read_be_times(data[at[:, None] + np.arange(8)])
+    rows = slice_bytes(keys, 0, lengths - 8) if postfix else slice_bytes(keys, 8)
+    head = decode_rows(rows, _sub_schema(fields[:-1]), enc, path)
+    arrays = [head.field(i) for i in range(head.type.num_fields)]
+    return pa.StructArray.from_arrays(
+        [*arrays, pa.array(times, pa.int64())], names=[f["name"] for f in fields]
+    )
 
 
 def check_schema(desc: StoreDescription) -> None:
@@ -342,6 +372,11 @@ def _read_partition(
 ) -> tuple[pa.Table, str | None]:
     """(table, the store whose key rule places its rows)."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
+    join_format = format_of(op.kind)
+    if join_format is not None:
+        return _read_join_families(ckpt, op, sel, partition, batch, enc, join_format)
+    if sel.join_store:
+        sel = Selection(sel.operator_id, store=sel.join_store, batch=sel.batch)
     if sel.join_side and f"{sel.join_side}-keyWithIndexToValue" not in op.store_names:
         raise StatectlError(
             f"operator {op.operator_id} ({op.name}) is not a stream-stream join; "
@@ -404,6 +439,64 @@ def _read_partition(
         )
     raw = load_raw(ckpt, op, store, partition, batch, enc)
     return _kv_rows(raw, op.schema(store), enc, partition, where), store
+
+
+def _read_join_families(
+    ckpt: Checkpoint,
+    op: Operator,
+    sel: Selection,
+    partition: int,
+    batch: int,
+    enc: StoreEncoding,
+    fmt: int,
+) -> tuple[pa.Table, str | None]:
+    """A join at state format 3 or 4 (statectl/join_state.py): a column family (``--store``),
+    a join side, or format 2's view of a store (savepoints)."""
+    where = ckpt.path("state", str(op.operator_id), str(partition))
+    if sel.state_var or sel.registered_timers:
+        raise StatectlError(
+            f"operator {op.operator_id} is a stream-stream join; use --join-side left|right or "
+            f"--store NAME (column families: {', '.join(s.name for s in op.schemas)})"
+        )
+    raw = load_raw(ckpt, op, "default", partition, batch, enc)
+
+    def family(name: str) -> pa.Table:
+        desc = op.schema(name)
+        check_schema(desc)
+        keys, values = _cf_entries(raw, name, where)
+        k = decode_key(keys, desc, enc, where)
+        if fmt == 3:
+            return _table(k, "value", decode_rows(values, desc.value_schema, enc, where), partition)
+        # Format 4 values are lists (one element per value of that key and event time).
+        owners, elems = split_list_values(values, where)
+        v = decode_rows(elems, desc.value_schema, enc, where)
+        return _table(k.take(pa.array(owners)), "value", v, partition)
+
+    if sel.join_side:
+        if fmt == 3:
+            return join_side_view(family(f"{sel.join_side}-keyWithIndexToValue")), None
+        # Spark 4.3 shows the key with __event_time, the value without matched. (Its own
+        # joinSide read of format 4 shows __event_time wrong; the stores' reads are right.)
+        store = f"{sel.join_side}-keyWithTsToValues"
+        t = family(store)
+        return pa.Table.from_arrays(
+            [t.column("key"), join_side_view(t).column("value"), t.column("partition_id")],
+            names=["key", "value", "partition_id"],
+        ), store
+    if sel.join_store:
+        if fmt == 3:
+            return family(sel.join_store), sel.join_store
+        side = sel.join_store.split("-", 1)[0]
+        kwtv = f"{side}-keyWithTsToValues"
+        return v4_to_v2(family(kwtv), sel.join_store, op.schema(kwtv).key_schema), sel.join_store
+    name = sel.store or "default"
+    if name not in [s.name for s in op.schemas]:
+        raise StatectlError(
+            f"operator {op.operator_id} ({op.name}, join state format {fmt}) has no store "
+            f"{name!r}; column families: {', '.join(s.name for s in op.schemas)}; or use "
+            "--join-side left|right"
+        )
+    return family(name), name
 
 
 def join_side_view(t: pa.Table) -> pa.Table:

@@ -1,9 +1,11 @@
 """What statectl does TODAY with the operator kinds it does not model yet (issue 10).
 
 Every fixture marked ``pending`` in fixtures/manifest.json is a kind or state format that Spark
-writes and statectl has no spec for (join state formats 3 and 4). Streaming limit and session
-windows have specs now and run in the generic tests; their placement is pinned below. The generic tests skip them (tests/conftest.py ``load_manifest``). This file pins the
-current behaviour, so that a change to it is noticed:
+writes and statectl has no spec for. None is left today: streaming limit and session windows
+have specs (their placement is pinned below), and join state formats 3 and 4 left this list
+with theirs (tests/test_join_formats.py). The generic tests skip pending fixtures
+(tests/conftest.py ``load_manifest``). This file pins the current behaviour, so that a change
+to it is noticed:
 
 * ``statectl inspect --json`` exits 0, or exits 2 with one ``statectl: error:`` line; never a
   traceback;
@@ -43,44 +45,10 @@ KIND_FIXTURES = [fx for fx in load_manifest(include_pending=True) if fx.get("spa
 EQUAL, DIFFERS, REFUSED = "equal", "differs", "refused"
 
 
-def _join(left_right: str, stores: tuple[str, str]) -> dict[str, str]:
-    """Outcome per join read: the joinSide reads, then the four stores."""
-    side, store = left_right.split("/")
-    return {
-        "op0-left": side,
-        "op0-right": side,
-        **{f"op0-{s}-{t}": store for s in ("left", "right") for t in stores},
-    }
-
-
 # What statectl does today, per pending fixture: inspect's exit status, then per read whether
 # export equals Spark's rows (EQUAL), differs (DIFFERS) or is refused with a one-line
 # StatectlError (REFUSED). Why, and what a spec needs: fixtures/README.md.
-TODAY: dict[str, dict[str, Any]] = {
-    # Format 3: the four column families read like TWS value states (equal), but joinSide
-    # looks for a store 'default' and is refused.
-    # Savepoints copy the column families; restore refuses it at plan time (no spec, exit 2).
-    "join3-rocksdb": {
-        "inspect": 0,
-        "reads": _join(f"{REFUSED}/{EQUAL}", ("keyToNumValues", "keyWithIndexToValue")),
-        "savepoint": 0,
-        "restore": 2,
-    },
-    # Format 4: TimestampAs{Postfix,Prefix}KeyStateEncoderSpec keys are refused by export, but
-    # savepoint succeeds and restore --dry-run refuses it at plan time (no spec, exit 2).
-    "join4-rocksdb": {
-        "inspect": 0,
-        "reads": _join(f"{REFUSED}/{REFUSED}", ("keyWithTsToValues", "tsWithKey")),
-        "savepoint": 0,
-        "restore": 2,
-    },
-    "join4-leftsemi-rocksdb": {
-        "inspect": 0,
-        "reads": _join(f"{REFUSED}/{REFUSED}", ("keyWithTsToValues", "tsWithKey")),
-        "savepoint": 0,
-        "restore": 2,
-    },
-}
+TODAY: dict[str, dict[str, Any]] = {}
 
 
 def read_id(read: dict[str, Any]) -> str:

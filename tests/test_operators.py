@@ -20,6 +20,8 @@ EXPECTED = {
     "dedup": "deduplicate",
     "dedupwm": "deduplicate within watermark",
     "join": "stream-stream join",
+    "join3": "stream-stream join (state format 3)",
+    "join4": "stream-stream join (state format 4)",
     "fmgws": "flatMapGroupsWithState",
     "tws": "transformWithState",
     "limit": "streaming limit",

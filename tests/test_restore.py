@@ -154,6 +154,14 @@ def build(spark, case, d):
         return left.join(
             right, F.expr("lk = rk AND rts BETWEEN lts AND lts + interval 2 seconds")
         ), "append"
+    if case == "join-fixture":  # the query of the join fixtures (fixtures/generate.py)
+        from fixtures.generate import q_join
+
+        return q_join(spark, d)
+    if case == "join-leftsemi-fixture":  # the query of join4-leftsemi-rocksdb
+        from fixtures.generate import q_join_outer
+
+        return q_join_outer("left_semi")(spark, d)
     if case == "dedupwm":
         return src().withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(
             ["id", "k"]

@@ -108,6 +108,7 @@ class Operator:
             column_families=self.uses_column_families,
             prefix_columns=[s.num_cols_prefix_key for s in plain],
             key_schemas=[s.key_schema for s in plain],
+            families=[s.name for s in self.schemas] if self.uses_column_families else (),
         )
 
     def schema(self, name: str) -> StoreDescription:

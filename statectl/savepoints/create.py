@@ -20,12 +20,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import statectl
-from statectl.checkpoint.model import Checkpoint, Operator
+from statectl.checkpoint.model import Checkpoint, Operator, StoreDescription
 from statectl.config import load_config
 from statectl.engines import Engine, LocalEngine
 from statectl.errors import MissingFileError, StatectlError
 from statectl.export import exportable
 from statectl.io import FileIO
+from statectl.join_state import NAME as JOIN
+from statectl.join_state import format_of, logical_schemas, pinned_format
+from statectl.operators import JOIN_STORES
 from statectl.savepoints.format import (
     METADATA_FILE,
     DataFile,
@@ -42,10 +45,18 @@ RETRIES = 3
 
 
 def default_uid(op: Operator) -> str:
-    """Stable across runs of the same query: what the operator is, not where it sits."""
-    return operator_fingerprint(
-        op.name, op.store_names, [(s.name, s.key_schema) for s in op.schemas]
-    )
+    """Stable across runs of the same query: what the operator is, not where it sits (and for a
+    join, not its state format: formats 3 and 4 are fingerprinted as format 2's stores)."""
+    store_names, schemas = logical_stores(op)
+    return operator_fingerprint(op.name, store_names, [(s.name, s.key_schema) for s in schemas])
+
+
+def logical_stores(op: Operator) -> tuple[list[str], list[StoreDescription]]:
+    """The stores a savepoint holds for ``op``: its own, or format 2's for a format 3/4 join."""
+    fmt = format_of(op.kind)
+    if fmt is None:
+        return op.store_names, op.schemas
+    return list(JOIN_STORES), logical_schemas(op.schemas, fmt)
 
 
 def assign_uids(ops: list[Operator], explicit: dict[int, str]) -> dict[int, str]:
@@ -135,6 +146,11 @@ class TableTask:
 
 
 def table_tasks(op: Operator) -> list[TableTask]:
+    if format_of(op.kind) is not None:  # join format 3/4: saved as format 2's four stores
+        return [
+            TableTask(op.operator_id, s, "join-store", Selection(op.operator_id, join_store=s))
+            for s in JOIN_STORES
+        ]
     if op.uses_column_families:
         tasks = []
         for var in op.properties.get("stateVariables", []) or []:
@@ -155,7 +171,7 @@ def table_tasks(op: Operator) -> list[TableTask]:
                 )
             )
         return tasks
-    kind = "join-store" if op.name == "symmetricHashJoin" else "store"
+    kind = "join-store" if op.name == JOIN else "store"
     return [
         TableTask(op.operator_id, s, kind, Selection(op.operator_id, store=s))
         for s in op.store_names
@@ -228,6 +244,7 @@ def build_savepoint(
     """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten)."""
     ops = ckpt.operators(batch)
     enc = StoreEncoding.of(ckpt, batch)
+    pinned_join_format = pinned_format(ckpt.offsets(batch).conf)
     # One task per operator, table and partition, each writing its own Parquet file: the same
     # task function runs here, in a process pool, or as a Spark task (statectl/engines.py).
     jobs = []
@@ -243,11 +260,13 @@ def build_savepoint(
     for op in ops:
         uid = uids[op.operator_id]
         tables = []
+        join_format = format_of(op.kind)
+        store_names, logical = logical_stores(op)
         for task in table_tasks(op):
             parts = [next(results) for _ in range(op.num_partitions)]
             files = [f for f, _ in parts]
             columns = parts[0][1] if parts else []
-            desc = op.schema(
+            desc = next((s for s in logical if s.name == task.name), None) or op.schema(
                 "$eventTimers_keyToTimestamp"
                 if task.kind == "timers" and op.properties.get("timeMode") == "EventTime"
                 else "$procTimers_keyToTimestamp"
@@ -269,7 +288,7 @@ def build_savepoint(
                         "keySchemaId": desc.key_schema_id,
                         "valueSchemaId": desc.value_schema_id,
                     }
-                    if op.uses_column_families
+                    if op.uses_column_families and join_format is None
                     else {},
                 )
             )
@@ -279,8 +298,8 @@ def build_savepoint(
                 op.operator_id,
                 op.name,
                 op.num_partitions,
-                op.properties,
-                op.store_names,
+                {} if join_format else op.properties,
+                store_names,
                 op.metadata_version,
                 tables,
                 default_uid(op),
@@ -296,8 +315,9 @@ def build_savepoint(
                     }
                     for s in op.schemas
                 ]
-                if op.uses_column_families
+                if op.uses_column_families and join_format is None
                 else None,
+                state_format=(join_format or pinned_join_format) if op.name == JOIN else None,
             )
         )
     return savepoint_metadata(ckpt, batch, operators)

@@ -64,6 +64,9 @@ class OperatorState:
     # Column-family operators (transformWithState): every family of Spark's schema file,
     # internal ones included (timers, list row counters), so restore can rewrite it verbatim.
     column_families: list[dict[str, Any]] | None = None
+    # Stream-stream joins: the state format the source checkpoint kept them in
+    # (spark.sql.streaming.join.stateFormatVersion). The tables are format 2's whatever it was.
+    state_format: int | None = None
 
     @property
     def rows(self) -> int:

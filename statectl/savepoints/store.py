@@ -13,14 +13,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from statectl import join_state
 from statectl.codecs.sparktypes import to_arrow_type
 from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointError, StatectlError
 from statectl.export import retype
 from statectl.inspection import maybe_json
 from statectl.io import FileIO
+from statectl.operators import JOIN_V4_FAMILIES
 from statectl.savepoints.format import (
     METADATA_FILE,
     DataFile,
+    OperatorState,
     SavepointMetadata,
     StateTable,
     parse_metadata,
@@ -160,6 +163,24 @@ class Savepoint:
         name = "list_element" if table.kind == "ListState" else "value"
         return pa.schema([("key", key), (name, value), ("partition_id", pa.int32())])
 
+    def _join_v4_view(
+        self, op: OperatorState, by_name: dict[str, StateTable], sel: Selection
+    ) -> pa.Table | None:
+        """A format 4 join's reads (its column families, its join sides) from the format 2
+        tables the savepoint holds; None for the other reads."""
+        if sel.join_side:
+            family = f"{sel.join_side}-keyWithTsToValues"
+        elif sel.store in JOIN_V4_FAMILIES:
+            family = sel.store
+        else:
+            return None
+        t = by_name[f"{family.split('-', 1)[0]}-keyWithIndexToValue"]
+        view = join_state.v2_to_v4(self.read_table(t), t.value_schema, family)
+        if sel.join_side:
+            value = join_side_view(view).column("value")
+            return view.set_column(1, "value", value)
+        return view
+
     def read(self, sel: Selection, operator: str | int) -> pa.Table:
         """The same table ``export`` gives for a checkpoint, from the savepoint's data files."""
         op = self.resolve_operator(operator)
@@ -175,6 +196,12 @@ class Savepoint:
                 dataclasses.replace(sel, operator_id=op.operator_id, batch=self.metadata.batch_id),
             )
         by_name = {t.name: t for t in op.tables}
+        if op.state_format == 4 and op.name == join_state.NAME:
+            view = self._join_v4_view(op, by_name, sel)
+            if view is not None:
+                return view
+        if sel.join_store:
+            sel = Selection(sel.operator_id, store=sel.join_store)
         if sel.join_side:
             t = by_name.get(f"{sel.join_side}-keyWithIndexToValue")
             if t is None:
@@ -199,6 +226,8 @@ def table_selection(operator_id: int, table: StateTable) -> Selection:
     what a savepoint stores per selection)."""
     if table.kind == "timers":
         return Selection(operator_id, registered_timers=True)
+    if table.kind == "join-store":  # format 2's store, whatever the join's state format
+        return Selection(operator_id, join_store=table.name)
     if table.kind in ("store", "join-store"):
         return Selection(operator_id, store=table.name)
     return Selection(operator_id, state_var=table.name)
