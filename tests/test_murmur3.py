@@ -309,14 +309,12 @@ def test_partition_of_every_fixture_key_matches_spark(name: str, read: dict) -> 
     if table.num_rows == 0:
         pytest.skip("no rows")
     key = table.column("key").combine_chunks()
-    if key.type[key.type.num_fields - 1].name == "__event_time":
-        # Join state format 4: placed by the join key only (the registry's rule).
-        from statectl.operators import join_key
-
-        key = join_key("keyWithTsToValues", key)
+    store = opts.get("storeName") or "default"
+    if opts.get("joinSide") and key.type[key.type.num_fields - 1].name == "__event_time":
+        store = f"{opts['joinSide']}-keyWithTsToValues"  # a format 4 join side: (key, event time)
     n = ckpt.num_partitions(ckpt.latest_committed_batch)
     kind = ckpt.operator(read["operatorId"], ckpt.latest_committed_batch).kind
-    placed = kind.partitions_of(opts.get("storeName") or "default", key, n)
+    placed = kind.partitions_of(store, key, n)
     assert placed.tolist() == table.column("partition_id").to_pylist()
     if kind.partition_key is whole_key and not kind.single_partition:
         assert partition_ids(key, n).tolist() == placed.tolist()
