@@ -411,3 +411,21 @@ def test_left_semi_join_continues_from_format_4(spark, tmp_path, dst, asked, n):
     assert any(r[1] == new_left_v for r in rows), rows  # the new left met a restored right row
     del new_right_v
     assert_exactly_once(first, continued, full)
+
+
+@pytest.mark.parametrize("name", ["join3-rocksdb", "join4-rocksdb"])
+def test_placement_check_uses_the_join_key(name, fixture_copy):
+    """Reads verify each key's partition by the join key alone (format 4's event time is not
+    hashed: the intact fixture reads), and catch partition directories swapped."""
+    from statectl.errors import CorruptFileError
+
+    root = fixture_copy(name)
+    store = "left-keyWithTsToValues" if name.startswith("join4") else "left-keyWithIndexToValue"
+    for sel in (Selection(0, store=store), Selection(0, join_side="left")):
+        assert read_state(Checkpoint.open(str(root)), sel).num_rows == 18
+    state = root / "state" / "0"
+    (state / "0").rename(state / "x")
+    (state / "1").rename(state / "0")
+    (state / "x").rename(state / "1")
+    with pytest.raises(CorruptFileError, match="belong to another partition"):
+        read_state(Checkpoint.open(str(root)), Selection(0, join_side="left"))
