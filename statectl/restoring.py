@@ -68,6 +68,7 @@ from statectl.tws_encode import (
     assign_cf_ids,
     concat_binary,
     encode_operator_partition,
+    ttl_problems,
     unsupported_families,
 )
 
@@ -578,8 +579,18 @@ def plan_restore(
             )
         elif bad := unsupported_families(cf["name"] for cf in op.column_families):
             plan.problems.append(
-                f"{what}: column families {', '.join(bad)} (state TTL) cannot be restored yet"
+                f"{what}: internal column families {', '.join(bad)} cannot be restored yet"
             )
+        else:
+            plan.problems += [
+                f"{what}: {p}"
+                for p in ttl_problems(
+                    (cf["name"] for cf in op.column_families),
+                    {t.name: t.kind for t in op.tables},
+                    {cf["name"]: cf.get("value_schema") for cf in op.column_families},
+                    m.pinned_confs.get(ENCODING_CONF) == "avro",
+                )
+            ]
     return plan
 
 

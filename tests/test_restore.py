@@ -412,11 +412,18 @@ def test_restore_refuses_a_non_empty_target_and_unsupported_tws(tmp_path):
     assert plan.problems and "restores only to RocksDB" in plan.problems[0]
     plan = restore(tws, str(tmp_path / "tws"), changelog=True)
     assert plan.problems and "restores only to RocksDB snapshots" in plan.problems[0]
-    # State TTL keeps internal index families statectl cannot rebuild yet: refused up front.
-    sp = Savepoint.open(tws)
-    sp.metadata.operators[0].column_families.append({"name": "$ttl_cnt"})
-    p = plan_restore(sp, str(tmp_path / "tws"), None, None, {}, False)
-    assert p.problems and "$ttl_cnt (state TTL) cannot be restored yet" in p.problems[0]
+    # Internal families statectl cannot rebuild, or TTL indexes that match no state variable
+    # with TTL'd values: refused up front.
+    for family, problem in (
+        ("$zzz_cnt", "internal column families $zzz_cnt cannot be restored yet"),
+        ("$ttl_nope", "$ttl_nope (state TTL) belongs to no ListState or MapState or ValueState"),
+        ("$min_cnt", "$min_cnt (state TTL) belongs to no ListState"),
+        ("$ttl_cnt", "has the TTL index $ttl_cnt but its values are not struct<value, ttlExp"),
+    ):
+        sp = Savepoint.open(tws)
+        sp.metadata.operators[0].column_families.append({"name": family})
+        p = plan_restore(sp, str(tmp_path / "tws"), None, None, {}, False)
+        assert p.problems and problem in p.problems[0]
     assert not (tmp_path / "tws").exists()
 
 
