@@ -15,7 +15,7 @@ from statectl.checkpoint.state_metadata import ColumnFamilySchema
 from statectl.io import FileIO
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
-from statectl.state import StoreEncoding, load_raw
+from statectl.state import StoreEncoding, _split_list_blob, load_raw
 from statectl.tws_encode import assign_cf_ids, encode_operator_partition
 from tests.conftest import FIXTURES
 
@@ -91,20 +91,30 @@ def test_snapshot_zip_layout(tmp_path):
 
 
 def _entries_by_family(ckpt: Checkpoint) -> list[set[tuple[str, bytes, bytes]]]:
-    """Per partition: every live RocksDB entry as (column family name, key, value)."""
+    """Per partition: every live RocksDB entry as (column family name, key, value), a list
+    value as Spark's RocksDB returns it. (A list put by one batch and appended to by a later one
+    is two records in two SST files; the RocksDB binding we read them with joins them with ",",
+    where Spark's merge operator with mergeOperatorVersion 2 joins them with nothing.)"""
     batch = ckpt.latest_committed_batch
     op = ckpt.operators(batch)[0]
     enc = StoreEncoding.of(ckpt, batch)
+    lists = {
+        v["stateName"]
+        for v in op.properties.get("stateVariables", [])
+        if v.get("stateVariableType") == "ListState"
+    }
     out = []
     for p in range(op.num_partitions):
         raw = load_raw(ckpt, op, "default", p, batch, enc)
         names = {i: n for n, i in raw.cf_ids.items()}
-        out.append(
-            {
-                (names[int.from_bytes(k[:2], "little")], k[2:], v)
-                for k, v in zip(raw.keys.to_pylist(), raw.values.to_pylist(), strict=True)
-            }
-        )
+        entries = set()
+        for k, v in zip(raw.keys.to_pylist(), raw.values.to_pylist(), strict=True):
+            name = names[int.from_bytes(k[:2], "little")]
+            if name in lists:
+                elements = _split_list_blob(v, name)
+                v = enc.merge_delimiter.join(len(e).to_bytes(4, "little") + e for e in elements)
+            entries.add((name, k[2:], v))
+        out.append(entries)
     return out
 
 
