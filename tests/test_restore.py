@@ -97,6 +97,53 @@ def tws_processor():
     return Processor()
 
 
+def tws_rows_processor():
+    """The tws processor for the row-based ``transformWithState`` of PySpark 4.1+: rows in,
+    ``Row``s out (the tws-rows fixture's operator, ``transformWithStateInPySparkExec``)."""
+    import datetime as _dt
+
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    class Processor(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.cnt = handle.getValueState("cnt", StructType([StructField("c", LongType())]))
+            self.lst = handle.getListState("lst", StructType([StructField("v", LongType())]))
+            self.mp = handle.getMapState(
+                "mp",
+                StructType([StructField("mk", StringType())]),
+                StructType([StructField("mv", LongType())]),
+            )
+
+        def handleInputRows(self, key, rows, timerValues):
+            n, latest = 0, 0
+            for row in rows:
+                self.lst.appendValue((int(row.v),))
+                self.mp.updateValue((str(int(row.v) % 3),), (int(row.v),))
+                ts = row.ts if row.ts.tzinfo else row.ts.replace(tzinfo=_dt.timezone.utc)
+                latest = max(latest, int(ts.timestamp() * 1000))
+                n += 1
+            # As in tws_processor: the output depends on every kind of restored state.
+            total = sum(1 for _ in self.lst.get())
+            first = self.mp.getValue(("1",))[0] if self.mp.containsKey(("1",)) else -2
+            c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+            self.cnt.update((c,))
+            self.handle.registerTimer(latest + 10_000)
+            yield Row(k=key[0], c=c * 1_000_000 + total * 100 + first)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            if self.mp.containsKey(("0",)):
+                self.mp.removeKey(("0",))
+            yield Row(k=key[0], c=-1)
+
+        def close(self):
+            pass
+
+    return Processor()
+
+
 TYPED_KEYS = [
     "id % 2 = 0 as b",
     "cast(id as byte) as by",
@@ -158,7 +205,7 @@ def build(spark, case, d):
         return src().withWatermark("ts", "10 seconds").dropDuplicatesWithinWatermark(
             ["id", "k"]
         ), "append"
-    if case == "fmgws":
+    if case in ("fmgws", "fmgws-v1"):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         # Nested so cloudpickle ships it by value: Python workers cannot import tests/.
@@ -178,6 +225,13 @@ def build(spark, case, d):
     if case in ("tws", "tws-avro"):
         return src().withWatermark("ts", "5 seconds").groupBy("k").transformWithStateInPandas(
             tws_processor(),
+            outputStructType="k string, c long",
+            outputMode="Update",
+            timeMode="EventTime",
+        ), "update"
+    if case == "tws-rows":
+        return src().withWatermark("ts", "5 seconds").groupBy("k").transformWithState(
+            tws_rows_processor(),
             outputStructType="k string, c long",
             outputMode="Update",
             timeMode="EventTime",
@@ -243,8 +297,14 @@ CASES = [
     # Row checksums on the source: restored as plain rows, the conf pinned off.
     ("agg-checksum", "hdfs", "rocksdb", 3),
     ("agg-checksum", "rocksdb", "hdfs", 2),
+    # flatMapGroupsWithState state format 1 (the state fields themselves, no groupState nesting)
+    # and the row-based transformWithState of PySpark 4.1+ (transformWithStateInPySparkExec).
+    ("fmgws-v1", "hdfs", "hdfs", 3),
+    ("fmgws-v1", "hdfs", "rocksdb", 2),
+    ("tws-rows", "rocksdb", "rocksdb", 3),
 ]
 CASE_CONFS = {
+    "fmgws-v1": {"spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"},
     "tws-avro": {"spark.sql.streaming.stateStore.encodingFormat": "avro"},
     "agg-checksum": {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"},
 }

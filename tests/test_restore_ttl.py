@@ -4,8 +4,8 @@ original expiry, then expires it, and otherwise continues like an uninterrupted 
 TTL runs in processing time (Spark 4.3 refuses it with EventTime), so the test lets real time
 pass. The source checkpoint gets two batches; the restored query and the uninterrupted one (the
 source checkpoint itself, copied) then each run one batch before any restored value expired and,
-after waiting past every list and map value's expiry, one more. The two run side by side in one
-session, so their batch times (and what has expired) are the same.
+after waiting past every list and map value's expiry, one more. Each batch of the two runs
+falls in the same TTL window (asserted), so the same values have expired for both.
 """
 
 from __future__ import annotations
@@ -99,16 +99,19 @@ def start(spark, d, ckpt, out: dict[int, list]):
     )
 
 
-def run_once(spark, d, *ckpts) -> list[dict[int, list]]:
-    """One batch on each checkpoint, the queries side by side; their outputs by batch id."""
+def run_once(spark, d, *ckpts, confs: dict[str, str] | None = None) -> list[dict[int, list]]:
+    """One batch on each checkpoint, one after the other (two foreachBatch queries side by
+    side lose one's output); their outputs by batch id."""
     outs: list[dict[int, list]] = [{} for _ in ckpts]
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    confs = {"spark.sql.streaming.stateStore.providerClass": ROCKSDB, **(confs or {})}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
     try:
-        queries = [start(spark, d, c, o) for c, o in zip(ckpts, outs, strict=True)]
-        for q in queries:
-            q.awaitTermination()
+        for c, o in zip(ckpts, outs, strict=True):
+            start(spark, d, c, o).awaitTermination()
     finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+        for k in confs:
+            spark.conf.unset(k)
     return outs
 
 
@@ -203,3 +206,27 @@ def test_restored_ttl_state_expires_at_its_original_expiry(spark, tmp_path):
         {(r[0], r[1][0]) for r in read_state(spark, c, "cnt")} for c in (restored, uninterrupted)
     ]
     assert counts[0] == counts[1] and len(counts[0]) == 7
+
+
+@pytest.mark.spark
+def test_avro_ttl_state_restores_byte_for_byte(spark, tmp_path):
+    """With the Avro state encoding, every column family of value, list and map state with
+    TTL (and its indexes) is restored as Spark wrote it, at the same partition count and
+    through another one."""
+    d, src = tmp_path / "input", tmp_path / "src"
+    avro = {"spark.sql.streaming.stateStore.encodingFormat": "avro"}
+    for b in (0, 1):
+        write_input(d, b, 1)
+        run_once(spark, d, src, confs=avro)
+    spark_entries = _entries_by_family(Checkpoint.open(str(src)))
+    assert {"$ttl_cnt", "$ttl_lst", "$ttl_mp", "$min_lst", "$count_lst"} <= {
+        f for entries in spark_entries for f, _, _ in entries
+    }
+    sp_url, meta = take_savepoint(str(src), str(tmp_path / "sp"))
+    assert meta.pinned_confs["spark.sql.streaming.stateStore.encodingFormat"] == "avro"
+    assert not restore(sp_url, str(tmp_path / "same")).problems
+    assert _entries_by_family(Checkpoint.open(str(tmp_path / "same"))) == spark_entries
+    assert not restore(sp_url, str(tmp_path / "three"), partitions=3).problems
+    sp3, _ = take_savepoint(str(tmp_path / "three"), str(tmp_path / "sp3"))
+    assert not restore(sp3, str(tmp_path / "two"), partitions=2).problems
+    assert _entries_by_family(Checkpoint.open(str(tmp_path / "two"))) == spark_entries
