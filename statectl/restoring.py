@@ -588,7 +588,6 @@ def plan_restore(
                     (cf["name"] for cf in op.column_families),
                     {t.name: t.kind for t in op.tables},
                     {cf["name"]: cf.get("value_schema") for cf in op.column_families},
-                    m.pinned_confs.get(ENCODING_CONF) == "avro",
                 )
             ]
     return plan

@@ -369,7 +369,7 @@ def _list_ttl(
 
 
 def ttl_problems(
-    families: Iterable[str], variables: dict[str, str], value_schemas: dict[str, str], avro: bool
+    families: Iterable[str], variables: dict[str, str], value_schemas: dict[str, str | None]
 ) -> list[str]:
     """Why the TTL indexes of an operator cannot be rebuilt (empty: they can). ``variables``:
     the savepoint's state variables by name with their kinds, ``value_schemas`` theirs."""
@@ -386,11 +386,6 @@ def ttl_problems(
             problems.append(
                 f"column family {fam} (state TTL) belongs to no {' or '.join(wanted)} of the "
                 "savepoint"
-            )
-            continue
-        if avro:
-            problems.append(
-                f"column family {fam}: state TTL with the Avro encoding cannot be restored yet"
             )
             continue
         fields = [f.get("name") for f in _fields(value_schemas.get(var) or '{"fields": []}')]
