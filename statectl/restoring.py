@@ -70,6 +70,7 @@ from statectl.tws_encode import (
     concat_binary,
     encode_key,
     encode_operator_partition,
+    ttl_problems,
     unsupported_families,
 )
 
@@ -595,8 +596,17 @@ def plan_restore(
             )
         elif bad := unsupported_families(cf["name"] for cf in op.column_families):
             plan.problems.append(
-                f"{what}: column families {', '.join(bad)} (state TTL) cannot be restored yet"
+                f"{what}: internal column families {', '.join(bad)} cannot be restored yet"
             )
+        else:
+            plan.problems += [
+                f"{what}: {p}"
+                for p in ttl_problems(
+                    (cf["name"] for cf in op.column_families),
+                    {t.name: t.kind for t in op.tables},
+                    {cf["name"]: cf.get("value_schema") for cf in op.column_families},
+                )
+            ]
     return plan
 
 

@@ -15,6 +15,18 @@ transformWithState fixture). Layout, UnsafeRow encoding (Spark 4.3):
 * ``$rowCounter_<list>``: the list's element count; timers: ``<kind>_keyToTimestamp`` (prefix
   key: grouping key, expiry) and ``<kind>_timestampToKey`` (range key: expiry, grouping key),
   both with a null ``__dummy__`` value.
+
+State TTL (Spark's TTLState.scala): a TTL'd variable's values are ``struct<value,
+ttlExpirationMs>`` (the savepoint keeps them so, with their original expiry), and Spark keeps
+secondary indexes that are derived from them here:
+
+* ``$ttl_<var>``: range key ``(expirationMs, elementKey)``, a null ``__empty__`` value. Value and
+  map state (OneToOneTTLState) have one entry per value at its expiry; the element key is the
+  grouping key, or for a map the composite ``(key, userKey)``. A list (OneToManyTTLState) has one
+  entry per grouping key, at the smallest expiry of its elements
+* lists only: ``$min_<var>`` (grouping key -> ``struct<expirationMs>``, that smallest expiry) and
+  ``$count_<var>`` (grouping key -> ``struct<count>``, the element count); a TTL'd list writes
+  no ``$rowCounter_<var>`` entries.
 """
 
 from __future__ import annotations
@@ -36,6 +48,8 @@ VERSION = b"\x00"
 POSITIVE, NEGATIVE = 0x01, 0x00
 TIMER_SUFFIXES = ("_keyToTimestamp", "_timestampToKey")
 ROW_COUNTER = "$rowCounter_"
+TTL_INDEX, TTL_MIN, TTL_COUNT = "$ttl_", "$min_", "$count_"
+TTL_PREFIXES = (TTL_INDEX, TTL_MIN, TTL_COUNT)
 
 
 def concat_binary(*parts: pa.Array | bytes) -> pa.LargeBinaryArray:
@@ -218,6 +232,7 @@ def encode_operator_partition(
         out_values.append(values)
 
     list_counts: dict[str, tuple[pa.Array, np.ndarray]] = {}
+    ttl = {n[len(TTL_INDEX) :] for n in by_name if n.startswith(TTL_INDEX)}
     for name, table in tables.items():
         kind = kinds[name]
         if kind == "timers":
@@ -240,27 +255,41 @@ def encode_operator_partition(
             data = _struct([key, table.column("user_map_key").combine_chunks()], fields)
             values = _row(table.column("user_map_value").combine_chunks(), value_fields, avro, vid)
             put(name, encode_key(data, fam, avro), values)
+            if name in ttl:
+                user_map_value = table.column("user_map_value").combine_chunks()
+                put(*_ttl_index(by_name, name, _expiry(user_map_value, name), data, avro))
         elif kind == "ListState":
             enc_keys = encode_key(key, fam, avro)
-            elements = _row(table.column("list_element").combine_chunks(), value_fields, avro, vid)
+            element = table.column("list_element").combine_chunks()
+            elements = _row(element, value_fields, avro, vid)
             keys, merged, counts = _merge_lists(enc_keys, elements, merge_delimiter)
             put(name, keys, merged)
-            list_counts[name] = (keys, counts)
+            if name in ttl:
+                for entries in _list_ttl(by_name, name, key, enc_keys, element, avro):
+                    put(*entries)
+            else:
+                list_counts[name] = (keys, counts)
         elif kind == "ValueState":
-            put(
-                name,
-                encode_key(key, fam, avro),
-                _row(table.column("value").combine_chunks(), value_fields, avro, vid),
-            )
+            value = table.column("value").combine_chunks()
+            put(name, encode_key(key, fam, avro), _row(value, value_fields, avro, vid))
+            if name in ttl:
+                put(*_ttl_index(by_name, name, _expiry(value, name), key, avro))
         else:
             raise UnsupportedError(f"state variable {name!r} of kind {kind} cannot be restored yet")
     for fam in families:
         if fam.name.startswith(ROW_COUNTER):
             var = fam.name[len(ROW_COUNTER) :]
+            if var in ttl:
+                continue  # a TTL'd list counts in $count_ (Spark never fills this family)
             keys, counts = list_counts.get(var, (pa.array([], pa.large_binary()), np.zeros(0)))
             fields = _fields(fam.value_schema)
             count = _struct([pa.array(counts, pa.int64())], fields)
             put(fam.name, keys, _row(count, fields, avro, fam.value_schema_id))
+        elif (var := _ttl_variable(fam.name)) is not None and var not in tables:
+            raise UnsupportedError(
+                f"column family {fam.name!r} (state TTL) belongs to no state variable of the "
+                "savepoint"
+            )
         elif unsupported_families([fam.name]):
             raise UnsupportedError(
                 f"internal column family {fam.name!r} (TTL state) cannot be restored yet"
@@ -274,13 +303,108 @@ def encode_operator_partition(
     )
 
 
+def _ttl_variable(family: str) -> str | None:
+    """The state variable a TTL index family belongs to (None for other families)."""
+    for prefix in TTL_PREFIXES:
+        if family.startswith(prefix) and len(family) > len(prefix):
+            return family[len(prefix) :]
+    return None
+
+
+def _expiry(values: pa.StructArray, name: str) -> pa.Array:
+    """The ``ttlExpirationMs`` of TTL'd values: Spark sets it on every value it writes."""
+    if values.type.get_field_index("ttlExpirationMs") < 0:
+        raise UnsupportedError(f"state variable {name!r} has a TTL index but no ttlExpirationMs")
+    expiry = values.field("ttlExpirationMs")
+    if expiry.null_count or values.null_count:
+        raise UnsupportedError(f"state variable {name!r} has a value without ttlExpirationMs")
+    return expiry
+
+
+def _ttl_index(
+    by_name: dict[str, ColumnFamilySchema],
+    name: str,
+    expiry: pa.Array,
+    element_key: pa.StructArray,
+    avro: bool,
+) -> tuple[str, pa.Array, pa.Array]:
+    """``$ttl_<name>`` entries: ``(expirationMs, elementKey) -> null``, one per element key."""
+    fam = by_name[TTL_INDEX + name]
+    fields = _fields(fam.key_schema)
+    inner = fields[1]["type"]["fields"]  # the element key's own field names
+    element = _struct([element_key.field(i) for i in range(len(inner))], inner)
+    data = _struct([expiry.cast(pa.int64()), element], fields)
+    return fam.name, encode_key(data, fam, avro), _dummy(len(data), fam, avro)
+
+
+def _list_ttl(
+    by_name: dict[str, ColumnFamilySchema],
+    name: str,
+    key: pa.StructArray,
+    enc_keys: pa.Array,
+    element: pa.StructArray,
+    avro: bool,
+) -> list[tuple[str, pa.Array, pa.Array]]:
+    """A TTL'd list's indexes, per grouping key: the smallest expiry of its elements in
+    ``$min_`` and ``$ttl_`` (Spark keeps it so on every append, overwrite and eviction), the
+    element count in ``$count_``."""
+    expiry = _expiry(element, name).to_numpy(zero_copy_only=False).astype(np.int64)
+    if isinstance(enc_keys, pa.ChunkedArray):
+        enc_keys = enc_keys.combine_chunks()
+    codes = pc.dictionary_encode(enc_keys)
+    idx = codes.indices.to_numpy(zero_copy_only=False)
+    groups = len(codes.dictionary)
+    mins = np.full(groups, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(mins, idx, expiry)
+    counts = np.bincount(idx, minlength=groups).astype(np.int64)
+    first = np.unique(idx, return_index=True)[1]
+    group_keys = codes.dictionary.cast(pa.large_binary())
+    out = [_ttl_index(by_name, name, pa.array(mins), key.take(pa.array(first)), avro)]
+    for prefix, column in ((TTL_MIN, mins), (TTL_COUNT, counts)):
+        fam = by_name[prefix + name]
+        fields = _fields(fam.value_schema)
+        row = _struct([pa.array(column, pa.int64())], fields)
+        out.append((fam.name, group_keys, _row(row, fields, avro, fam.value_schema_id)))
+    return out
+
+
+def ttl_problems(
+    families: Iterable[str], variables: dict[str, str], value_schemas: dict[str, str | None]
+) -> list[str]:
+    """Why the TTL indexes of an operator cannot be rebuilt (empty: they can). ``variables``:
+    the savepoint's state variables by name with their kinds, ``value_schemas`` theirs."""
+    problems = []
+    for fam in families:
+        var = _ttl_variable(fam)
+        if var is None:
+            continue
+        kind = variables.get(var)
+        wanted = (
+            ("ListState", "MapState", "ValueState") if fam.startswith(TTL_INDEX) else ("ListState",)
+        )
+        if kind not in wanted:
+            problems.append(
+                f"column family {fam} (state TTL) belongs to no {' or '.join(wanted)} of the "
+                "savepoint"
+            )
+            continue
+        fields = [f.get("name") for f in _fields(value_schemas.get(var) or '{"fields": []}')]
+        if fields != ["value", "ttlExpirationMs"]:
+            problems.append(
+                f"state variable {var} has the TTL index {fam} but its values are not "
+                "struct<value, ttlExpirationMs>"
+            )
+    return problems
+
+
 def unsupported_families(names: Iterable[str]) -> list[str]:
-    """Internal column families this encoder cannot rebuild (TTL indexes and others)."""
+    """Internal column families this encoder cannot rebuild."""
     return [
         n
         for n in names
         if n.startswith("$")
         and not n.startswith(ROW_COUNTER)
+        and _ttl_variable(n) is None
         and not any(n.endswith(s) for s in TIMER_SUFFIXES)
     ]
 

@@ -97,6 +97,53 @@ def tws_processor():
     return Processor()
 
 
+def tws_rows_processor():
+    """The tws processor for the row-based ``transformWithState`` of PySpark 4.1+: rows in,
+    ``Row``s out (the tws-rows fixture's operator, ``transformWithStateInPySparkExec``)."""
+    import datetime as _dt
+
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    class Processor(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.cnt = handle.getValueState("cnt", StructType([StructField("c", LongType())]))
+            self.lst = handle.getListState("lst", StructType([StructField("v", LongType())]))
+            self.mp = handle.getMapState(
+                "mp",
+                StructType([StructField("mk", StringType())]),
+                StructType([StructField("mv", LongType())]),
+            )
+
+        def handleInputRows(self, key, rows, timerValues):
+            n, latest = 0, 0
+            for row in rows:
+                self.lst.appendValue((int(row.v),))
+                self.mp.updateValue((str(int(row.v) % 3),), (int(row.v),))
+                ts = row.ts if row.ts.tzinfo else row.ts.replace(tzinfo=_dt.timezone.utc)
+                latest = max(latest, int(ts.timestamp() * 1000))
+                n += 1
+            # As in tws_processor: the output depends on every kind of restored state.
+            total = sum(1 for _ in self.lst.get())
+            first = self.mp.getValue(("1",))[0] if self.mp.containsKey(("1",)) else -2
+            c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+            self.cnt.update((c,))
+            self.handle.registerTimer(latest + 10_000)
+            yield Row(k=key[0], c=c * 1_000_000 + total * 100 + first)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            if self.mp.containsKey(("0",)):
+                self.mp.removeKey(("0",))
+            yield Row(k=key[0], c=-1)
+
+        def close(self):
+            pass
+
+    return Processor()
+
+
 TYPED_KEYS = [
     "id % 2 = 0 as b",
     "cast(id as byte) as by",
@@ -186,6 +233,13 @@ def build(spark, case, d):
     if case in ("tws", "tws-avro"):
         return src().withWatermark("ts", "5 seconds").groupBy("k").transformWithStateInPandas(
             tws_processor(),
+            outputStructType="k string, c long",
+            outputMode="Update",
+            timeMode="EventTime",
+        ), "update"
+    if case == "tws-rows":
+        return src().withWatermark("ts", "5 seconds").groupBy("k").transformWithState(
+            tws_rows_processor(),
             outputStructType="k string, c long",
             outputMode="Update",
             timeMode="EventTime",
@@ -288,11 +342,12 @@ CASES = [
     # applyInPandasWithState at state format 1 (the state fields unnested in the value).
     ("fmgws-v1", "hdfs", "hdfs", 3),
     ("fmgws-v1", "hdfs", "rocksdb", 2),
+    ("tws-rows", "rocksdb", "rocksdb", 3),
 ]
 CASE_CONFS = {
+    "fmgws-v1": {"spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"},
     "tws-avro": {"spark.sql.streaming.stateStore.encodingFormat": "avro"},
     "agg-checksum": {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"},
-    "fmgws-v1": {"spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"},
 }
 
 
@@ -470,11 +525,18 @@ def test_restore_refuses_a_non_empty_target_and_unsupported_tws(tmp_path):
     assert plan.problems and "restores only to RocksDB" in plan.problems[0]
     plan = restore(tws, str(tmp_path / "tws"), changelog=True)
     assert plan.problems and "restores only to RocksDB snapshots" in plan.problems[0]
-    # State TTL keeps internal index families statectl cannot rebuild yet: refused up front.
-    sp = Savepoint.open(tws)
-    sp.metadata.operators[0].column_families.append({"name": "$ttl_cnt"})
-    p = plan_restore(sp, str(tmp_path / "tws"), None, None, {}, False)
-    assert p.problems and "$ttl_cnt (state TTL) cannot be restored yet" in p.problems[0]
+    # Internal families statectl cannot rebuild, or TTL indexes that match no state variable
+    # with TTL'd values: refused up front.
+    for family, problem in (
+        ("$zzz_cnt", "internal column families $zzz_cnt cannot be restored yet"),
+        ("$ttl_nope", "$ttl_nope (state TTL) belongs to no ListState or MapState or ValueState"),
+        ("$min_cnt", "$min_cnt (state TTL) belongs to no ListState"),
+        ("$ttl_cnt", "has the TTL index $ttl_cnt but its values are not struct<value, ttlExp"),
+    ):
+        sp = Savepoint.open(tws)
+        sp.metadata.operators[0].column_families.append({"name": family})
+        p = plan_restore(sp, str(tmp_path / "tws"), None, None, {}, False)
+        assert p.problems and problem in p.problems[0]
     assert not (tmp_path / "tws").exists()
 
 
