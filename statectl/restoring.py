@@ -16,18 +16,15 @@ import posixpath
 import re
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statectl.backends.writers import (
-    write_hdfs_store,
     write_rocksdb_snapshot,
-    write_rocksdb_store,
 )
 from statectl.checkpoint.model import (
     CODEC_CONF,
@@ -48,8 +45,7 @@ from statectl.checkpoint.state_metadata import (
     write_schema_file_v3,
 )
 from statectl.codecs.compression import normalize_codec
-from statectl.codecs.murmur3 import partition_ids
-from statectl.codecs.unsaferow import encode_unsafe_rows
+from statectl.engine import Engine, StoreFormat, partition_tables, restore_stores
 from statectl.errors import StatectlError
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
@@ -64,9 +60,7 @@ from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.schema_compat import difference
 from statectl.state import read_le_int
 from statectl.tws_encode import (
-    VERSION,
     assign_cf_ids,
-    concat_binary,
     encode_operator_partition,
     unsupported_families,
 )
@@ -110,6 +104,7 @@ class RestorePlan:
     io: FileIO | None = field(default=None, repr=False, compare=False)
     root: str = field(default="", repr=False, compare=False)
     started: bool = field(default=False, repr=False, compare=False)  # marker already written
+    engine: Engine | None = field(default=None, repr=False, compare=False)  # memory, workers
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -635,30 +630,23 @@ def _under(root: str, *parts: str) -> str:
     return path
 
 
+def _store_format(plan: RestorePlan, codec: str) -> StoreFormat:
+    """How each store partition is written at version N+1."""
+    return StoreFormat(
+        plan.backend,
+        plan.rocksdb_layout if plan.backend == ROCKSDB else "snapshot",
+        plan.batch + 1,
+        codec,
+        unique_ids=plan.checkpoint_format == 2,
+    )
+
+
 def _store_writer(
     plan: RestorePlan, codec: str
 ) -> Callable[[FileIO, str, pa.Array, pa.Array], str | None]:
     """Writes one store partition's UnsafeRow keys and values at version N+1; returns the
     unique id the files carry (checkpoint format 2) or None."""
-    version = plan.batch + 1
-
-    def hdfs(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
-        write_hdfs_store(io, d, version, codec, k, v)
-
-    def changelog(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
-        write_rocksdb_store(io, d, version, codec, k, v)
-
-    def snapshot(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> str | None:
-        # RocksDB rows carry Spark 4's encoding-version byte in front of key and value.
-        uid = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
-        write_rocksdb_snapshot(
-            io, d, version, concat_binary(VERSION, k), concat_binary(VERSION, v), unique_id=uid
-        )
-        return uid
-
-    if plan.backend == HDFS:
-        return hdfs
-    return changelog if plan.rocksdb_layout == "changelog" else snapshot
+    return _store_format(plan, codec).write
 
 
 def _record_unique_id(plan: RestorePlan, op_id: int, partition: int, uid: str | None) -> None:
@@ -678,29 +666,32 @@ def _write_operator(
 ) -> dict[str, int]:
     if op.column_families:
         return _write_cf_operator(sp, op, new_id, plan, io, root)
-    writer = _store_writer(plan, codec)
     rows_written = {}
     store_infos = []
-    for table in op.tables:
-        data = sp.read_table(table)
-        key = data.column("key").combine_chunks()
-        value = data.column("value").combine_chunks()
-        pids = partition_ids(op.kind.partition_key(table.name, key), plan.partitions)
-        key_schema = json.loads(table.key_schema)
-        value_schema = json.loads(table.value_schema)
-        for p in range(plan.partitions):
-            mask = pa.array(pids == p)
-            k = encode_unsafe_rows(pc.filter(key, mask), key_schema)
-            v = encode_unsafe_rows(pc.filter(value, mask), value_schema)
-            base = _under(root, "state", str(new_id), str(p))
-            store_dir = base if table.name == "default" else posixpath.join(base, table.name)
-            _record_unique_id(plan, new_id, p, writer(io, store_dir, k, v))
-            if p == 0:
-                io.write_atomic(
-                    posixpath.join(store_dir, "_metadata", "schema"),
-                    write_schema_file_v2(table.key_schema, table.value_schema),
-                )
-        rows_written[table.name] = data.num_rows
+
+    def store_dir(table: str, p: int) -> str:
+        base = _under(root, "state", str(new_id), str(p))
+        return base if table == "default" else posixpath.join(base, table)
+
+    # The local engine: bounded memory, every core (statectl/engine.py).
+    unique_ids = restore_stores(
+        sp,
+        op.tables,
+        op.kind.partition_key,
+        plan.partitions,
+        _store_format(plan, codec),
+        io,
+        store_dir,
+        plan.engine or Engine.of(),
+    )
+    for table, ids in zip(op.tables, unique_ids, strict=True):
+        for p, unique_id in enumerate(ids):
+            _record_unique_id(plan, new_id, p, unique_id)
+        io.write_atomic(
+            posixpath.join(store_dir(table.name, 0), "_metadata", "schema"),
+            write_schema_file_v2(table.key_schema, table.value_schema),
+        )
+        rows_written[table.name] = sum(f.rows for f in table.files)
         store_infos.append(
             {"storeName": table.name, "numColsPrefixKey": 0, "numPartitions": plan.partitions}
         )
@@ -725,10 +716,13 @@ def _write_cf_operator(
 ) -> dict[str, int]:
     """transformWithState from the savepoint: its tables and its column families verbatim."""
     families = [ColumnFamilySchema(**cf) for cf in op.column_families or []]
-    data = {t.name: sp.read_table(t) for t in op.tables}
     kinds = {t.name: t.kind for t in op.tables}
-    _write_cf_state(sp, new_id, op.name, op.properties, families, data, kinds, plan, io, root)
-    return {name: t.num_rows for name, t in data.items()}
+    # One target partition in memory at a time (statectl/engine.py).
+    parts = partition_tables(
+        sp, op.tables, op.kind.partition_key, plan.partitions, plan.engine or Engine.of()
+    )
+    _write_cf_state(sp, new_id, op.name, op.properties, families, parts, kinds, plan, io, root)
+    return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
 def _write_cf_state(
@@ -737,7 +731,7 @@ def _write_cf_state(
     name: str,
     properties: dict[str, Any],
     families: list[ColumnFamilySchema],
-    data: dict[str, pa.Table],
+    parts: Iterable[tuple[int, dict[str, pa.Table]]],
     kinds: dict[str, str],
     plan: RestorePlan,
     io: FileIO,
@@ -749,13 +743,8 @@ def _write_cf_state(
     internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
     confs = sp.metadata.pinned_confs
     delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    pids = {
-        name: partition_ids(t.column("key").combine_chunks(), plan.partitions)
-        for name, t in data.items()
-    }
     version = plan.batch + 1
-    for p in range(plan.partitions):
-        tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
+    for p, tables in parts:
         keys, values = encode_operator_partition(
             tables,
             kinds,
@@ -831,8 +820,9 @@ def _write_empty_operator(
             )
             for d in op.schemas
         ]
+        empty = ((p, {}) for p in range(plan.partitions))
         _write_cf_state(
-            sp, op.operator_id, op.name, op.properties, families, {}, {}, plan, io, root
+            sp, op.operator_id, op.name, op.properties, families, empty, {}, plan, io, root
         )
         return
     writer = _store_writer(plan, codec)
