@@ -72,6 +72,7 @@ def savepoint(
     kind: str = "canonical",
     progress: Callable[[str], None] | None = None,
     verify: bool = True,
+    workers: int | None = None,
 ) -> SavepointResult:
     """Take a savepoint of a (possibly running) query's checkpoint. ``target`` defaults to
     ``$STATECTL_SAVEPOINT_DIR`` or ``[savepoint] dir`` in ``./statectl.toml``. The result's
@@ -86,6 +87,7 @@ def savepoint(
         kind=kind,
         progress=progress,
         verify=verify,
+        workers=workers,
     )
     return SavepointResult.from_document(
         {
@@ -149,13 +151,17 @@ def restore(
     overwrite: bool = False,
     spark: Any = None,
     progress: Callable[[str], None] | None = None,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
     plan says whether the restore would succeed (``.ok``, ``.problems``); without it, a restore
     that would fail raises :class:`RestoreError` (``.result`` is the plan) and writes nothing.
     ``query`` is ``"MODULE:FUNCTION"`` / ``"FILE.py:FUNCTION"`` for a changed query (planned
-    with ``spark`` or a local session, needs PySpark)."""
+    with ``spark`` or a local session, needs PySpark). ``memory`` (bytes or ``"512M"``) bounds
+    the local engine's memory, ``workers`` its parallel tasks (default: a quarter of the
+    machine's memory, a worker per core)."""
     from statectl.restoring import restore as do_restore
 
     plan = do_restore(
@@ -174,6 +180,8 @@ def restore(
         dry_run=dry_run,
         overwrite=overwrite,
         progress=progress,
+        memory=memory,
+        workers=workers,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:
@@ -192,10 +200,13 @@ def migrate(
     changelog: bool = False,
     overwrite: bool = False,
     verify: bool = True,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
-    directory to keep it under. Raises :class:`RestoreError` when the restore would fail."""
+    directory to keep it under. Raises :class:`RestoreError` when the restore would fail.
+    ``memory`` and ``workers`` as for :func:`restore`."""
     from statectl.restoring import migrate as do_migrate
 
     plan, kept = do_migrate(
@@ -208,6 +219,8 @@ def migrate(
         changelog=changelog,
         overwrite=overwrite,
         verify=verify,
+        memory=memory,
+        workers=workers,
     )
     result = MigrateResult.from_document(
         {**plan.as_dict(), "source": as_url(source), "savepoint": kept}

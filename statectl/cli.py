@@ -58,6 +58,21 @@ WideOpt = Annotated[
         "--wide", help="Full schemas and names, however wide (default: fit the terminal)."
     ),
 ]
+MemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--memory",
+        help="Memory budget of the local engine, e.g. 512M or 4G (default: a quarter of the "
+        "machine's RAM, or $STATECTL_MEMORY); state larger than it is spilled to temporary files.",
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="Parallel partition tasks (default: one per core, or $STATECTL_WORKERS).",
+    ),
+]
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", help="Committed batch to read (default: latest).")
 ]
@@ -232,6 +247,7 @@ def savepoint(
     uid: Annotated[
         list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
     ] = None,
+    workers: WorkersOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
 ) -> None:
@@ -248,7 +264,13 @@ def savepoint(
         uids[int(k)] = v
     if as_json or not sys.stderr.isatty():
         result = take_savepoint(
-            checkpoint, target, batch=batch, uids=uids, kind=kind, verify=not no_verify
+            checkpoint,
+            target,
+            batch=batch,
+            uids=uids,
+            kind=kind,
+            verify=not no_verify,
+            workers=workers,
         )
     else:
         from rich.console import Console
@@ -275,6 +297,7 @@ def savepoint(
                 progress=advance,
                 kind=kind,
                 verify=not no_verify,
+                workers=workers,
             )
     if as_json:
         _print_json(result.to_dict())
@@ -404,6 +427,8 @@ def restore(
             "--overwrite", help="Replace an interrupted statectl restore (never a checkpoint)."
         ),
     ] = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a Spark checkpoint from a savepoint: either backend, any partition count.
@@ -442,6 +467,8 @@ def restore(
             dry_run=dry_run,
             overwrite=overwrite,
             progress=progress,
+            memory=memory,
+            workers=workers,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
@@ -487,6 +514,8 @@ def migrate(
             "--overwrite", help="Replace an interrupted statectl migrate (never a checkpoint)."
         ),
     ] = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
 ) -> None:
@@ -507,6 +536,8 @@ def migrate(
             changelog=changelog,
             overwrite=overwrite,
             verify=not no_verify,
+            memory=memory,
+            workers=workers,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result

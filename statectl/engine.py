@@ -60,7 +60,7 @@ DEFAULT_FRACTION = 4  # default budget: a quarter of the machine's physical memo
 # writer), and a decode step per byte of Parquet data: generous, measured on aggregations.
 BUILD_FACTOR = 6
 DECODE_FACTOR = 8
-MIN_BATCH_ROWS = 1024
+MIN_BATCH_ROWS = 16
 MAX_BATCH_ROWS = 1 << 20
 _SIZE = re.compile(r"(?i)^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -68,8 +68,10 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 def parse_memory(text: str | int) -> int:
     """``512M``, ``2G``, ``1.5g``, ``300MiB`` or a plain number of bytes."""
-    if isinstance(text, int):
-        n = text
+    if isinstance(text, int):  # the Python API: any positive number of bytes (tests use tiny)
+        if text < 1:
+            raise StatectlError(f"memory must be a positive number of bytes, got {text}")
+        return text
     else:
         m = _SIZE.match(text)
         if not m:
@@ -123,7 +125,7 @@ class Engine:
     @property
     def per_task(self) -> int:
         """What one task may hold: the budget shared by the tasks that run at once."""
-        return max(MIN_MEMORY // 4, self.memory // self.workers)
+        return max(1, self.memory // self.workers)
 
 
 # -- running tasks --------------------------------------------------------------------------
@@ -131,26 +133,35 @@ def _call(job: Callable[[], Any]) -> Any:
     return job()
 
 
-def run_tasks(jobs: list[Callable[[], Any]], workers: int, *, threads: bool) -> list[Any]:
-    """Every job's result in job order: inline for one worker, else in a fork process pool
-    (:func:`statectl.processes.run_in_pool`) or, for object stores, a thread pool."""
+def iter_tasks(jobs: list[Callable[[], Any]], workers: int, *, threads: bool) -> Iterator[Any]:
+    """Every job's result in job order, as they finish: inline for one worker, else in a fork
+    process pool (:func:`statectl.processes.run_in_pool`: workers die with the parent) or, for
+    object stores, a thread pool (concurrent transfers)."""
     workers = min(workers, len(jobs))
     if workers <= 1:
-        return [job() for job in jobs]
+        for job in jobs:
+            yield job()
+        return
     if not threads:
         from statectl.processes import run_in_pool
 
-        return list(run_in_pool(_call, jobs, workers))
+        yield from run_in_pool(_call, jobs, workers)
+        return
     import concurrent.futures as cf
 
     with cf.ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(job) for job in jobs]
         try:
-            return [f.result() for f in futures]
+            for f in futures:
+                yield f.result()
         except BaseException:
             for f in futures:
                 f.cancel()
             raise
+
+
+def run_tasks(jobs: list[Callable[[], Any]], workers: int, *, threads: bool) -> list[Any]:
+    return list(iter_tasks(jobs, workers, threads=threads))
 
 
 @contextlib.contextmanager
@@ -234,8 +245,15 @@ class StoreFormat:
                 io.write_atomic(posixpath.join(store_dir, f"{v}.changelog"), empty)
         name = f"{self.version}.snapshot" if self.backend == "hdfs" else f"{self.version}.changelog"
         local = os.path.join(scratch, f"out-{uuid.uuid4()}")
+        # The record stream's size: 8 bytes of lengths, key, value (and prefixes) per entry.
+        size = 4 + sum(
+            b.num_rows * (8 + 2 * len(prefix))
+            + _data_size(b.column(0))
+            + _data_size(b.column(1))
+            for b in _read_spills(spills, budget)
+        )
         with open(local, "wb") as out:
-            stream = _CodecStream(self.codec, out)
+            stream = _CodecStream(self.codec, out, size)
             for batch in _read_spills(spills, budget):
                 keys, values = batch.column(0), batch.column(1)
                 if len(keys):
@@ -251,10 +269,10 @@ class StoreFormat:
 
 class _CodecStream:
     """Spark's codec framing written incrementally, the same bytes as
-    :func:`~statectl.codecs.compression.compress_stream` of everything at once (zstd: one
-    valid frame, without the content size a one-shot frame records)."""
+    :func:`~statectl.codecs.compression.compress_stream` of everything at once (zstd: when
+    ``size``, the total, is given)."""
 
-    def __init__(self, codec: str, out: Any) -> None:
+    def __init__(self, codec: str, out: Any, size: int | None = None) -> None:
         self.codec, self.out = codec, out
         self.buf = bytearray()
         self.first = True
@@ -265,7 +283,8 @@ class _CodecStream:
 
             from statectl.codecs.compression import ZSTD_LEVEL
 
-            self.zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
+            # Pledging the size keeps it in the frame header, as a one-shot frame has it.
+            self.zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj(size=size or -1)
 
     def write(self, data: bytes) -> None:
         if self.zstd is not None:
@@ -312,6 +331,11 @@ def _read_spills(paths: Iterable[str], budget: int) -> Iterator[pa.RecordBatch]:
             yield from pa.ipc.open_stream(f)
 
 
+def _data_size(a: pa.Array) -> int:
+    offsets = np.frombuffer(a.buffers()[1], dtype=np.int64)[a.offset : a.offset + len(a) + 1]
+    return int(offsets[-1] - offsets[0]) if len(a) else 0
+
+
 def _spill_size(paths: Iterable[str]) -> int:
     return sum(os.path.getsize(p) for p in paths if os.path.exists(p))
 
@@ -331,7 +355,7 @@ def _sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
         path = os.path.join(scratch, f"run-{uuid.uuid4()}.arrow")
         sorted_table = table.take(order)
         with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, sorted_table.schema) as w:
-            for b in sorted_table.to_batches(max_chunksize=MIN_BATCH_ROWS * 8):
+            for b in sorted_table.to_batches(max_chunksize=8192):
                 w.write_batch(b)
         runs.append(path)
         pending.clear()

@@ -1019,13 +1019,18 @@ def restore(
     dry_run: bool = False,
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
 
     ``query`` (``MODULE:FUNCTION`` or a :class:`PlannedQuery`) is the changed query: it is
     planned with Spark (``spark``, or a local session) to match state to its operators.
+    ``memory`` (bytes or ``"512M"``) and ``workers`` size the local engine
+    (:mod:`statectl.engine`; default a quarter of the machine's memory, a worker per core).
     """
+    engine = Engine.of(memory, workers)
     sp = open_savepoint(savepoint)
     if isinstance(query, str):
         chosen, n = choose_target(sp, backend, partitions)
@@ -1049,6 +1054,7 @@ def restore(
         checkpoint_format,
         overwrite=overwrite,
     )
+    plan.engine = engine
     if not plan.problems and not dry_run:
         write_restore(plan)
     return plan
@@ -1065,6 +1071,8 @@ def migrate(
     changelog: bool = False,
     overwrite: bool = False,
     verify: bool = True,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> tuple[RestorePlan, str | None]:
     """Savepoint then restore. The target is marked in progress first and the temporary
     savepoint is written inside it (``.statectl-tmp/``) and removed before the target is
@@ -1072,6 +1080,7 @@ def migrate(
     ``--overwrite`` replaces), never a full savepoint elsewhere."""
     from statectl.savepoints.create import take_savepoint
 
+    engine = Engine.of(memory, workers)
     src_io, src_root = FileIO.for_url(source)
     io, root = FileIO.for_url(target)
     problems, _ = target_problems(io, root, overwrite, [("source checkpoint", src_io, src_root)])
@@ -1087,7 +1096,11 @@ def migrate(
         begin_target(io, root, stub, "migrate", src_io.url(src_root))
         try:
             kept, _ = take_savepoint(
-                source, keep_savepoint or io.url(tmp), batch=batch, verify=verify
+                source,
+                keep_savepoint or io.url(tmp),
+                batch=batch,
+                verify=verify,
+                workers=engine.workers,
             )
             plan = plan_restore(
                 Savepoint.open(kept),
@@ -1099,6 +1112,7 @@ def migrate(
                 rocksdb_layout="changelog" if changelog else "snapshot",
                 own_target=True,
             )
+            plan.engine = engine
             if plan.problems:
                 raise StatectlError(f"cannot migrate: {plan.problems[0]}", io.url(root))
         except StatectlError:

@@ -106,33 +106,25 @@ def _run(task: PartitionTask) -> tuple[DataFile, list[str]]:
 def run_tasks(
     jobs: list[PartitionTask], workers: int, progress: Callable[[str], None] | None
 ) -> list:
-    """Run conversion tasks in order, in a local process pool when ``workers > 1``."""
-
-    def note(job: PartitionTask) -> None:
-        if progress:
-            progress(job.rel.removeprefix("operators/"))
-
-    if workers <= 1 or len(jobs) < 2:
-        out = []
-        for job in jobs:
-            out.append(job())
-            note(job)
-        return out
-    from statectl.processes import run_in_pool
+    """Run conversion tasks, results in job order: in a local process pool when
+    ``workers > 1``, in threads (concurrent transfers) when either side is an object store."""
+    from statectl.engine import iter_tasks
 
     out = []
-    for job, result in zip(jobs, run_in_pool(_run, jobs, workers), strict=True):
+    threads = any(not (j.ckpt.io.is_local and j.out_io.is_local) for j in jobs)
+    for job, result in zip(jobs, iter_tasks(jobs, workers, threads=threads), strict=True):
         out.append(result)
-        note(job)
+        if progress:
+            progress(job.rel.removeprefix("operators/"))
     return out
 
 
 def default_workers(ckpt: Checkpoint) -> int:
-    """A process per core for local checkpoints; 1 elsewhere (s3fs and fork do not mix)."""
-    env = os.environ.get("STATECTL_WORKERS")
-    if env:
-        return max(1, int(env))
-    return (os.cpu_count() or 1) if ckpt.io.protocol in ("file", "local") else 1
+    """$STATECTL_WORKERS, else a task per core (processes locally, threads on object stores)."""
+    del ckpt
+    from statectl.engine import default_workers as engine_workers
+
+    return engine_workers()
 
 
 @dataclass
