@@ -247,9 +247,7 @@ class StoreFormat:
         local = os.path.join(scratch, f"out-{uuid.uuid4()}")
         # The record stream's size: 8 bytes of lengths, key, value (and prefixes) per entry.
         size = 4 + sum(
-            b.num_rows * (8 + 2 * len(prefix))
-            + _data_size(b.column(0))
-            + _data_size(b.column(1))
+            b.num_rows * (8 + 2 * len(prefix)) + _data_size(b.column(0)) + _data_size(b.column(1))
             for b in _read_spills(spills, budget)
         )
         with open(local, "wb") as out:
@@ -419,11 +417,15 @@ def split_by_partition(table: pa.Table, pids: np.ndarray, out: SpillWriters) -> 
         start += n
 
 
-def batch_rows(table: Any, budget: int) -> int:
-    """Rows per chunk so that decoding a chunk stays within ``budget``."""
-    rows = max(1, table.rows)
-    per_row = max(1, sum(f.bytes for f in table.files) // rows) * DECODE_FACTOR * 4
-    return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, budget // per_row)))
+def batch_rows(budget: int) -> Callable[[int], int]:
+    """Rows per chunk, given the Parquet data's bytes per row, so that decoding, encoding and
+    splitting a chunk stays within ``budget``."""
+
+    def rows(bytes_per_row: int) -> int:
+        per_row = max(1, bytes_per_row) * DECODE_FACTOR
+        return int(min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, budget // per_row)))
+
+    return rows
 
 
 # -- restoring ------------------------------------------------------------------------------
@@ -452,9 +454,7 @@ class SpillTask:
         out = SpillWriters(os.path.join(self.directory, f"f{self.file_index:06d}"), schema)
         rows = 0
         try:
-            chunks = self.sp.iter_file(
-                self.table, f, batch_rows(self.table, self.budget), self.directory
-            )
+            chunks = self.sp.iter_file(self.table, f, batch_rows(self.budget), self.directory)
             for chunk in chunks:
                 key = chunk.column("key").combine_chunks()
                 pids = partition_ids(self.placement(self.table.name, key), self.partitions).astype(

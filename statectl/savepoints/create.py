@@ -38,6 +38,7 @@ from statectl.state import Selection, StoreEncoding, read_partition, state_varia
 TIMERS = "$timers"
 ENV_TARGET = "STATECTL_SAVEPOINT_DIR"
 RETRIES = 3
+ROW_GROUP_BYTES = 8 << 20
 
 
 def default_uid(op: Operator) -> str:
@@ -173,7 +174,11 @@ def _write_table(io: FileIO, root: str, rel: str, table: pa.Table) -> DataFile:
     import io as _io
 
     buf = _io.BytesIO()
-    pq.write_table(exportable(table), buf, compression="zstd")
+    # Row groups of ~8 MiB of Arrow data: a restore reads a row group at a time, so this
+    # bounds its memory whatever the partition size.
+    per_row = max(1, table.nbytes // max(1, table.num_rows))
+    rows = max(1024, ROW_GROUP_BYTES // per_row)
+    pq.write_table(exportable(table), buf, compression="zstd", row_group_size=rows)
     data = buf.getvalue()
     io.write_atomic(posixpath.join(root, rel), data)
     return DataFile(rel, table.num_rows, len(data), hashlib.sha256(data).hexdigest())

@@ -9,7 +9,7 @@ import json
 import os
 import posixpath
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -120,10 +120,11 @@ class Savepoint:
         return pa.Table.from_arrays(columns, schema=schema)
 
     def iter_file(
-        self, table: StateTable, f: DataFile, batch_rows: int, scratch: str
+        self, table: StateTable, f: DataFile, batch_rows: Callable[[int], int], scratch: str
     ) -> Iterator[pa.Table]:
-        """One data file of ``table`` in chunks of at most ``batch_rows`` rows, as
-        :meth:`read_table` types them, never the whole file in memory.
+        """One data file of ``table`` in chunks of ``batch_rows(bytes per row)`` rows (the
+        Parquet data's uncompressed size), as :meth:`read_table` types them, never the whole
+        file in memory.
 
         The file is verified first (inside the savepoint, size, sha256, row count) in one
         streamed pass; a remote file is copied to ``scratch`` on the way, so the Parquet
@@ -158,7 +159,7 @@ class Savepoint:
                 os.remove(local)
 
     def _file_chunks(
-        self, table: StateTable, local: str, path: str, rows: int, batch_rows: int
+        self, table: StateTable, local: str, path: str, rows: int, batch_rows: Callable[[int], int]
     ) -> Iterator[pa.Table]:
         schema = self.table_schema(table)
         try:
@@ -174,8 +175,10 @@ class Savepoint:
                 f"table {table.name} has {len(pf.schema_arrow)} columns, its schema {len(schema)}",
                 posixpath.join(self.root, METADATA_FILE),
             )
+        meta = pf.metadata
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         try:
-            for batch in pf.iter_batches(batch_size=max(1, batch_rows)):
+            for batch in pf.iter_batches(batch_size=max(1, batch_rows(size // max(1, rows)))):
                 try:
                     columns = [
                         retype(c, f.type) for c, f in zip(batch.columns, schema, strict=True)
