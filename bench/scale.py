@@ -21,12 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 PROVIDERS = {
@@ -106,7 +104,9 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.workdir)
     ckpts = build_checkpoints(work, args.keys)
-    statectl_bin = shutil.which("statectl") or "statectl"
+    # This checkout's statectl (not whichever one is installed), as the executable runs it.
+    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    statectl_bin = [sys.executable, "-m", "statectl.cli"]
     mem = ["--memory", args.memory] if args.memory else []
     runs = work / "runs"
     shutil.rmtree(runs, ignore_errors=True)
@@ -121,21 +121,39 @@ def main() -> None:
     hdfs, rocks = ckpts["hdfs"], ckpts["rocksdb"]
     run(
         "statectl export (hdfs, 2 partitions) -> Parquet",
-        [statectl_bin, "export", str(hdfs), "--operator", "0", "-o", str(runs / "export.parquet")],
+        [*statectl_bin, "export", str(hdfs), "--operator", "0", "-o", str(runs / "export.parquet")],
     )
     run(
         "statectl savepoint (hdfs, 2 partitions)",
-        [statectl_bin, "savepoint", str(hdfs), str(runs / "savepoints")],
+        [*statectl_bin, "savepoint", str(hdfs), str(runs / "savepoints")],
     )
     run(
         "statectl migrate hdfs -> rocksdb, 2 -> 8",
-        [statectl_bin, "migrate", str(hdfs), str(runs / "rocksdb-8"), "--backend", "rocksdb",
-         "--partitions", "8", *mem],
+        [
+            *statectl_bin,
+            "migrate",
+            str(hdfs),
+            str(runs / "rocksdb-8"),
+            "--backend",
+            "rocksdb",
+            "--partitions",
+            "8",
+            *mem,
+        ],
     )
     run(
         "statectl migrate rocksdb -> hdfs, 8 -> 2",
-        [statectl_bin, "migrate", str(runs / "rocksdb-8"), str(runs / "hdfs-2"), "--backend",
-         "hdfs", "--partitions", "2", *mem],
+        [
+            *statectl_bin,
+            "migrate",
+            str(runs / "rocksdb-8"),
+            str(runs / "hdfs-2"),
+            "--backend",
+            "hdfs",
+            "--partitions",
+            "2",
+            *mem,
+        ],
     )
     if not args.skip_spark:
         copy = runs / "spark-repartition"
@@ -154,7 +172,7 @@ def main() -> None:
                 f"""
                 (spark.read.format("statestore").load("{hdfs}")
                  .selectExpr("key", "struct(value.*) as value", "partition_id")
-                 .write.mode("overwrite").parquet("{runs / 'spark-read'}"))
+                 .write.mode("overwrite").parquet("{runs / "spark-read"}"))
                 """
             ),
         )
@@ -162,7 +180,6 @@ def main() -> None:
     print("|---|---|---|---|")
     for what, t, rss in rows:
         print(f"| {what} | {t:.1f} | {args.keys / t:,.0f} | {rss:,.0f} |")
-    del resource  # imported for the docs' sake: measured() uses it in the child
 
 
 if __name__ == "__main__":
