@@ -252,3 +252,41 @@ def test_memory_budget_bounds_peak_rss(tmp_path):
     # The budget plus a fixed allowance for Parquet decoding (a row group) and the allocator.
     assert bounded_large - baseline <= 32 + 128
     assert unbounded - baseline >= 2 * (bounded_large - baseline)
+
+
+@pytest.mark.slow
+def test_sigterm_removes_spill_files(tmp_path):
+    """A restore killed with SIGTERM mid-way leaves no spill files (nor running workers)."""
+    import signal
+    import time
+
+    url = _synthetic_savepoint(tmp_path / "sp", 300_000)
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "statectl.cli",
+            "restore",
+            str(tmp_path / "t"),
+            "-s",
+            url,
+            "--partitions",
+            "4",
+            "--memory",
+            "32M",
+            "--workers",
+            "2",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "STATECTL_TMPDIR": str(spills)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not any(spills.rglob("*.arrow")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(spills.rglob("*.arrow")), "the restore never spilled"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) != 0
+    assert not list(spills.iterdir())
