@@ -5,9 +5,12 @@
 Builds aggregation checkpoints of N keys with real Spark (HDFS and RocksDB, 2 partitions;
 cached in the work directory between runs), then prints one table, each row one process
 tree: wall time, rows/s and the peak RSS of the process tree (``ru_maxrss`` of the waited-for
-children, i.e. the largest single process in it: statectl and its workers, or Spark's JVM):
+children, i.e. the largest single process in it: statectl and its workers; Spark's JVM is
+not waited for by its Python parent, so the Spark rows' figure leaves the JVM out):
 
-* ``statectl export`` (one operator to Parquet), ``statectl savepoint``,
+* ``statectl export`` (one operator to Parquet), ``statectl savepoint``, ``statectl restore``
+  of that savepoint to RocksDB at 8 partitions under ``--memory 1G`` and the default budget
+  (``--only-restore``: just the savepoint and these),
 * ``statectl migrate`` HDFS -> RocksDB 2 -> 8 and RocksDB -> HDFS 8 -> 2 (the 8-partition
   RocksDB source is the previous row's output),
 * Spark 4.3's own offline ``repartition`` (RocksDB 2 -> 8, on a copy) and its ``statestore``
@@ -101,6 +104,7 @@ def main() -> None:
     ap.add_argument("--workdir", default="/tmp/statectl-scale")
     ap.add_argument("--memory", default=None, help="statectl --memory (default: its own)")
     ap.add_argument("--skip-spark", action="store_true", help="statectl rows only")
+    ap.add_argument("--only-restore", action="store_true", help="savepoint and restore rows only")
     args = ap.parse_args()
     work = Path(args.workdir)
     ckpts = build_checkpoints(work, args.keys)
@@ -108,7 +112,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     statectl_bin = [sys.executable, "-m", "statectl.cli"]
     mem = ["--memory", args.memory] if args.memory else []
-    runs = work / "runs"
+    runs = work / ("runs-restore" if args.only_restore else "runs")
     shutil.rmtree(runs, ignore_errors=True)
     runs.mkdir()
     rows: list[tuple[str, float, float]] = []
@@ -119,63 +123,82 @@ def main() -> None:
         print(f"  {what}: {t:.1f} s, {rss:.0f} MB", file=sys.stderr)
 
     hdfs, rocks = ckpts["hdfs"], ckpts["rocksdb"]
-    run(
-        "statectl export (hdfs, 2 partitions) -> Parquet",
-        [*statectl_bin, "export", str(hdfs), "--operator", "0", "-o", str(runs / "export.parquet")],
-    )
+    if not args.only_restore:
+        run(
+            "statectl export (hdfs, 2 partitions) -> Parquet",
+            [*statectl_bin, "export", str(hdfs), "--operator", "0", "-o", str(runs / "e.parquet")],
+        )
     run(
         "statectl savepoint (hdfs, 2 partitions)",
         [*statectl_bin, "savepoint", str(hdfs), str(runs / "savepoints")],
     )
-    run(
-        "statectl migrate hdfs -> rocksdb, 2 -> 8",
-        [
-            *statectl_bin,
-            "migrate",
-            str(hdfs),
-            str(runs / "rocksdb-8"),
-            "--backend",
-            "rocksdb",
-            "--partitions",
-            "8",
-            *mem,
-        ],
-    )
-    run(
-        "statectl migrate rocksdb -> hdfs, 8 -> 2",
-        [
-            *statectl_bin,
-            "migrate",
-            str(runs / "rocksdb-8"),
-            str(runs / "hdfs-2"),
-            "--backend",
-            "hdfs",
-            "--partitions",
-            "2",
-            *mem,
-        ],
-    )
-    if not args.skip_spark:
-        copy = runs / "spark-repartition"
-        shutil.copytree(rocks, copy)
+    (sp,) = (runs / "savepoints").iterdir()
+    for budget in ("1G", args.memory):
         run(
-            "Spark repartition (rocksdb, 2 -> 8), JVM start included",
-            spark_script(
-                f"""
-                spark._streamingCheckpointManager.repartition("{copy}", 8)
-                """
-            ),
+            f"statectl restore (savepoint) -> rocksdb 8, --memory {budget or 'default'}",
+            [
+                *statectl_bin,
+                "restore",
+                str(runs / f"restored-{budget}"),
+                "-s",
+                str(sp),
+                "--backend",
+                "rocksdb",
+                "--partitions",
+                "8",
+                *(["--memory", budget] if budget else []),
+            ],
+        )
+    if not args.only_restore:
+        run(
+            "statectl migrate hdfs -> rocksdb, 2 -> 8",
+            [
+                *statectl_bin,
+                "migrate",
+                str(hdfs),
+                str(runs / "rocksdb-8"),
+                "--backend",
+                "rocksdb",
+                "--partitions",
+                "8",
+                *mem,
+            ],
         )
         run(
-            "Spark statestore reader (hdfs) -> Parquet, JVM start included",
-            spark_script(
-                f"""
-                (spark.read.format("statestore").load("{hdfs}")
-                 .selectExpr("key", "struct(value.*) as value", "partition_id")
-                 .write.mode("overwrite").parquet("{runs / "spark-read"}"))
-                """
-            ),
+            "statectl migrate rocksdb -> hdfs, 8 -> 2",
+            [
+                *statectl_bin,
+                "migrate",
+                str(runs / "rocksdb-8"),
+                str(runs / "hdfs-2"),
+                "--backend",
+                "hdfs",
+                "--partitions",
+                "2",
+                *mem,
+            ],
         )
+        if not args.skip_spark and not args.only_restore:
+            copy = runs / "spark-repartition"
+            shutil.copytree(rocks, copy)
+            run(
+                "Spark repartition (rocksdb, 2 -> 8), JVM start included",
+                spark_script(
+                    f"""
+                    spark._streamingCheckpointManager.repartition("{copy}", 8)
+                    """
+                ),
+            )
+            run(
+                "Spark statestore reader (hdfs) -> Parquet, JVM start included",
+                spark_script(
+                    f"""
+                    (spark.read.format("statestore").load("{hdfs}")
+                     .selectExpr("key", "struct(value.*) as value", "partition_id")
+                     .write.mode("overwrite").parquet("{runs / "spark-read"}"))
+                    """
+                ),
+            )
     print(f"| what ({args.keys:,} keys, {os.cpu_count()} cores) | seconds | rows/s | peak RSS MB |")
     print("|---|---|---|---|")
     for what, t, rss in rows:
