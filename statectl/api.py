@@ -75,6 +75,7 @@ def savepoint(
     engine: Any = "local",
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
+    workers: int | None = None,
 ) -> SavepointResult:
     """Take a savepoint of a (possibly running) query's checkpoint. ``target`` defaults to
     ``$STATECTL_SAVEPOINT_DIR`` or ``[savepoint] dir`` in ``./statectl.toml``. The result's
@@ -83,8 +84,8 @@ def savepoint(
     ``engine="spark"`` (or ``spark=`` a SparkSession) converts the partitions as Spark tasks on
     the cluster (a session is built from ``spark_confs`` when none is given); the result is the
     same savepoint as the local engine's."""
-    from statectl.engines import engine_for
     from statectl.savepoints.create import take_savepoint
+    from statectl.spark_engine import engine_for
 
     runner = (
         None
@@ -101,6 +102,7 @@ def savepoint(
         progress=progress,
         verify=verify,
         engine=runner,
+        workers=workers,
     )
     return SavepointResult.from_document(
         {
@@ -165,6 +167,8 @@ def restore(
     spark: Any = None,
     progress: Callable[[str], None] | None = None,
     join_state_format: int | None = None,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -173,7 +177,9 @@ def restore(
     ``query`` is ``"MODULE:FUNCTION"`` / ``"FILE.py:FUNCTION"`` for a changed query (planned
     with ``spark`` or a local session, needs PySpark). ``join_state_format`` (2, 3 or 4)
     converts stream-stream join state to that format (default: the savepoint's where the
-    target backend runs it, else 2)."""
+    target backend runs it, else 2). ``memory`` (bytes or ``"512M"``) bounds the local
+    engine's memory, ``workers`` its parallel tasks (default: a quarter of the machine's
+    memory, a worker per core)."""
     from statectl.restoring import restore as do_restore
 
     plan = do_restore(
@@ -193,6 +199,8 @@ def restore(
         overwrite=overwrite,
         progress=progress,
         join_state_format=join_state_format,
+        memory=memory,
+        workers=workers,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:
@@ -211,10 +219,13 @@ def migrate(
     changelog: bool = False,
     overwrite: bool = False,
     verify: bool = True,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
-    directory to keep it under. Raises :class:`RestoreError` when the restore would fail."""
+    directory to keep it under. Raises :class:`RestoreError` when the restore would fail.
+    ``memory`` and ``workers`` as for :func:`restore`."""
     from statectl.restoring import migrate as do_migrate
 
     plan, kept = do_migrate(
@@ -227,6 +238,8 @@ def migrate(
         changelog=changelog,
         overwrite=overwrite,
         verify=verify,
+        memory=memory,
+        workers=workers,
     )
     result = MigrateResult.from_document(
         {**plan.as_dict(), "source": as_url(source), "savepoint": kept}

@@ -58,6 +58,21 @@ WideOpt = Annotated[
         "--wide", help="Full schemas and names, however wide (default: fit the terminal)."
     ),
 ]
+MemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--memory",
+        help="Memory budget of the local engine, e.g. 512M or 4G (default: a quarter of the "
+        "machine's RAM, or $STATECTL_MEMORY); state larger than it is spilled to temporary files.",
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help="Parallel partition tasks (default: one per core, or $STATECTL_WORKERS).",
+    ),
+]
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", help="Committed batch to read (default: latest).")
 ]
@@ -232,6 +247,7 @@ def savepoint(
     uid: Annotated[
         list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
     ] = None,
+    workers: WorkersOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
     engine: Annotated[
@@ -248,7 +264,7 @@ def savepoint(
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
     from statectl.api import savepoint as take_savepoint
-    from statectl.engines import ENGINES, parse_spark_confs
+    from statectl.spark_engine import ENGINES, parse_spark_confs
 
     if engine not in ENGINES:
         from statectl.errors import StatectlError
@@ -278,6 +294,7 @@ def savepoint(
             kind=kind,
             verify=not no_verify,
             **engine_args,
+            workers=workers,
         )
     else:
         from rich.console import Console
@@ -305,6 +322,7 @@ def savepoint(
                 kind=kind,
                 verify=not no_verify,
                 **engine_args,
+                workers=workers,
             )
     if as_json:
         _print_json(result.to_dict())
@@ -442,6 +460,8 @@ def restore(
             "--overwrite", help="Replace an interrupted statectl restore (never a checkpoint)."
         ),
     ] = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a Spark checkpoint from a savepoint: either backend, any partition count.
@@ -481,6 +501,8 @@ def restore(
             overwrite=overwrite,
             progress=progress,
             join_state_format=join_state_format,
+            memory=memory,
+            workers=workers,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
@@ -528,6 +550,8 @@ def migrate(
             "--overwrite", help="Replace an interrupted statectl migrate (never a checkpoint)."
         ),
     ] = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
 ) -> None:
@@ -548,6 +572,8 @@ def migrate(
             changelog=changelog,
             overwrite=overwrite,
             verify=not no_verify,
+            memory=memory,
+            workers=workers,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result

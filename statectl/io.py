@@ -382,6 +382,23 @@ class FileIO:
             raise
 
     @_storage_errors
+    def put_atomic(self, local: str, path: str) -> None:
+        """Upload the local file ``local`` to ``path`` like :meth:`write_atomic`, streamed (and
+        in parts on object stores) rather than through memory; never overwrites."""
+        parent, name = posixpath.split(path)
+        if self.exists(path):
+            raise StatectlError("already exists; refusing to overwrite", path)
+        self.fs.makedirs(parent, exist_ok=True)
+        tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
+        try:
+            self.fs.put_file(local, tmp)
+            self.fs.mv(tmp, path)
+        except BaseException:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+            raise
+
+    @_storage_errors
     def copy_atomic(self, src: str, path: str) -> None:
         """Copy ``src`` (on this filesystem; server-side on object stores) to ``path`` through a
         hidden temporary name, like :meth:`write_atomic`; never overwrites."""

@@ -10,25 +10,23 @@ so an interrupted restore never looks like a finished checkpoint.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import posixpath
 import re
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statectl import join_state
 from statectl.backends.writers import (
-    write_hdfs_store,
     write_rocksdb_snapshot,
-    write_rocksdb_store,
 )
 from statectl.checkpoint.model import (
     CODEC_CONF,
@@ -49,11 +47,12 @@ from statectl.checkpoint.state_metadata import (
     write_schema_file_v3,
 )
 from statectl.codecs.compression import normalize_codec
-from statectl.codecs.murmur3 import partition_ids
 from statectl.codecs.unsaferow import encode_unsafe_rows
+from statectl.engine import Engine, StoreFormat, partition_tables, restore_stores
 from statectl.errors import StatectlError
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
+from statectl.operators import OperatorKind
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -117,6 +116,7 @@ class RestorePlan:
     io: FileIO | None = field(default=None, repr=False, compare=False)
     root: str = field(default="", repr=False, compare=False)
     started: bool = field(default=False, repr=False, compare=False)  # marker already written
+    engine: Engine | None = field(default=None, repr=False, compare=False)  # memory, workers
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -743,32 +743,27 @@ def _under(root: str, *parts: str) -> str:
     return path
 
 
+def _store_format(plan: RestorePlan, codec: str) -> StoreFormat:
+    """How each store partition is written at version N+1."""
+    return StoreFormat(
+        plan.backend,
+        plan.rocksdb_layout if plan.backend == ROCKSDB else "snapshot",
+        plan.batch + 1,
+        codec,
+        unique_ids=plan.checkpoint_format == 2,
+    )
+
+
 def _store_writer(
     plan: RestorePlan, codec: str
 ) -> Callable[[FileIO, str, pa.Array, pa.Array], str | None]:
-    """Writes one store partition's keys and values, encoded for the backend (see
-    :func:`_encode_store`), at version N+1; returns the unique id the files carry (checkpoint
-    format 2) or None."""
-    version = plan.batch + 1
-
-    def hdfs(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
-        write_hdfs_store(io, d, version, codec, k, v)
-
-    def changelog(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> None:
-        write_rocksdb_store(io, d, version, codec, k, v, encoded=True)
-
-    def snapshot(io: FileIO, d: str, k: pa.Array, v: pa.Array) -> str | None:
-        uid = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
-        write_rocksdb_snapshot(io, d, version, k, v, unique_id=uid)
-        return uid
-
-    if plan.backend == HDFS:
-        return hdfs
-    return changelog if plan.rocksdb_layout == "changelog" else snapshot
+    """Writes one store partition's UnsafeRow keys and values at version N+1; returns the
+    unique id the files carry (checkpoint format 2) or None."""
+    return _store_format(plan, codec).write
 
 
 def _encode_store(
-    backend: str, key: pa.StructArray, value: pa.StructArray, table: Any, prefix: int
+    backend: str, kind: OperatorKind, key: pa.StructArray, value: pa.StructArray, table: Any
 ) -> tuple[pa.Array, pa.Array]:
     """A store's keys and values as the backend keeps them. HDFS: UnsafeRows (the whole key,
     prefix or not). RocksDB: Spark 4's encoding-version byte in front of key and value, and a
@@ -778,6 +773,7 @@ def _encode_store(
     v = encode_unsafe_rows(value, json.loads(table.value_schema))
     if backend == HDFS:
         return k, v
+    prefix = kind.prefix_columns(table.key_schema)
     if prefix:
         spec = {"keyStateEncoderType": "PrefixKeyScanStateEncoderSpec", "numColsPrefixKey": prefix}
         family = ColumnFamilySchema(table.name, table.key_schema, table.value_schema, 0, 0, spec)
@@ -804,32 +800,38 @@ def _write_operator(
         return _write_cf_operator(sp, op, new_id, plan, io, root)
     if op.name == join_state.NAME and plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
         return _write_join_families(sp, op, new_id, plan, io, root)
-    writer = _store_writer(plan, codec)
     kind = op.kind
     rows_written = {}
     store_infos = []
-    for table in op.tables:
-        data = sp.read_table(table)
-        key = data.column("key").combine_chunks()
-        value = data.column("value").combine_chunks()
-        pids = kind.partitions_of(table.name, key, plan.partitions)
+
+    def store_dir(table: str, p: int) -> str:
+        base = _under(root, "state", str(new_id), str(p))
+        return base if table == "default" else posixpath.join(base, table)
+
+    # The local engine: bounded memory, every core (statectl/engine.py). Keys go where the
+    # operator kind places them, encoded as the backend keeps them (:func:`_encode_store`).
+    built = restore_stores(
+        sp,
+        op.tables,
+        kind.partitions_of,
+        plan.partitions,
+        _store_format(plan, codec),
+        io,
+        store_dir,
+        plan.engine or Engine.of(),
+        encoder=functools.partial(_encode_store, plan.backend, kind),
+        # Spark runs a single-partition operator in one task and never creates the others.
+        only=[0] if kind.single_partition else None,
+    )
+    for table, ids in zip(op.tables, built, strict=True):
+        for p, unique_id in ids:
+            _record_unique_id(plan, new_id, p, unique_id)
+        io.write_atomic(
+            posixpath.join(store_dir(table.name, 0), "_metadata", "schema"),
+            write_schema_file_v2(table.key_schema, table.value_schema),
+        )
+        rows_written[table.name] = sum(f.rows for f in table.files)
         prefix = kind.prefix_columns(table.key_schema)
-        for p in range(plan.partitions):
-            if kind.single_partition and p > 0:
-                continue  # Spark runs the operator in one task and never creates these
-            mask = pa.array(pids == p)
-            k, v = _encode_store(
-                plan.backend, pc.filter(key, mask), pc.filter(value, mask), table, prefix
-            )
-            base = _under(root, "state", str(new_id), str(p))
-            store_dir = base if table.name == "default" else posixpath.join(base, table.name)
-            _record_unique_id(plan, new_id, p, writer(io, store_dir, k, v))
-            if p == 0:
-                io.write_atomic(
-                    posixpath.join(store_dir, "_metadata", "schema"),
-                    write_schema_file_v2(table.key_schema, table.value_schema),
-                )
-        rows_written[table.name] = data.num_rows
         # numPartitions is the shuffle partition count even for a one-task operator (Spark's
         # StatefulOperatorStateInfo.numPartitions), as Spark records it.
         store_infos.append(
@@ -856,10 +858,13 @@ def _write_cf_operator(
 ) -> dict[str, int]:
     """transformWithState from the savepoint: its tables and its column families verbatim."""
     families = [ColumnFamilySchema(**cf) for cf in op.column_families or []]
-    data = {t.name: sp.read_table(t) for t in op.tables}
     kinds = {t.name: t.kind for t in op.tables}
-    _write_cf_state(sp, new_id, op.name, op.properties, families, data, kinds, plan, io, root)
-    return {name: t.num_rows for name, t in data.items()}
+    # One target partition in memory at a time (statectl/engine.py).
+    parts = partition_tables(
+        sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
+    )
+    _write_cf_state(sp, new_id, op.name, op.properties, families, parts, kinds, plan, io, root)
+    return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
 def _write_cf_state(
@@ -868,7 +873,7 @@ def _write_cf_state(
     name: str,
     properties: dict[str, Any],
     families: list[ColumnFamilySchema],
-    data: dict[str, pa.Table],
+    parts: Iterable[tuple[int, dict[str, pa.Table]]],
     kinds: dict[str, str],
     plan: RestorePlan,
     io: FileIO,
@@ -878,13 +883,11 @@ def _write_cf_state(
     cf_ids = assign_cf_ids(families)
     confs = sp.metadata.pinned_confs
     delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    pids = {
-        name: partition_ids(t.column("key").combine_chunks(), plan.partitions)
-        for name, t in data.items()
-    }
+    parts_iter = iter(parts)
 
     def encode(p: int) -> tuple[pa.Array, pa.Array]:
-        tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
+        q, tables = next(parts_iter)
+        assert q == p, (q, p)  # the engine yields target partitions in order
         return encode_operator_partition(
             tables,
             kinds,
@@ -905,27 +908,26 @@ def _write_join_families(
     Spark registers for that format, keys placed by the join key (statectl/join_state.py)."""
     fmt = plan.join_state_format
     assert fmt in join_state.COLUMN_FAMILY_FORMATS
-    data = {t.name: sp.read_table(t) for t in op.tables}
     families = join_state.families_for(
         fmt, {t.name: (t.key_schema, t.value_schema) for t in op.tables}
     )
     cf_ids = assign_cf_ids(families)
     delimiter = b"" if sp.metadata.pinned_confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    kind = op.kind
-    pids = {
-        name: partition_ids(
-            kind.partition_key(name, t.column("key").combine_chunks()), plan.partitions
+    # One target partition in memory at a time, keys placed by the join key (statectl/engine.py).
+    parts = iter(
+        partition_tables(
+            sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
         )
-        for name, t in data.items()
-    }
+    )
 
     def encode(p: int) -> tuple[pa.Array, pa.Array]:
-        tables = {name: t.filter(pa.array(pids[name] == p)) for name, t in data.items()}
+        q, tables = next(parts)
+        assert q == p, (q, p)
         return join_state.encode_partition(fmt, tables, families, cf_ids, delimiter)
 
     properties = {"useVirtualColumnFamilies": True}
     _write_cf_files(new_id, op.name, properties, families, cf_ids, encode, plan, io, root)
-    return {name: t.num_rows for name, t in data.items()}
+    return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
 def _write_cf_files(
@@ -1011,8 +1013,9 @@ def _write_empty_operator(
             )
             for d in op.schemas
         ]
+        empty = ((p, {}) for p in range(plan.partitions))
         _write_cf_state(
-            sp, op.operator_id, op.name, op.properties, families, {}, {}, plan, io, root
+            sp, op.operator_id, op.name, op.properties, families, empty, {}, plan, io, root
         )
         return
     writer = _store_writer(plan, codec)
@@ -1212,13 +1215,18 @@ def restore(
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
     join_state_format: int | None = None,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
 
     ``query`` (``MODULE:FUNCTION`` or a :class:`PlannedQuery`) is the changed query: it is
     planned with Spark (``spark``, or a local session) to match state to its operators.
+    ``memory`` (bytes or ``"512M"``) and ``workers`` size the local engine
+    (:mod:`statectl.engine`; default a quarter of the machine's memory, a worker per core).
     """
+    engine = Engine.of(memory, workers)
     sp = open_savepoint(savepoint)
     if isinstance(query, str):
         chosen, n = choose_target(sp, backend, partitions)
@@ -1242,6 +1250,7 @@ def restore(
         overwrite=overwrite,
         join_state_format=join_state_format,
     )
+    plan.engine = engine
     if not plan.problems and not dry_run:
         write_restore(plan)
     return plan
@@ -1258,6 +1267,8 @@ def migrate(
     changelog: bool = False,
     overwrite: bool = False,
     verify: bool = True,
+    memory: str | int | None = None,
+    workers: int | None = None,
 ) -> tuple[RestorePlan, str | None]:
     """Savepoint then restore. The target is marked in progress first and the temporary
     savepoint is written inside it (``.statectl-tmp/``) and removed before the target is
@@ -1265,6 +1276,7 @@ def migrate(
     ``--overwrite`` replaces), never a full savepoint elsewhere."""
     from statectl.savepoints.create import take_savepoint
 
+    engine = Engine.of(memory, workers)
     src_io, src_root = FileIO.for_url(source)
     io, root = FileIO.for_url(target)
     problems, _ = target_problems(io, root, overwrite, [("source checkpoint", src_io, src_root)])
@@ -1280,7 +1292,11 @@ def migrate(
         begin_target(io, root, stub, "migrate", src_io.url(src_root))
         try:
             kept, _ = take_savepoint(
-                source, keep_savepoint or io.url(tmp), batch=batch, verify=verify
+                source,
+                keep_savepoint or io.url(tmp),
+                batch=batch,
+                verify=verify,
+                workers=engine.workers,
             )
             plan = plan_restore(
                 Savepoint.open(kept),
@@ -1292,6 +1308,7 @@ def migrate(
                 rocksdb_layout="changelog" if changelog else "snapshot",
                 own_target=True,
             )
+            plan.engine = engine
             if plan.problems:
                 raise StatectlError(f"cannot migrate: {plan.problems[0]}", io.url(root))
         except StatectlError:

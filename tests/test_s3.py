@@ -308,3 +308,44 @@ def test_checksums_are_verified_on_s3(bucket, s3_endpoint, fixture_copy):
     fs.invalidate_cache()
     with pytest.raises(CorruptFileError, match=rf"{log.name}: does not match its checksum"):
         read_state(Checkpoint.open("s3://statectl-test/damaged/ckptv2"), Selection(0))
+
+
+def test_restore_on_s3_with_parallel_transfers(bucket, tmp_path, monkeypatch):
+    """A restore from S3 to S3 on 3 workers (threads: concurrent transfers) under a tiny
+    budget writes what a local in-memory restore writes, file for file."""
+    import threading
+    import time
+
+    from statectl.io import FileIO
+    from statectl.restoring import restore
+    from statectl.savepoints.create import take_savepoint
+    from tests.test_engine import assert_same_checkpoint
+
+    local_sp, _ = take_savepoint(str(FIXTURES / "join-hdfs"), str(tmp_path / "sp"))
+    expected = tmp_path / "expected"
+    restore(local_sp, str(expected), backend="rocksdb", partitions=5, workers=1)
+
+    lock, in_flight, most = threading.Lock(), [0], [0]
+    real = FileIO.write_atomic
+
+    def counting(self, path, data, **kw):
+        with lock:
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        try:
+            if self.protocol != "file":
+                time.sleep(0.05)  # long enough for transfers to overlap if they can
+            return real(self, path, data, **kw)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(FileIO, "write_atomic", counting)
+    url, _ = take_savepoint(str(FIXTURES / "join-hdfs"), "s3://statectl-test/sp-parallel")
+    target = "s3://statectl-test/restored-parallel/join"
+    restore(url, target, backend="rocksdb", partitions=5, memory=600, workers=3)
+    assert most[0] >= 2
+    io, root = FileIO.for_url(target)
+    io.fs.get(root, str(tmp_path / "got"), recursive=True)
+    (tmp_path / "dbs").mkdir()
+    assert_same_checkpoint(expected, tmp_path / "got", tmp_path / "dbs")

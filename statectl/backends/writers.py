@@ -18,6 +18,7 @@ import re
 import tempfile
 import uuid
 import zipfile
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -93,23 +94,30 @@ def _rocksdb_options() -> Any:
     return opts
 
 
-def _build_rocksdb(local: str, keys: pa.Array, values: pa.Array) -> None:
-    """A RocksDB database holding the entries in one SST: sorted, written with an
+def sorted_pairs(keys: pa.Array, values: pa.Array) -> Iterator[tuple[bytes, bytes]]:
+    """The entries in RocksDB's BytewiseComparator order."""
+    keys, values = keys.cast(pa.large_binary()), values.cast(pa.large_binary())
+    if not len(keys):
+        return iter(())
+    order = _bytewise_order(keys)
+    return zip(keys.take(order).to_pylist(), values.take(order).to_pylist(), strict=True)
+
+
+def _build_rocksdb(local: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+    """A RocksDB database holding the entries (sorted bytewise) in one SST: written with an
     SstFileWriter and ingested (no memtable, no compaction), with an empty WAL."""
     from rocksdict import Rdict, SstFileWriter
 
     opts = _rocksdb_options()
-    keys, values = keys.cast(pa.large_binary()), values.cast(pa.large_binary())
     ingest = []
-    if len(keys):
-        order = _bytewise_order(keys)
-        sst = local + ".ingest.sst"
-        writer = SstFileWriter(options=opts)
-        writer.open(sst)
-        for key, value in zip(
-            keys.take(order).to_pylist(), values.take(order).to_pylist(), strict=True
-        ):
-            writer[key] = value
+    sst = local + ".ingest.sst"
+    writer = None
+    for key, value in pairs:
+        if writer is None:
+            writer = SstFileWriter(options=opts)
+            writer.open(sst)
+        writer[key] = value
+    if writer is not None:
         writer.finish()
         ingest.append(sst)
     db = Rdict(local, opts)
@@ -125,44 +133,52 @@ def write_rocksdb_snapshot(
     io: FileIO,
     store_dir: str,
     version: int,
-    keys: pa.Array,
-    values: pa.Array,
+    keys: pa.Array | None,
+    values: pa.Array | None,
     *,
     column_families: dict[str, int] | None = None,
     num_internal_keys: int = 0,
     unique_id: str | None = None,
+    pairs: Iterable[tuple[bytes, bytes]] | None = None,
+    num_keys: int | None = None,
 ) -> list[str]:
     """``SSTs/<n>-<uuid>.sst`` files, then ``<version>.zip`` (Spark's snapshot layout).
 
     ``keys``/``values`` are the exact bytes in RocksDB (encoding-version byte, and the 2-byte
     virtual column family id for ``column_families`` stores). ``column_families`` is the
     name -> id mapping recorded in the zip's metadata; names starting with ``$`` are Spark's
-    internal families, and ``num_internal_keys`` counts their entries.
+    internal families, and ``num_internal_keys`` counts their entries. Instead of arrays,
+    ``pairs`` may give the entries already sorted (an external sort), ``num_keys`` of them.
     """
+    if pairs is None:
+        assert keys is not None and values is not None
+        pairs, num_keys = sorted_pairs(keys, values), len(keys)
     written = []
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as local:
         db_dir = os.path.join(local, "db")
-        _build_rocksdb(db_dir, keys, values)
+        _build_rocksdb(db_dir, pairs)
         sst_files = []
         zipped = []
         for name in sorted(os.listdir(db_dir)):
             path = os.path.join(db_dir, name)
             if name.endswith(".sst"):
                 dfs_name = f"{name[:-4]}-{uuid.uuid4()}.sst"
-                with open(path, "rb") as f:
-                    data = f.read()
                 target = posixpath.join(store_dir, "SSTs", dfs_name)
-                io.write_atomic(target, data)
+                io.put_atomic(path, target)  # streamed: an SST can be large
                 written.append(target)
                 sst_files.append(
-                    {"localFileName": name, "dfsSstFileName": dfs_name, "sizeBytes": len(data)}
+                    {
+                        "localFileName": name,
+                        "dfsSstFileName": dfs_name,
+                        "sizeBytes": os.path.getsize(path),
+                    }
                 )
             elif _ZIPPED.match(name):
                 zipped.append(path)
         cfs = column_families or {}
         meta = {
             "sstFiles": sst_files,
-            "numKeys": len(keys) - num_internal_keys,
+            "numKeys": (num_keys or 0) - num_internal_keys,
             "numInternalKeys": num_internal_keys,
             "columnFamilyMapping": cfs,
             "columnFamilyTypeMap": {name: name.startswith("$") for name in cfs},

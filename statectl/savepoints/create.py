@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import statectl
 from statectl.checkpoint.model import Checkpoint, Operator, StoreDescription
 from statectl.config import load_config
-from statectl.engines import Engine, LocalEngine
+from statectl.engine import Engine, TaskRunner
 from statectl.errors import MissingFileError, StatectlError
 from statectl.export import exportable
 from statectl.io import FileIO
@@ -42,6 +42,7 @@ from statectl.state import Selection, StoreEncoding, read_partition, state_varia
 TIMERS = "$timers"
 ENV_TARGET = "STATECTL_SAVEPOINT_DIR"
 RETRIES = 3
+ROW_GROUP_BYTES = 8 << 20
 
 
 def default_uid(op: Operator) -> str:
@@ -111,16 +112,14 @@ class PartitionTask:
         return _write_table(self.out_io, self.out_root, self.rel, table), table.column_names
 
 
-def _run(task: PartitionTask) -> tuple[DataFile, list[str]]:
-    return task()
-
-
 def run_tasks(
-    jobs: list[PartitionTask], engine: Engine, progress: Callable[[str], None] | None
+    jobs: list[PartitionTask], engine: TaskRunner, progress: Callable[[str], None] | None
 ) -> list:
-    """Run conversion tasks on ``engine`` (here, a process pool, or Spark); results in order."""
+    """Run conversion tasks on ``engine`` (locally: a fork pool, or threads (concurrent
+    transfers) when either side is an object store; or as Spark tasks); results in order."""
     out = []
-    for job, result in zip(jobs, engine.map(_run, jobs), strict=True):
+    threads = any(not (j.ckpt.io.is_local and j.out_io.is_local) for j in jobs)
+    for job, result in zip(jobs, engine.run(jobs, threads=threads), strict=True):
         out.append(result)
         if progress:
             progress(job.rel.removeprefix("operators/"))
@@ -128,11 +127,11 @@ def run_tasks(
 
 
 def default_workers(ckpt: Checkpoint) -> int:
-    """A process per core for local checkpoints; 1 elsewhere (s3fs and fork do not mix)."""
-    env = os.environ.get("STATECTL_WORKERS")
-    if env:
-        return max(1, int(env))
-    return (os.cpu_count() or 1) if ckpt.io.protocol in ("file", "local") else 1
+    """$STATECTL_WORKERS, else a task per core (processes locally, threads on object stores)."""
+    del ckpt
+    from statectl.engine import default_workers as engine_workers
+
+    return engine_workers()
 
 
 @dataclass
@@ -186,7 +185,11 @@ def _write_table(io: FileIO, root: str, rel: str, table: pa.Table) -> DataFile:
     import io as _io
 
     buf = _io.BytesIO()
-    pq.write_table(exportable(table), buf, compression="zstd")
+    # Row groups of ~8 MiB of Arrow data: a restore reads a row group at a time, so this
+    # bounds its memory whatever the partition size.
+    per_row = max(1, table.nbytes // max(1, table.num_rows))
+    rows = max(1024, ROW_GROUP_BYTES // per_row)
+    pq.write_table(exportable(table), buf, compression="zstd", row_group_size=rows)
     data = buf.getvalue()
     io.write_atomic(posixpath.join(root, rel), data)
     return DataFile(rel, table.num_rows, len(data), hashlib.sha256(data).hexdigest())
@@ -239,14 +242,14 @@ def build_savepoint(
     batch: int,
     uids: dict[int, str],
     progress: Callable[[str], None] | None = None,
-    engine: Engine | None = None,
+    engine: TaskRunner | None = None,
 ) -> SavepointMetadata:
     """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten)."""
     ops = ckpt.operators(batch)
     enc = StoreEncoding.of(ckpt, batch)
     pinned_join_format = pinned_format(ckpt.offsets(batch).conf)
     # One task per operator, table and partition, each writing its own Parquet file: the same
-    # task function runs here, in a process pool, or as a Spark task (statectl/engines.py).
+    # task function runs here, in a process pool, or as a Spark task (statectl/engine.py, statectl/spark_engine.py).
     jobs = []
     for op in ops:
         for task in table_tasks(op):
@@ -255,7 +258,7 @@ def build_savepoint(
                 jobs.append(
                     PartitionTask(ckpt, op, task.selection, p, batch, enc, out_io, out_root, rel)
                 )
-    results = iter(run_tasks(jobs, engine or LocalEngine(), progress))
+    results = iter(run_tasks(jobs, engine or Engine.of(workers=1), progress))
     operators = []
     for op in ops:
         uid = uids[op.operator_id]
@@ -366,7 +369,7 @@ def take_savepoint(
     kind: str = "canonical",
     workers: int | None = None,
     verify: bool = True,
-    engine: Engine | None = None,
+    engine: TaskRunner | None = None,
 ) -> tuple[str, SavepointMetadata]:
     """Take a canonical (or native) savepoint; returns (savepoint URL, metadata).
 
@@ -438,7 +441,7 @@ def take_savepoint(
                     b,
                     assign_uids(ops, explicit),
                     progress,
-                    engine or LocalEngine(workers or default_workers(fresh)),
+                    engine or Engine.of(workers=workers or default_workers(fresh)),
                 )
         except MissingFileError as e:
             out_io.remove(root, recursive=True) if out_io.exists(root) else None

@@ -8,6 +8,8 @@ import hashlib
 import json
 import os
 import posixpath
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -119,6 +121,81 @@ class Savepoint:
                 posixpath.join(self.root, METADATA_FILE),
             ) from None
         return pa.Table.from_arrays(columns, schema=schema)
+
+    def iter_file(
+        self, table: StateTable, f: DataFile, batch_rows: Callable[[int], int], scratch: str
+    ) -> Iterator[pa.Table]:
+        """One data file of ``table`` in chunks of ``batch_rows(bytes per row)`` rows (the
+        Parquet data's uncompressed size), as :meth:`read_table` types them, never the whole
+        file in memory.
+
+        The file is verified first (inside the savepoint, size, sha256, row count) in one
+        streamed pass; a remote file is copied to ``scratch`` on the way, so the Parquet
+        reader works on the verified bytes."""
+        meta_path = posixpath.join(self.root, METADATA_FILE)
+        path = self.io.inside(self.root, f.path, meta_path)
+        if not self.io.exists(path):
+            raise MissingFileError("data file listed in _metadata is missing", path)
+        local = path if self.io.is_local else os.path.join(scratch, f"src-{uuid.uuid4()}.parquet")
+        digest, size = hashlib.sha256(), 0
+        with self.io.fs.open(path, "rb") as src, contextlib.ExitStack() as stack:
+            copy = None if self.io.is_local else stack.enter_context(open(local, "wb"))
+            while block := src.read(8 << 20):
+                digest.update(block)
+                size += len(block)
+                if copy is not None:
+                    copy.write(block)
+        try:
+            if size != f.bytes:
+                raise CorruptFileError(
+                    f"has {size} bytes, _metadata records {f.bytes}; the savepoint is damaged",
+                    path,
+                )
+            if digest.hexdigest() != f.sha256:
+                raise CorruptFileError(
+                    "sha256 differs from the one recorded in _metadata; the savepoint is damaged",
+                    path,
+                )
+            yield from self._file_chunks(table, local, path, f.rows, batch_rows)
+        finally:
+            if local != path and os.path.exists(local):
+                os.remove(local)
+
+    def _file_chunks(
+        self, table: StateTable, local: str, path: str, rows: int, batch_rows: Callable[[int], int]
+    ) -> Iterator[pa.Table]:
+        schema = self.table_schema(table)
+        try:
+            pf = pq.ParquetFile(local)
+        except Exception as e:
+            raise CorruptFileError(f"not a readable Parquet file ({e})", path) from None
+        if pf.metadata.num_rows != rows:
+            raise CorruptFileError(
+                f"has {pf.metadata.num_rows} rows, _metadata records {rows}", path
+            )
+        if pf.metadata.num_columns and len(pf.schema_arrow) != len(schema):
+            raise CorruptFileError(
+                f"table {table.name} has {len(pf.schema_arrow)} columns, its schema {len(schema)}",
+                posixpath.join(self.root, METADATA_FILE),
+            )
+        meta = pf.metadata
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        try:
+            for batch in pf.iter_batches(batch_size=max(1, batch_rows(size // max(1, rows)))):
+                try:
+                    columns = [
+                        retype(c, f.type) for c, f in zip(batch.columns, schema, strict=True)
+                    ]
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+                    raise CorruptFileError(
+                        f"table {table.name} does not match its schema in _metadata ({e})",
+                        posixpath.join(self.root, METADATA_FILE),
+                    ) from None
+                yield pa.Table.from_arrays(columns, schema=schema)
+        except (OSError, pa.ArrowException) as e:
+            raise CorruptFileError(f"not a readable Parquet file ({e})", path) from None
+        finally:
+            pf.close()
 
     def verify_native(self) -> None:
         """Check every file a native savepoint lists (size and sha256) before Spark's files are

@@ -1,11 +1,11 @@
-"""Where partition tasks run: in this process, a local process pool, or a Spark cluster.
+"""The Spark engine: partition tasks as Spark tasks on a cluster, through PySpark.
 
-A use case builds a list of independent, picklable tasks (one per operator, table and partition)
-and hands them to an engine's ``map``, which yields their results in order. The local engine
-runs them here or in a forked pool; the Spark engine runs each task as one Spark task through
-PySpark, so executors read and write the state files on the checkpoint's own filesystem while
-the driver keeps the last word (``_metadata`` and logs are written by the caller, after
-``map`` returned every result).
+A use case builds a list of independent, picklable tasks (zero-argument callables: one per
+operator, table and partition) and hands them to an engine's ``run``, which yields their results
+in order. The local engine (:class:`statectl.engine.Engine`) runs them here, in a fork pool or
+in threads; this one runs each task as one Spark task, so executors read and write the state
+files on the checkpoint's own filesystem while the driver keeps the last word (``_metadata`` and
+logs are written by the caller, after ``run`` returned every result).
 
 Errors a task raises on purpose (a ``StatectlError``: a damaged file, a missing one) come back to
 the driver as the same error class and message, so a Spark run fails exactly like a local one.
@@ -18,8 +18,9 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from statectl.engine import Engine
 from statectl.errors import StatectlError
 
 ENGINES = ("local", "spark")
@@ -31,29 +32,6 @@ SHIP_HINT = (
 )
 
 
-class Engine(Protocol):
-    name: str
-
-    def map(self, fn: Callable[[Any], Any], jobs: list[Any]) -> Iterator[Any]:
-        """``fn(job)`` for every job, results in job order."""
-        ...
-
-
-@dataclass
-class LocalEngine:
-    """Tasks in this process (``workers`` 1) or in a forked process pool."""
-
-    workers: int = 1
-    name: str = "local"
-
-    def map(self, fn: Callable[[Any], Any], jobs: list[Any]) -> Iterator[Any]:
-        if self.workers <= 1 or len(jobs) < 2:
-            return (fn(job) for job in jobs)
-        from statectl.processes import run_in_pool
-
-        return run_in_pool(fn, jobs, self.workers)
-
-
 @dataclass
 class SparkEngine:
     """Tasks as Spark tasks, one partition each (results come back in order)."""
@@ -62,13 +40,16 @@ class SparkEngine:
     name: str = "spark"
     checked: bool = False
 
-    def map(self, fn: Callable[[Any], Any], jobs: list[Any]) -> Iterator[Any]:
+    def run(self, jobs: list[Callable[[], Any]], *, threads: bool = False) -> Iterator[Any]:
+        del threads  # each job is a Spark task; executors do their own transfers
         if not jobs:
             return iter(())
         self.check_executors()
         sc = self.spark.sparkContext
         outcomes = (
-            sc.parallelize(list(enumerate(jobs)), numSlices=len(jobs)).map(_guarded(fn)).collect()
+            sc.parallelize(list(enumerate(jobs)), numSlices=len(jobs))
+            .map(_guarded(_call))
+            .collect()
         )
         return (_unwrap(o) for o in sorted(outcomes, key=lambda o: o[0]))
 
@@ -102,6 +83,10 @@ class SparkEngine:
                 hint=SHIP_HINT,
             )
         self.checked = True
+
+
+def _call(job: Callable[[], Any]) -> Any:
+    return job()
 
 
 def _guarded(fn: Callable[[Any], Any]) -> Callable[[tuple[int, Any]], tuple]:
@@ -171,18 +156,19 @@ def spark_engine(spark: Any = None, confs: dict[str, str] | None = None) -> Spar
 def engine_for(
     engine: str | Any = "local",
     *,
-    workers: int = 1,
+    memory: str | int | None = None,
+    workers: int | None = None,
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
-) -> LocalEngine | SparkEngine:
-    """An engine from the CLI/API arguments: ``"local"``, ``"spark"``, a SparkSession (the
-    Spark engine on it), or an engine object."""
-    if isinstance(engine, LocalEngine | SparkEngine):
+) -> Engine | SparkEngine:
+    """An engine from the CLI/API arguments: ``"local"`` (bounded by ``memory``, ``workers``
+    tasks at once), ``"spark"``, a SparkSession (the Spark engine on it), or an engine."""
+    if isinstance(engine, Engine | SparkEngine):
         return engine
     if spark is not None or (engine is not None and not isinstance(engine, str)):
         return spark_engine(spark if spark is not None else engine)
     if engine == "local":
-        return LocalEngine(workers)
+        return Engine.of(memory, workers)
     if engine == "spark":
         return spark_engine(None, spark_confs)
     raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")

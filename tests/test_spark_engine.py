@@ -1,4 +1,4 @@
-"""The engines partition tasks run on: local (here or a process pool) and Spark.
+"""The Spark engine (statectl/spark_engine.py): partition tasks as Spark tasks.
 
 The Spark engine must give the very savepoint the local engine gives (same data files, byte for
 byte, and the same ``_metadata`` apart from its creation time), on the session-scoped ``local[2]``
@@ -19,14 +19,9 @@ import pytest
 from conftest import FIXTURES
 
 import statectl
-from statectl.engines import (
-    LocalEngine,
-    _guarded,
-    _unwrap,
-    engine_for,
-    parse_spark_confs,
-)
+from statectl.engine import Engine
 from statectl.errors import MissingFileError, StatectlError
+from statectl.spark_engine import _guarded, _unwrap, engine_for, parse_spark_confs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,10 +66,14 @@ def test_spark_conf_pairs_are_parsed_and_checked() -> None:
         engine_for("dask")
 
 
-def test_local_engine_keeps_job_order_in_a_pool() -> None:
-    jobs = list(range(40))
-    assert list(LocalEngine(workers=2).map(abs, [-j for j in jobs])) == jobs
-    assert list(LocalEngine(workers=1).map(abs, [-3, 2])) == [3, 2]
+def test_engines_share_one_task_protocol() -> None:
+    """Use cases hand zero-argument tasks to ``run`` of either engine; results in job order."""
+    import functools
+
+    jobs = [functools.partial(abs, -j) for j in range(40)]
+    assert list(Engine.of(workers=2).run(jobs)) == list(range(40))
+    assert list(Engine.of(workers=1).run(jobs[:2])) == [0, 1]
+    assert engine_for("local", workers=3).workers == 3
 
 
 def test_task_errors_cross_back_as_the_same_class() -> None:

@@ -1,0 +1,209 @@
+"""Benchmark: production-size state with the local engine (issue 11).
+
+    python bench/scale.py [--keys 10000000] [--workdir /tmp/statectl-scale] [--memory 512M]
+
+Builds aggregation checkpoints of N keys with real Spark (HDFS and RocksDB, 2 partitions;
+cached in the work directory between runs), then prints one table, each row one process
+tree: wall time, rows/s and the peak RSS of the process tree (``ru_maxrss`` of the waited-for
+children, i.e. the largest single process in it: statectl and its workers; Spark's JVM is
+not waited for by its Python parent, so the Spark rows' figure leaves the JVM out):
+
+* ``statectl export`` (one operator to Parquet), ``statectl savepoint``, ``statectl restore``
+  of that savepoint to RocksDB at 8 partitions under ``--memory 1G`` and the default budget
+  (``--only-restore``: just the savepoint and these),
+* ``statectl migrate`` HDFS -> RocksDB 2 -> 8 and RocksDB -> HDFS 8 -> 2 (the 8-partition
+  RocksDB source is the previous row's output),
+* Spark 4.3's own offline ``repartition`` (RocksDB 2 -> 8, on a copy) and its ``statestore``
+  reader writing the same Parquet as the export, JVM start included.
+
+The machine may be shared: times are wall clock, not CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+PROVIDERS = {
+    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+}
+SPARK_SESSION = textwrap.dedent(
+    """
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "6g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    """
+)
+INPUT_FILES = 4  # the keys arrive in this many micro-batches (one input file each)
+
+
+def build_checkpoints(work: Path, keys: int) -> dict[str, Path]:
+    """Aggregation checkpoints (count and sum per key) of ``keys`` keys, cached in ``work``."""
+    out = {b: work / f"agg-{b}-{keys}" for b in PROVIDERS}
+    if all((p / "commits").is_dir() and any((p / "commits").iterdir()) for p in out.values()):
+        return out
+    work.mkdir(parents=True, exist_ok=True)
+    script = SPARK_SESSION + textwrap.dedent(
+        f"""
+        import shutil
+        src = "{work}/input-{keys}"
+        shutil.rmtree(src, ignore_errors=True)
+        (spark.range(0, {keys}, 1, {INPUT_FILES})
+         .selectExpr("concat('key-', id) as k", "id as v").write.parquet(src))
+        for backend, provider in {PROVIDERS!r}.items():
+            ck = "{work}/agg-" + backend + "-{keys}"
+            shutil.rmtree(ck, ignore_errors=True)
+            spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+            q = (spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1)
+                 .parquet(src).groupBy("k").agg({{"v": "sum", "*": "count"}})
+                 .writeStream.format("noop").outputMode("update")
+                 .option("checkpointLocation", ck).trigger(availableNow=True).start())
+            q.awaitTermination()
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    return out
+
+
+def measured(cmd: list[str]) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of ``cmd`` run to completion in a fresh process tree.
+
+    ``RUSAGE_CHILDREN`` is the maximum over waited-for descendants, so the command runs under
+    a fresh Python parent whose own figure is the tree's."""
+    probe = textwrap.dedent(
+        f"""
+        import json, resource, subprocess, sys, time
+        t0 = time.perf_counter()
+        subprocess.run({cmd!r}, check=True, stdout=subprocess.DEVNULL)
+        t = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(json.dumps([t, rss]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
+    t, rss = json.loads(out.stdout.strip().splitlines()[-1])
+    return t, rss
+
+
+def spark_script(body: str) -> list[str]:
+    return [sys.executable, "-c", SPARK_SESSION + textwrap.dedent(body)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keys", type=int, default=10_000_000)
+    ap.add_argument("--workdir", default="/tmp/statectl-scale")
+    ap.add_argument("--memory", default=None, help="statectl --memory (default: its own)")
+    ap.add_argument("--skip-spark", action="store_true", help="statectl rows only")
+    ap.add_argument("--only-restore", action="store_true", help="savepoint and restore rows only")
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    ckpts = build_checkpoints(work, args.keys)
+    # This checkout's statectl (not whichever one is installed), as the executable runs it.
+    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    statectl_bin = [sys.executable, "-m", "statectl.cli"]
+    mem = ["--memory", args.memory] if args.memory else []
+    runs = work / ("runs-restore" if args.only_restore else "runs")
+    shutil.rmtree(runs, ignore_errors=True)
+    runs.mkdir()
+    rows: list[tuple[str, float, float]] = []
+
+    def run(what: str, cmd: list[str]) -> None:
+        t, rss = measured(cmd)
+        rows.append((what, t, rss))
+        print(f"  {what}: {t:.1f} s, {rss:.0f} MB", file=sys.stderr)
+
+    hdfs, rocks = ckpts["hdfs"], ckpts["rocksdb"]
+    if not args.only_restore:
+        run(
+            "statectl export (hdfs, 2 partitions) -> Parquet",
+            [*statectl_bin, "export", str(hdfs), "--operator", "0", "-o", str(runs / "e.parquet")],
+        )
+    run(
+        "statectl savepoint (hdfs, 2 partitions)",
+        [*statectl_bin, "savepoint", str(hdfs), str(runs / "savepoints")],
+    )
+    (sp,) = (runs / "savepoints").iterdir()
+    for budget in ("1G", args.memory):
+        run(
+            f"statectl restore (savepoint) -> rocksdb 8, --memory {budget or 'default'}",
+            [
+                *statectl_bin,
+                "restore",
+                str(runs / f"restored-{budget}"),
+                "-s",
+                str(sp),
+                "--backend",
+                "rocksdb",
+                "--partitions",
+                "8",
+                *(["--memory", budget] if budget else []),
+            ],
+        )
+    if not args.only_restore:
+        run(
+            "statectl migrate hdfs -> rocksdb, 2 -> 8",
+            [
+                *statectl_bin,
+                "migrate",
+                str(hdfs),
+                str(runs / "rocksdb-8"),
+                "--backend",
+                "rocksdb",
+                "--partitions",
+                "8",
+                *mem,
+            ],
+        )
+        run(
+            "statectl migrate rocksdb -> hdfs, 8 -> 2",
+            [
+                *statectl_bin,
+                "migrate",
+                str(runs / "rocksdb-8"),
+                str(runs / "hdfs-2"),
+                "--backend",
+                "hdfs",
+                "--partitions",
+                "2",
+                *mem,
+            ],
+        )
+        if not args.skip_spark and not args.only_restore:
+            copy = runs / "spark-repartition"
+            shutil.copytree(rocks, copy)
+            run(
+                "Spark repartition (rocksdb, 2 -> 8), JVM start included",
+                spark_script(
+                    f"""
+                    spark._streamingCheckpointManager.repartition("{copy}", 8)
+                    """
+                ),
+            )
+            run(
+                "Spark statestore reader (hdfs) -> Parquet, JVM start included",
+                spark_script(
+                    f"""
+                    (spark.read.format("statestore").load("{hdfs}")
+                     .selectExpr("key", "struct(value.*) as value", "partition_id")
+                     .write.mode("overwrite").parquet("{runs / "spark-read"}"))
+                    """
+                ),
+            )
+    print(f"| what ({args.keys:,} keys, {os.cpu_count()} cores) | seconds | rows/s | peak RSS MB |")
+    print("|---|---|---|---|")
+    for what, t, rss in rows:
+        print(f"| {what} | {t:.1f} | {args.keys / t:,.0f} | {rss:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
