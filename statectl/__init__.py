@@ -10,6 +10,7 @@ Python API (the CLI calls the same functions; each result's ``to_dict()`` is the
     statectl.restore(sp, "s3://bucket/ckpt-v2", partitions=8)      # RestoreResult
     statectl.migrate("/ckpt/orders", "/ckpt/orders-rocksdb", backend="rocksdb")
     sp = statectl.stop_with_savepoint(query, "/savepoints")
+    state = statectl.open("/savepoints/sp-1").read("order-totals")   # the state processor
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from statectl.api import (  # after __version__: create.py reads it
     savepoint,
     stop_with_savepoint,
 )
+from statectl.api import open_state as open  # statectl.open, like tarfile.open
 from statectl.results import (
     SCHEMA_VERSION,
     InspectResult,
@@ -47,6 +49,7 @@ __all__ = [
     "__version__",
     "inspect",
     "migrate",
+    "open",
     "read_state",
     "restore",
     "savepoint",

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from statectl.processor.reading import StateHandle
+
 
 def inspect(
     path: Any, batch: int | None = None, *, rows: bool = True, verify: bool = True
@@ -50,17 +52,27 @@ def read_state(
     """One operator's state, as the ``pyarrow.Table`` Spark's ``statestore`` reader returns for
     the same options (``statectl export`` writes this table). ``operator`` is the operator id,
     or for a savepoint also its uid; ``batch`` defaults to the latest committed one."""
-    from statectl.reader import open_source, read
+    from statectl.reader import check_selection, selection_table
 
-    return read(
-        open_source(path, verify=verify),
-        operator,
-        store=store,
-        join_side=join_side,
-        state_var=state_var,
-        timers=timers,
-        batch=batch,
+    check_selection(store, join_side, state_var, timers)
+    return open_state(path, batch=batch, verify=verify).read(
+        operator, selection_table(store, state_var, timers), join_side=join_side
     )
+
+
+def open_state(
+    path: Any,
+    *,
+    batch: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
+) -> StateHandle:
+    """``statectl.open``: a savepoint or a checkpoint (at ``batch``, default the latest
+    committed one) as a handle with ``operators``, ``read``, ``batches``, ``to_pandas`` and
+    ``to_spark`` (docs/api.md). ``storage_options`` are fsspec options for its URL."""
+    from statectl.processor.reading import open_handle
+
+    return open_handle(as_url(path), batch=batch, verify=verify, storage_options=storage_options)
 
 
 def savepoint(
