@@ -37,6 +37,16 @@ from statectl.results import (
     StoreInfo,
 )
 
+
+def __getattr__(name: str) -> object:
+    """``statectl.SavepointWriter`` is imported on first use (it needs pyarrow)."""
+    if name == "SavepointWriter":
+        from statectl.processor.writing import SavepointWriter
+
+        return SavepointWriter
+    raise AttributeError(f"module 'statectl' has no attribute {name!r}")
+
+
 __all__ = [
     "SCHEMA_VERSION",
     "InspectResult",
@@ -45,6 +55,7 @@ __all__ = [
     "RestoreError",
     "RestoreResult",
     "SavepointResult",
+    "SavepointWriter",
     "StoreInfo",
     "__version__",
     "inspect",

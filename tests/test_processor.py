@@ -98,3 +98,140 @@ def test_a_native_savepoint_opens_like_a_canonical_one(tmp_path):
     h = statectl.open(native)
     assert h.kind == "savepoint" and [o.uid for o in h.operators] == ["totals", "dedup"]
     assert arrow_rows(h.read("totals")) == arrow_rows(statectl.open(ORDERS).read(0))
+
+
+# -- the writer ------------------------------------------------------------------------------
+def _counts(handle, ref="totals"):
+    return {r["key"]["k"]: r["value"]["count"] for r in handle.read(ref).to_pylist()}
+
+
+def _files(path):
+    import os
+
+    return sorted(
+        (os.path.relpath(os.path.join(d, n), path), os.path.getmtime(os.path.join(d, n)))
+        for d, _, names in os.walk(path)
+        for n in names
+    )
+
+
+def test_writer_filters_removes_and_never_touches_the_base(orders_sp, tmp_path):
+    import pyarrow.compute as pc
+
+    base = statectl.open(orders_sp)
+    before = _files(orders_sp.path)
+    counts = _counts(base)
+    out = (
+        statectl.SavepointWriter.from_savepoint(orders_sp)
+        .filter("totals", pc.field("key", "k") != "k1")
+        .remove_operator("dedup")
+        .write(tmp_path / "edited")
+    )
+    assert _files(orders_sp.path) == before
+    assert isinstance(out, SavepointHandle) and [o.uid for o in out.operators] == ["totals"]
+    assert _counts(out) == {k: v for k, v in counts.items() if k != "k1"}
+    assert out.operator("totals").rows == len(counts) - 1
+    # the new savepoint is sealed and complete: every file verified as it is read
+    assert statectl.inspect(out.path).operators[0].stores[0].rows == len(counts) - 1
+    # rows stay in their partitions
+    for p, part in out.partitions("totals"):
+        assert set(part.column("partition_id").to_pylist()) <= {p}
+    # a function on record batches filters too; a non-empty target is refused
+    w = statectl.SavepointWriter.from_savepoint(base).filter(
+        "totals", lambda b: pc.greater(pc.struct_field(b.column("value"), "count"), 6)
+    )
+    kept = sum(v > 6 for v in counts.values())
+    assert w.preview() == {
+        "totals": {"tables": {"default": {"before": 7, "after": kept, "removed": 7 - kept}}}
+    }
+    with pytest.raises(StatectlError, match="not empty"):
+        w.write(tmp_path / "edited")
+
+
+def test_writer_transform_re_places_changed_keys(orders_sp, tmp_path):
+    from statectl.codecs.murmur3 import partition_ids
+
+    def rename(batch):
+        keys = [{"k": f"x-{r['k']}"} for r in batch.column("key").to_pylist()]
+        return pa.RecordBatch.from_arrays(
+            [pa.array(keys), batch.column("value")], names=["key", "value"]
+        )
+
+    out = (
+        statectl.SavepointWriter.from_savepoint(orders_sp)
+        .transform("totals", rename)
+        .write(tmp_path / "t")
+    )
+    counts = _counts(statectl.open(orders_sp))
+    assert _counts(out) == {f"x-{k}": v for k, v in counts.items()}
+    n = out.operator("totals").partitions
+    for p, part in out.partitions("totals"):
+        assert set(partition_ids(part.column("key").combine_chunks(), n)) <= {p}
+        assert set(part.column("partition_id").to_pylist()) <= {p}
+    # an incompatible output is refused with the field
+    bad = statectl.SavepointWriter.from_savepoint(orders_sp).transform(
+        "totals",
+        lambda b: pa.RecordBatch.from_pylist(
+            [{"key": {"k": "a"}, "value": {"count": "many"}}] * b.num_rows
+        ),
+    )
+    with pytest.raises(StatectlError, match=r"value\.count is string, the declared type is int64"):
+        bad.write(tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_with_state_from_arrow_and_pandas_is_validated(orders_sp, tmp_path):
+    import pandas as pd
+
+    data = pd.DataFrame({"key.k": ["a", "b", "c"], "value.count": [1, 2, 3]})
+    out = (
+        statectl.SavepointWriter.from_savepoint(orders_sp)
+        .with_state("totals", data)
+        .write(tmp_path / "w")
+    )
+    assert _counts(out) == {"a": 1, "b": 2, "c": 3}
+    assert out.operator("totals").rows == 3 and len(out.operator("dedup").tables) == 1
+    w = statectl.SavepointWriter.from_savepoint(orders_sp)
+    with pytest.raises(StatectlError, match=r"totals, default\): value\.count is missing"):
+        w.with_state("totals", pa.table({"key": [{"k": "a"}], "value": [{"cnt": 1}]}))
+    with pytest.raises(StatectlError, match=r"column 'value' is missing"):
+        w.with_state("totals", pa.table({"key": [{"k": "a"}]}))
+    with pytest.raises(StatectlError, match=r"key\.k is int64, the declared type is string"):
+        w.with_state("totals", pa.table({"key": [{"k": 1}], "value": [{"count": 1}]}))
+    # int32 -> int64 converts losslessly
+    w.with_state(
+        "totals",
+        pa.table(
+            {
+                "key": [{"k": "a"}],
+                "value": pa.array([{"count": 1}], pa.struct([("count", pa.int32())])),
+            }
+        ),
+    )
+
+
+def test_writer_from_a_checkpoint_writes_a_savepoint(tmp_path):
+    import pyarrow.compute as pc
+
+    ck = statectl.open(ORDERS)
+    out = (
+        statectl.SavepointWriter.from_savepoint(ORDERS)
+        .filter(0, pc.field("key", "k") == "k1")
+        .write(tmp_path / "from-ckpt")
+    )
+    assert out.kind == "savepoint" and [o.uid for o in out.operators] == [
+        o.uid for o in ck.operators
+    ]
+    assert _counts(out, 0) == {"k1": _counts(ck, 0)["k1"]}
+    assert arrow_rows(out.read(1)) == arrow_rows(ck.read(1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["from-ckpt"]  # no scratch left
+
+
+def test_writer_refuses_join_stores_and_unplaceable_kinds():
+    w = statectl.SavepointWriter.from_savepoint(FIXTURES / "join-hdfs")
+    with pytest.raises(StatectlError, match="must stay consistent"):
+        w.filter(0, lambda b: [True] * b.num_rows, table="left-keyToNumValues")
+    w.remove_operator(0)
+    s = statectl.SavepointWriter.from_savepoint(FIXTURES / "session-hdfs")
+    with pytest.raises(StatectlError, match="cannot place changed keys"):
+        s.transform(0, lambda b: b)
