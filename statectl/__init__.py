@@ -18,6 +18,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from statectl.api import (  # after __version__: create.py reads it
+    edit,
     inspect,
     migrate,
     read_state,
@@ -28,6 +29,8 @@ from statectl.api import (  # after __version__: create.py reads it
 from statectl.api import open_state as open  # statectl.open, like tarfile.open
 from statectl.results import (
     SCHEMA_VERSION,
+    DiffResult,
+    EditResult,
     InspectResult,
     MigrateResult,
     OperatorInfo,
@@ -49,6 +52,8 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "DiffResult",
+    "EditResult",
     "InspectResult",
     "MigrateResult",
     "OperatorInfo",
@@ -58,6 +63,7 @@ __all__ = [
     "SavepointWriter",
     "StoreInfo",
     "__version__",
+    "edit",
     "inspect",
     "migrate",
     "open",

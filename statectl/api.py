@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from statectl.errors import StatectlError
 from statectl.reader import as_url
 from statectl.results import (
+    EditResult,
     InspectResult,
     MigrateResult,
     RestoreError,
@@ -227,3 +228,35 @@ def migrate(
     if not result.ok:
         raise RestoreError(result)
     return result
+
+
+def edit(
+    source: Any,
+    target: Any,
+    operator: str | int,
+    *,
+    delete_where: str | None = None,
+    keep_where: str | None = None,
+    drop: bool = False,
+    table: str | None = None,
+    dry_run: bool = False,
+    batch: int | None = None,
+) -> EditResult:
+    """``statectl edit``: a new savepoint at ``target`` from a savepoint or checkpoint, with
+    one operator's rows deleted (``delete_where``), kept (``keep_where``) or the operator
+    dropped. Expressions are the SQL ``WHERE`` subset of docs/guide.md. ``dry_run`` writes
+    nothing and reports the rows each table would keep."""
+    from statectl.editing import edit as do_edit
+
+    doc = do_edit(
+        as_url(source),
+        None if target is None else as_url(target),
+        str(operator),
+        delete_where=delete_where,
+        keep_where=keep_where,
+        drop=drop,
+        table=table,
+        dry_run=dry_run,
+        batch=batch,
+    )
+    return EditResult.from_document(doc)

@@ -524,6 +524,62 @@ def migrate(
         raise typer.Exit(2)
 
 
+@app.command()
+def edit(
+    source: Annotated[str, typer.Argument(help="Savepoint or checkpoint (left untouched).")],
+    target: Annotated[
+        str | None, typer.Argument(help="New savepoint directory (not needed with --dry-run).")
+    ] = None,
+    operator: Annotated[str, typer.Option("--operator", help="Operator uid or id.")] = "",
+    delete_where: Annotated[
+        str | None,
+        typer.Option("--delete-where", help="Delete rows where this SQL condition is true."),
+    ] = None,
+    keep_where: Annotated[
+        str | None,
+        typer.Option("--keep-where", help="Keep only rows where this SQL condition is true."),
+    ] = None,
+    drop: Annotated[bool, typer.Option("--drop", help="Leave the operator out.")] = False,
+    table: Annotated[
+        str | None,
+        typer.Option("--table", help="Only this store or state variable (default: all)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the rows each table would keep; write nothing.")
+    ] = False,
+    batch: BatchOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a new savepoint with one operator's rows deleted or kept (a SQL WHERE subset over
+    the state's columns, e.g. "key.k = 'k1'"), or the operator dropped."""
+    from statectl.api import edit as do_edit
+    from statectl.errors import StatectlError
+
+    if not operator:
+        raise StatectlError("--operator UID is required")
+    result = do_edit(
+        source,
+        target,
+        operator,
+        delete_where=delete_where,
+        keep_where=keep_where,
+        drop=drop,
+        table=table,
+        dry_run=dry_run,
+        batch=batch,
+    )
+    info = result.to_dict()
+    if as_json:
+        _print_json(info)
+        return
+    head = "Would write" if dry_run else f"Wrote {info['target']}:"
+    print(f"{head} {info['operator']} " + ("dropped" if info["dropped"] else "edited"))
+    for name, t in info["tables"].items():
+        before = "?" if t["before"] is None else t["before"]
+        removed = "?" if t["removed"] is None else t["removed"]
+        print(f"  {name}: {before} rows -> {t['after']} ({removed} removed)")
+
+
 def json_requested(argv: list[str]) -> bool:
     """Whether the command line asks for JSON (``--json`` before any ``--``). Read from argv,
     not from parsed options, so that it is known even when the failure is in parsing."""

@@ -235,3 +235,50 @@ def test_writer_refuses_join_stores_and_unplaceable_kinds():
     s = statectl.SavepointWriter.from_savepoint(FIXTURES / "session-hdfs")
     with pytest.raises(StatectlError, match="cannot place changed keys"):
         s.transform(0, lambda b: b)
+
+
+# -- statectl edit ---------------------------------------------------------------------------
+def test_cli_edit_deletes_a_key_from_every_table_of_a_tws_operator(tmp_path):
+    from tests.test_api import cli_json
+
+    src = FIXTURES / "tws-rocksdb"
+    dry = cli_json("edit", str(src), "--operator", "0", "--delete-where", "key.k = 'k1'",
+                   "--dry-run")  # fmt: skip
+    assert dry["dry_run"] and dry["target"] is None
+    base = statectl.open(src)
+    expected = {}
+    for t in base.operators[0].tables:
+        rows = base.read(0, t.name).column("key").to_pylist()
+        expected[t.name] = {
+            "before": len(rows),
+            "after": sum(r["k"] != "k1" for r in rows),
+            "removed": sum(r["k"] == "k1" for r in rows),
+        }
+    assert dry["tables"] == expected and all(v["removed"] for v in expected.values())
+    doc = cli_json("edit", str(src), str(tmp_path / "out"), "--operator", "0",
+                   "--delete-where", "key.k = 'k1'")  # fmt: skip
+    assert doc["tables"] == expected
+    out = statectl.open(tmp_path / "out")
+    for t in out.operators[0].tables:
+        assert "k1" not in {r["k"] for r in out.read(0, t.name).column("key").to_pylist()}
+    # the API is the same use case
+    api = statectl.edit(src, None, 0, delete_where="key.k = 'k1'", dry_run=True)
+    assert api.to_dict() == dry and api.tables == expected
+
+
+def test_cli_edit_keep_where_table_and_drop(orders_sp, tmp_path):
+    from tests.test_api import cli_json
+
+    doc = cli_json("edit", orders_sp.path, str(tmp_path / "a"), "--operator", "dedup",
+                   "--keep-where", "key.id IN (0, 1)")  # fmt: skip
+    ids = {r["id"] for r in statectl.open(tmp_path / "a").read("dedup").column("key").to_pylist()}
+    assert ids == {0, 1} and doc["tables"]["default"]["after"] < 48
+    doc = cli_json("edit", orders_sp.path, str(tmp_path / "b"), "--operator", "dedup", "--drop")
+    assert doc["dropped"] and [o.uid for o in statectl.open(tmp_path / "b").operators] == ["totals"]
+    err = cli_json("edit", orders_sp.path, str(tmp_path / "c"), "--operator", "totals",
+                   "--delete-where", "length(key.k) > 1", rc=2)  # fmt: skip
+    assert "unsupported in an edit expression: Length" in err["error"]
+    err = cli_json("edit", orders_sp.path, str(tmp_path / "c"), "--operator", "totals",
+                   "--drop", "--keep-where", "1 = 1", rc=2)  # fmt: skip
+    assert "exactly one of" in err["error"]
+    assert not (tmp_path / "c").exists()
