@@ -18,6 +18,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from statectl.api import (  # after __version__: create.py reads it
+    diff,
     edit,
     inspect,
     migrate,
@@ -63,6 +64,7 @@ __all__ = [
     "SavepointWriter",
     "StoreInfo",
     "__version__",
+    "diff",
     "edit",
     "inspect",
     "migrate",

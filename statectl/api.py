@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from statectl.errors import StatectlError
 from statectl.reader import as_url
 from statectl.results import (
+    DiffResult,
     EditResult,
     InspectResult,
     MigrateResult,
@@ -260,3 +261,29 @@ def edit(
         batch=batch,
     )
     return EditResult.from_document(doc)
+
+
+def diff(
+    a: Any,
+    b: Any,
+    *,
+    operator: str | int | None = None,
+    samples: int = 5,
+    batch_a: int | None = None,
+    batch_b: int | None = None,
+) -> DiffResult:
+    """``statectl diff``: per operator and table of two savepoints or checkpoints (either at a
+    ``batch``), the keys added in ``b``, removed, changed (value differs) and unchanged, with
+    up to ``samples`` examples of each."""
+    from statectl.diffing import diff as do_diff
+    from statectl.processor.reading import open_handle
+
+    if samples < 0:
+        raise StatectlError("--samples must be 0 or more")
+    doc = do_diff(
+        open_handle(as_url(a), batch=batch_a),
+        open_handle(as_url(b), batch=batch_b),
+        operator=None if operator is None else str(operator),
+        samples=samples,
+    )
+    return DiffResult.from_document(doc)

@@ -580,6 +580,61 @@ def edit(
         print(f"  {name}: {before} rows -> {t['after']} ({removed} removed)")
 
 
+@app.command()
+def diff(
+    a: Annotated[str, typer.Argument(help="Savepoint or checkpoint A (the old state).")],
+    b: Annotated[str, typer.Argument(help="Savepoint or checkpoint B (the new state).")],
+    operator: Annotated[
+        str | None, typer.Option("--operator", help="Only this operator (uid or id in A).")
+    ] = None,
+    samples: Annotated[
+        int, typer.Option("--samples", help="Example keys per kind of difference.")
+    ] = 5,
+    batch_a: Annotated[
+        int | None, typer.Option("--batch-a", help="Committed batch of A (a checkpoint).")
+    ] = None,
+    batch_b: Annotated[
+        int | None, typer.Option("--batch-b", help="Committed batch of B (a checkpoint).")
+    ] = None,
+    exit_code: Annotated[
+        bool, typer.Option("--exit-code", help="Exit 1 when the state differs (like git diff).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare the state of two savepoints or checkpoints: keys added, removed and changed per
+    operator and table, with samples."""
+    from statectl.api import diff as do_diff
+
+    result = do_diff(a, b, operator=operator, samples=samples, batch_a=batch_a, batch_b=batch_b)
+    info = result.to_dict()
+    if as_json:
+        _print_json(info)
+    else:
+        print(f"A {info['a']} (batch {info['batch_a']})")
+        print(f"B {info['b']} (batch {info['batch_b']})")
+        for uid, op in info["operators"].items():
+            if op["status"] != "both":
+                print(f"{uid}: {op['status']}")
+                continue
+            for name, t in op["tables"].items():
+                if "status" in t:
+                    print(f"{uid}/{name}: {t['status']}")
+                    continue
+                print(
+                    f"{uid}/{name}: {t['added']} added, {t['removed']} removed, "
+                    f"{t['changed']} changed, {t['unchanged']} unchanged"
+                )
+                for kind in ("added", "removed", "changed"):
+                    for s in t["samples"][kind]:
+                        rest = f"{s['a']} -> {s['b']}" if kind == "changed" else s.get("value", "")
+                        print(
+                            f"  {kind[0].upper() if kind != 'changed' else '~'} {s['key']} {rest}"
+                        )
+        print("differs" if info["differs"] else "no differences")
+    if exit_code and result.differs:
+        raise typer.Exit(1)
+
+
 def json_requested(argv: list[str]) -> bool:
     """Whether the command line asks for JSON (``--json`` before any ``--``). Read from argv,
     not from parsed options, so that it is known even when the failure is in parsing."""
