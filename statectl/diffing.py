@@ -118,8 +118,8 @@ def _equal_rows(va: pa.Table, vb: pa.Table) -> np.ndarray:
     eq = np.ones(n, bool)
     if va.column_names != vb.column_names:
         return np.zeros(n, bool)
-    for name in va.column_names:
-        a, b = va.column(name).combine_chunks(), vb.column(name).combine_chunks()
+    for i in range(va.num_columns):  # by position: aggregation buffers repeat names (sum, count)
+        a, b = va.column(i).combine_chunks(), vb.column(i).combine_chunks()
         if pa.types.is_null(a.type) and pa.types.is_null(b.type):
             continue  # e.g. dedupe's placeholder value
         if a.type == b.type and not pa.types.is_nested(a.type):
@@ -133,18 +133,23 @@ def _equal_rows(va: pa.Table, vb: pa.Table) -> np.ndarray:
 
 
 def _sample(keys: pa.Table, values: pa.Table | None, idx: np.ndarray, n: int) -> list[Any]:
-    take = pa.array(idx[:n])
-    ks = keys.take(take).to_pylist()
+    ks = _rows(keys, idx[:n])
     if values is None or values.num_columns == 0:
         return [{"key": k} for k in ks]
-    vs = values.take(take).to_pylist()
+    vs = _rows(values, idx[:n])
     return [{"key": k, "value": v} for k, v in zip(ks, vs, strict=True)]
 
 
 def _rows(t: pa.Table, idx: np.ndarray) -> list[Any]:
-    if t.num_columns == 0:
-        return [{} for _ in idx]
-    return t.take(pa.array(idx)).to_pylist()
+    """Rows as dicts; a repeated column name (aggregation buffers) gets ``#2``, ``#3``."""
+    t = t.take(pa.array(idx, type=pa.int64()))
+    names: list[str] = []
+    for n in t.column_names:
+        names.append(n if n not in names else f"{n}#{names.count(n) + 1}")
+    columns = [c.to_pylist() for c in t.columns]
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)] or [
+        {} for _ in idx
+    ]
 
 
 class _Tally:
@@ -171,7 +176,7 @@ class _Tally:
         room = self.n - len(self.samples["changed"])
         if room > 0:
             changed = np.flatnonzero(~same)[:room]
-            keys = ka.take(pa.array(both_a[changed])).to_pylist()
+            keys = _rows(ka, both_a[changed])
             a_values = _rows(va, both_a[changed])
             b_values = _rows(vb, both_b[changed])
             self.samples["changed"] += [
