@@ -117,6 +117,13 @@ class StateHandle:
     batch: int = -1
     operators: tuple[OperatorInfo, ...] = ()
 
+    def __fspath__(self) -> str:
+        """A handle stands for its path: pass it to statectl (or fsspec) wherever a path goes."""
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
     # -- description -------------------------------------------------------------------
     def operator(self, ref: str | int | OperatorInfo) -> OperatorInfo:
         if isinstance(ref, OperatorInfo):
