@@ -124,10 +124,18 @@ def inspect(
         bool, typer.Option("--rows/--no-rows", help="Count state rows (reads all state files).")
     ] = True,
     no_verify: NoVerifyOpt = False,
+    stats: Annotated[
+        bool,
+        typer.Option("--stats", help="Rows and bytes per partition, skew, largest keys."),
+    ] = False,
+    top: Annotated[int, typer.Option("--top", help="Largest keys shown by --stats.")] = 10,
 ) -> None:
     """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
     from statectl.api import inspect as do_inspect
 
+    if stats:
+        _inspect_stats(path, batch, top, as_json, verify=not no_verify)
+        return
     info = do_inspect(path, batch, rows=rows, verify=not no_verify).to_dict()
     if as_json:
         _print_json(info)
@@ -633,6 +641,23 @@ def diff(
         print("differs" if info["differs"] else "no differences")
     if exit_code and result.differs:
         raise typer.Exit(1)
+
+
+def _inspect_stats(path: str, batch: int | None, top: int, as_json: bool, verify: bool) -> None:
+    from statectl.api import open_state
+
+    doc = open_state(path, batch=batch, verify=verify).stats(top=top)
+    if as_json:
+        _print_json(doc)
+        return
+    print(f"{doc['path']} (batch {doc['batch']})")
+    for uid, tables in doc["operators"].items():
+        for name, t in tables.items():
+            print(f"{uid}/{name}: {t['rows']} rows, skew {t['skew']} (max/mean rows per partition)")
+            for p in t["partitions"]:
+                print(f"  partition {p['partition']}: {p['rows']} rows, {p['bytes']} bytes")
+            for k in t["largest_keys"]:
+                print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {k['key']}")
 
 
 def json_requested(argv: list[str]) -> bool:

@@ -345,3 +345,24 @@ def test_diff_of_an_edit_and_across_partition_counts(orders_sp, tmp_path):
     assert not same.differs and same.counts["totals"]["default"]["unchanged"] == 7
     only = statectl.diff(orders_sp, edited.target, operator="dedup")
     assert list(only.counts) == ["dedup"]
+
+
+def test_inspect_stats_per_partition_skew_and_largest_keys(orders_sp):
+    from tests.test_api import cli_json
+
+    doc = cli_json("inspect", orders_sp.path, "--stats", "--top", "2")
+    t = doc["operators"]["dedup"]["default"]
+    sp = statectl.open(orders_sp)
+    rows = [part.num_rows for _, part in sp.partitions("dedup")]
+    assert [p["rows"] for p in t["partitions"]] == rows and t["rows"] == 48
+    files = sp.metadata.operator("dedup").tables[0].files
+    assert [p["bytes"] for p in t["partitions"]] == [f.bytes for f in files]
+    assert t["skew"] == round(max(rows) / (48 / len(rows)), 3)
+    assert len(t["largest_keys"]) == 2
+    # list state: a key's size is the sum of its elements, its rows their count
+    lst = statectl.open(FIXTURES / "tws-rocksdb").stats(top=1)
+    (big,) = next(iter(lst["operators"].values()))["lst"]["largest_keys"]
+    per_key = {}
+    for r in statectl.open(FIXTURES / "tws-rocksdb").read(0, "lst").column("key").to_pylist():
+        per_key[r["k"]] = per_key.get(r["k"], 0) + 1
+    assert big["rows"] == max(per_key.values()) and big["bytes"] == 10 * big["rows"]

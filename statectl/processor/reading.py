@@ -157,6 +157,13 @@ class StateHandle:
             ],
         }
 
+    def stats(self, operator: str | int | None = None, *, top: int = 10) -> dict[str, Any]:
+        """``inspect --stats``: rows and bytes per partition, skew and the ``top`` largest keys
+        per table (statectl/processor/stats.py)."""
+        from statectl.processor.stats import state_stats
+
+        return state_stats(self, operator=None if operator is None else str(operator), top=top)
+
     # -- reading -----------------------------------------------------------------------
     def _select(
         self, ref: str | int | OperatorInfo, table: str | None, join_side: str | None
