@@ -316,6 +316,30 @@ class CheckpointHandle(StateHandle):
                     None,
                 )
             )
+        if op.uses_column_families:
+            # Column families no state variable declares (a join at state format 3/4 keeps its
+            # four stores as families): readable by name, as Spark's storeName reads them.
+            from statectl.state import state_variable_type
+
+            named = {t.name for t in tables}
+            for desc in op.schemas:
+                if desc.name in named or desc.name.startswith("$"):
+                    continue
+                kind = (
+                    "join-store"
+                    if op.name == "symmetricHashJoin"
+                    else state_variable_type(op, desc.name)
+                )
+                tables.append(
+                    _table_schema(
+                        desc.name,
+                        kind,
+                        desc.key_schema,
+                        desc.value_schema,
+                        desc.user_key_schema,
+                        None,
+                    )
+                )
         kind = op.kind
         return OperatorInfo(
             uid,
