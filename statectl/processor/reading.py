@@ -177,8 +177,10 @@ class StateHandle:
             raise StatectlError("give a table or a join side, not both")
         name = f"{join_side}-keyWithIndexToValue"
         if name not in {t.name for t in op.tables}:
+            # A checkpoint's operator is named by id, a savepoint's also by its uid.
+            who = f"{op.name}" if isinstance(self, CheckpointHandle) else f"{op.name}, uid {op.uid}"
             raise StatectlError(
-                f"operator {op.id} ({op.name}, uid {op.uid}) is not a stream-stream join; "
+                f"operator {op.id} ({who}) is not a stream-stream join; "
                 "--join-side is for symmetricHashJoin operators",
                 self.path,
             )
