@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from statectl.errors import StatectlError
 from statectl.reader import as_url
 from statectl.results import (
+    DiffResult,
+    EditResult,
     InspectResult,
     MigrateResult,
     RestoreError,
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     import pyarrow as pa
+
+    from statectl.processor.reading import StateHandle
 
 
 def inspect(
@@ -50,17 +54,27 @@ def read_state(
     """One operator's state, as the ``pyarrow.Table`` Spark's ``statestore`` reader returns for
     the same options (``statectl export`` writes this table). ``operator`` is the operator id,
     or for a savepoint also its uid; ``batch`` defaults to the latest committed one."""
-    from statectl.reader import open_source, read
+    from statectl.reader import check_selection, selection_table
 
-    return read(
-        open_source(path, verify=verify),
-        operator,
-        store=store,
-        join_side=join_side,
-        state_var=state_var,
-        timers=timers,
-        batch=batch,
+    check_selection(store, join_side, state_var, timers)
+    return open_state(path, batch=batch, verify=verify).read(
+        operator, selection_table(store, state_var, timers), join_side=join_side
     )
+
+
+def open_state(
+    path: Any,
+    *,
+    batch: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
+) -> StateHandle:
+    """``statectl.open``: a savepoint or a checkpoint (at ``batch``, default the latest
+    committed one) as a handle with ``operators``, ``read``, ``batches``, ``to_pandas`` and
+    ``to_spark`` (docs/api.md). ``storage_options`` are fsspec options for its URL."""
+    from statectl.processor.reading import open_handle
+
+    return open_handle(as_url(path), batch=batch, verify=verify, storage_options=storage_options)
 
 
 def savepoint(
@@ -247,3 +261,61 @@ def migrate(
     if not result.ok:
         raise RestoreError(result)
     return result
+
+
+def edit(
+    source: Any,
+    target: Any,
+    operator: str | int,
+    *,
+    delete_where: str | None = None,
+    keep_where: str | None = None,
+    drop: bool = False,
+    table: str | None = None,
+    dry_run: bool = False,
+    batch: int | None = None,
+) -> EditResult:
+    """``statectl edit``: a new savepoint at ``target`` from a savepoint or checkpoint, with
+    one operator's rows deleted (``delete_where``), kept (``keep_where``) or the operator
+    dropped. Expressions are the SQL ``WHERE`` subset of docs/guide.md. ``dry_run`` writes
+    nothing and reports the rows each table would keep."""
+    from statectl.editing import edit as do_edit
+
+    doc = do_edit(
+        as_url(source),
+        None if target is None else as_url(target),
+        str(operator),
+        delete_where=delete_where,
+        keep_where=keep_where,
+        drop=drop,
+        table=table,
+        dry_run=dry_run,
+        batch=batch,
+    )
+    return EditResult.from_document(doc)
+
+
+def diff(
+    a: Any,
+    b: Any,
+    *,
+    operator: str | int | None = None,
+    samples: int = 5,
+    batch_a: int | None = None,
+    batch_b: int | None = None,
+) -> DiffResult:
+    """``statectl diff``: per operator and table of two savepoints or checkpoints (either at a
+    ``batch``), the keys added in ``b``, removed, changed (value differs) and unchanged, with
+    up to ``samples`` examples of each."""
+    from statectl.diffing import diff as do_diff
+    from statectl.processor.reading import open_handle
+
+    if samples < 0:
+        raise StatectlError("--samples must be 0 or more")
+    doc = do_diff(
+        open_handle(as_url(a), batch=batch_a),
+        open_handle(as_url(b), batch=batch_b),
+        operator=None if operator is None else str(operator),
+        samples=samples,
+    )
+    return DiffResult.from_document(doc)

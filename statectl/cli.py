@@ -139,10 +139,18 @@ def inspect(
         bool, typer.Option("--rows/--no-rows", help="Count state rows (reads all state files).")
     ] = True,
     no_verify: NoVerifyOpt = False,
+    stats: Annotated[
+        bool,
+        typer.Option("--stats", help="Rows and bytes per partition, skew, largest keys."),
+    ] = False,
+    top: Annotated[int, typer.Option("--top", help="Largest keys shown by --stats.")] = 10,
 ) -> None:
     """Show a checkpoint or savepoint: query, batch, watermark, offsets, confs, operators, stores."""
     from statectl.api import inspect as do_inspect
 
+    if stats:
+        _inspect_stats(path, batch, top, as_json, verify=not no_verify)
+        return
     info = do_inspect(path, batch, rows=rows, verify=not no_verify).to_dict()
     if as_json:
         _print_json(info)
@@ -589,6 +597,134 @@ def migrate(
             sys.stderr.write(f"statectl: error: {p}\n")
     if not result.ok:
         raise typer.Exit(2)
+
+
+@app.command()
+def edit(
+    source: Annotated[str, typer.Argument(help="Savepoint or checkpoint (left untouched).")],
+    target: Annotated[
+        str | None, typer.Argument(help="New savepoint directory (not needed with --dry-run).")
+    ] = None,
+    operator: Annotated[str, typer.Option("--operator", help="Operator uid or id.")] = "",
+    delete_where: Annotated[
+        str | None,
+        typer.Option("--delete-where", help="Delete rows where this SQL condition is true."),
+    ] = None,
+    keep_where: Annotated[
+        str | None,
+        typer.Option("--keep-where", help="Keep only rows where this SQL condition is true."),
+    ] = None,
+    drop: Annotated[bool, typer.Option("--drop", help="Leave the operator out.")] = False,
+    table: Annotated[
+        str | None,
+        typer.Option("--table", help="Only this store or state variable (default: all)."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the rows each table would keep; write nothing.")
+    ] = False,
+    batch: BatchOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a new savepoint with one operator's rows deleted or kept (a SQL WHERE subset over
+    the state's columns, e.g. "key.k = 'k1'"), or the operator dropped."""
+    from statectl.api import edit as do_edit
+    from statectl.errors import StatectlError
+
+    if not operator:
+        raise StatectlError("--operator UID is required")
+    result = do_edit(
+        source,
+        target,
+        operator,
+        delete_where=delete_where,
+        keep_where=keep_where,
+        drop=drop,
+        table=table,
+        dry_run=dry_run,
+        batch=batch,
+    )
+    info = result.to_dict()
+    if as_json:
+        _print_json(info)
+        return
+    head = "Would write" if dry_run else f"Wrote {info['target']}:"
+    print(f"{head} {info['operator']} " + ("dropped" if info["dropped"] else "edited"))
+    for name, t in info["tables"].items():
+        before = "?" if t["before"] is None else t["before"]
+        removed = "?" if t["removed"] is None else t["removed"]
+        print(f"  {name}: {before} rows -> {t['after']} ({removed} removed)")
+
+
+@app.command()
+def diff(
+    a: Annotated[str, typer.Argument(help="Savepoint or checkpoint A (the old state).")],
+    b: Annotated[str, typer.Argument(help="Savepoint or checkpoint B (the new state).")],
+    operator: Annotated[
+        str | None, typer.Option("--operator", help="Only this operator (uid or id in A).")
+    ] = None,
+    samples: Annotated[
+        int, typer.Option("--samples", help="Example keys per kind of difference.")
+    ] = 5,
+    batch_a: Annotated[
+        int | None, typer.Option("--batch-a", help="Committed batch of A (a checkpoint).")
+    ] = None,
+    batch_b: Annotated[
+        int | None, typer.Option("--batch-b", help="Committed batch of B (a checkpoint).")
+    ] = None,
+    exit_code: Annotated[
+        bool, typer.Option("--exit-code", help="Exit 1 when the state differs (like git diff).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare the state of two savepoints or checkpoints: keys added, removed and changed per
+    operator and table, with samples."""
+    from statectl.api import diff as do_diff
+
+    result = do_diff(a, b, operator=operator, samples=samples, batch_a=batch_a, batch_b=batch_b)
+    info = result.to_dict()
+    if as_json:
+        _print_json(info)
+    else:
+        print(f"A {info['a']} (batch {info['batch_a']})")
+        print(f"B {info['b']} (batch {info['batch_b']})")
+        for uid, op in info["operators"].items():
+            if op["status"] != "both":
+                print(f"{uid}: {op['status']}")
+                continue
+            for name, t in op["tables"].items():
+                if "status" in t:
+                    print(f"{uid}/{name}: {t['status']}")
+                    continue
+                print(
+                    f"{uid}/{name}: {t['added']} added, {t['removed']} removed, "
+                    f"{t['changed']} changed, {t['unchanged']} unchanged"
+                )
+                for kind in ("added", "removed", "changed"):
+                    for s in t["samples"][kind]:
+                        rest = f"{s['a']} -> {s['b']}" if kind == "changed" else s.get("value", "")
+                        print(
+                            f"  {kind[0].upper() if kind != 'changed' else '~'} {s['key']} {rest}"
+                        )
+        print("differs" if info["differs"] else "no differences")
+    if exit_code and result.differs:
+        raise typer.Exit(1)
+
+
+def _inspect_stats(path: str, batch: int | None, top: int, as_json: bool, verify: bool) -> None:
+    from statectl.api import open_state
+
+    doc = open_state(path, batch=batch, verify=verify).stats(top=top)
+    if as_json:
+        _print_json(doc)
+        return
+    print(f"{doc['path']} (batch {doc['batch']})")
+    for uid, tables in doc["operators"].items():
+        for name, t in tables.items():
+            print(f"{uid}/{name}: {t['rows']} rows, skew {t['skew']} (max/mean rows per partition)")
+            for p in t["partitions"]:
+                print(f"  partition {p['partition']}: {p['rows']} rows, {p['bytes']} bytes")
+            for k in t["largest_keys"]:
+                print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {k['key']}")
 
 
 def json_requested(argv: list[str]) -> bool:

@@ -1,7 +1,7 @@
 """The one read path for state: open a checkpoint or a savepoint, read one selection as Arrow.
 
 ``export`` and the API's ``read_state`` both go through :func:`open_source` and :func:`read`,
-so a later ``statectl.open(path).read(...)`` is these two calls kept apart, not a second reader.
+which reads through the processor's handle (``statectl.open(path).read(...)``): one reader.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def check_selection(
         raise StatectlError("give at most one of --store, --join-side, --state-var, --timers")
 
 
+def selection_table(store: str | None, state_var: str | None, timers: bool) -> str | None:
+    """The table name (store, state variable or ``$timers``) a ``statestore`` selection reads."""
+    return state_var or store or ("$timers" if timers else None)
+
+
 def read(
     source: Checkpoint | Savepoint,
     operator: str | int = 0,
@@ -56,19 +61,11 @@ def read(
     batch: int | None = None,
 ) -> pa.Table:
     """One operator's state as the table Spark's ``statestore`` reader returns for the same
-    options. ``operator`` is the operator id, or for a savepoint also its uid."""
-    from statectl.savepoints.store import Savepoint
-    from statectl.state import Selection, read_state
+    options. ``operator`` is the operator id or uid (a checkpoint's operators have the default
+    uids ``savepoint`` would give them). The processor's handle reads it (one reader)."""
+    from statectl.processor.reading import handle_of
 
     check_selection(store, join_side, state_var, timers)
-    if isinstance(source, Savepoint):
-        if batch is not None and batch != source.metadata.batch_id:
-            raise StatectlError(
-                f"a savepoint holds batch {source.metadata.batch_id} only", source.root
-            )
-        return source.read(Selection(0, store, join_side, state_var, timers), operator)
-    if not str(operator).isdigit():
-        raise StatectlError(
-            f"--operator for a checkpoint is a number, got {operator!r}", source.root
-        )
-    return read_state(source, Selection(int(operator), store, join_side, state_var, timers, batch))
+    return handle_of(source, batch).read(
+        operator, selection_table(store, state_var, timers), join_side=join_side
+    )

@@ -186,3 +186,56 @@ class RestoreError(StatectlError):
     def __init__(self, result: RestoreResult) -> None:
         self.result = result
         super().__init__("; ".join(result.problems) or "restore failed", result.target)
+
+
+@dataclass(frozen=True)
+class EditResult(_Result):
+    """``statectl edit``: rows per table of the edited operator before and after; ``target``
+    is the new savepoint (None with ``dry_run``)."""
+
+    source: str = ""
+    target: str | None = None
+    operator: str = ""
+    dropped: bool = False
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> before/after/removed
+    dry_run: bool = False
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> EditResult:
+        doc = _with_version(doc)
+        return cls(
+            document=doc,
+            source=doc["source"],
+            target=doc.get("target"),
+            operator=doc["operator"],
+            dropped=doc.get("dropped", False),
+            tables={k: dict(v) for k, v in doc.get("tables", {}).items()},
+            dry_run=doc.get("dry_run", False),
+        )
+
+    def __str__(self) -> str:
+        return self.target or ""
+
+
+@dataclass(frozen=True)
+class DiffResult(_Result):
+    """``statectl diff``: per operator and table, keys added, removed, changed and unchanged
+    (``to_dict()["operators"]`` has the samples)."""
+
+    a: str = ""
+    b: str = ""
+    differs: bool = False
+    # uid -> table -> {"added": n, "removed": n, "changed": n, "unchanged": n}
+    counts: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> DiffResult:
+        doc = _with_version(doc)
+        counts = {
+            uid: {
+                name: {k: t[k] for k in ("added", "removed", "changed", "unchanged") if k in t}
+                for name, t in op.get("tables", {}).items()
+            }
+            for uid, op in doc.get("operators", {}).items()
+        }
+        return cls(document=doc, a=doc["a"], b=doc["b"], differs=doc["differs"], counts=counts)

@@ -119,6 +119,8 @@ PLACEHOLDERS: dict[str, Callable[[Sandbox], str]] = {
     "/ckpt/orders-v3": lambda s: s.new("orders-v3"),
     "NEW": lambda s: s.new("NEW"),
     "/savepoints": lambda s: str(s.tmp / "savepoints"),
+    "/savepoints/orders-edited": lambda s: s.new("orders-edited"),
+    "/savepoints/orders-backfilled": lambda s: s.new("orders-backfilled"),
     "/savepoints/savepoint-f265d1-41-1a2b3c4d": lambda s: s.savepoint(),
     "SP": lambda s: s.savepoint(),
     "s3://bucket/ckpt": lambda s: f"s3://{s.bucket()}/ckpt/orders",

@@ -87,33 +87,30 @@ class Savepoint:
 
         Every file is verified (size, sha256, row count) as it is read: one pass over the bytes.
         """
-        parts = []
-        for f in table.files:
-            data = self.read_file(f)
-            try:
-                part = pq.read_table(pa.BufferReader(data))
-            except Exception as e:
-                path = posixpath.join(self.root, f.path)
-                raise CorruptFileError(f"not a readable Parquet file ({e})", path) from None
-            if part.num_rows != f.rows:
-                raise CorruptFileError(
-                    f"has {part.num_rows} rows, _metadata records {f.rows}",
-                    posixpath.join(self.root, f.path),
-                )
-            parts.append(part)
-        data = pa.concat_tables(parts) if parts else None
+        parts = [self.read_part(table, f) for f in table.files]
+        return pa.concat_tables(parts) if parts else self.table_schema(table).empty_table()
+
+    def read_part(self, table: StateTable, f: DataFile) -> pa.Table:
+        """One data file (one partition) of ``table``, verified and with Spark's names: the unit
+        every reader streams in (``read_table``, the processor's ``batches``, ``diff``)."""
+        data = self.read_file(f)
+        path = posixpath.join(self.root, f.path)
+        try:
+            part = pq.read_table(pa.BufferReader(data))
+        except Exception as e:
+            raise CorruptFileError(f"not a readable Parquet file ({e})", path) from None
+        if part.num_rows != f.rows:
+            raise CorruptFileError(f"has {part.num_rows} rows, _metadata records {f.rows}", path)
         schema = self.table_schema(table)
-        if data is None:
-            return schema.empty_table()
-        if data.num_columns != len(schema):
+        if part.num_columns != len(schema):
             raise CorruptFileError(
-                f"table {table.name} has {data.num_columns} columns, its schema {len(schema)}",
+                f"table {table.name} has {part.num_columns} columns, its schema {len(schema)}",
                 posixpath.join(self.root, METADATA_FILE),
             )
         try:
             columns = [
-                retype(c.combine_chunks(), f.type)
-                for c, f in zip(data.columns, schema, strict=True)
+                retype(c.combine_chunks(), fld.type)
+                for c, fld in zip(part.columns, schema, strict=True)
             ]
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
             raise CorruptFileError(

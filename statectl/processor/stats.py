@@ -1,0 +1,139 @@
+"""``inspect --stats``: how state is spread over partitions, and which keys are largest.
+
+Read one partition at a time through the processor's handle. Bytes per partition are the
+savepoint's data file sizes, or for a checkpoint the bytes under the partition's store
+directories (every retained version, i.e. what it costs on disk). A key's size is its Arrow
+width (string and binary lengths, fixed widths, 8 bytes per list or map entry), summed over
+its rows for list and map state: the same measure on both kinds, comparable across keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+import posixpath
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statectl.processor.reading import OperatorInfo, StateHandle, TableInfo
+
+
+def _width(arr: pa.Array) -> np.ndarray:
+    """Approximate bytes of each value of ``arr``."""
+    n = len(arr)
+    t = arr.type
+    if pa.types.is_struct(t):
+        out = np.zeros(n, np.int64)
+        for i in range(t.num_fields):
+            out += _width(arr.field(i))
+        return out
+    if (
+        pa.types.is_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_string(t)
+        or (pa.types.is_large_binary(t))
+    ):
+        return (
+            pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        lengths = pc.fill_null(pc.list_value_length(arr), 0)
+        return lengths.to_numpy(zero_copy_only=False).astype(np.int64) * 8
+    if pa.types.is_null(t):
+        return np.zeros(n, np.int64)
+    try:
+        return np.full(n, max(t.bit_width // 8, 1), np.int64)
+    except ValueError:  # no fixed width (e.g. decimal256 in some versions): count 16
+        return np.full(n, 16, np.int64)
+
+
+def _partition_bytes(handle: StateHandle, op: OperatorInfo, table: TableInfo) -> list[int]:
+    from statectl.processor.reading import CheckpointHandle, SavepointHandle
+
+    if isinstance(handle, SavepointHandle):
+        st = handle.state_table(op, table)
+        return [f.bytes for f in st.files]
+    if isinstance(handle, CheckpointHandle):
+        ckpt = handle.ckpt
+        out = []
+        for p in range(op.partitions):
+            d = ckpt.path("state", str(op.id), str(p))
+            if table.kind in ("store", "join-store") and table.name != "default":
+                d = posixpath.join(d, table.name)
+            out.append(ckpt.io.du(d) if ckpt.io.exists(d) else 0)
+        return out
+    return []
+
+
+def table_stats(
+    handle: StateHandle, op: OperatorInfo, table: TableInfo, top: int
+) -> dict[str, Any]:
+    rows: list[int] = []
+    heap: list[tuple[int, int, Any]] = []  # (size, tiebreak, key) of the largest keys so far
+    seen = 0
+    for _, part in handle.partitions(op, table.name):
+        rows.append(part.num_rows)
+        if part.num_rows == 0 or top <= 0:
+            continue
+        size = np.zeros(part.num_rows, np.int64)
+        for name in part.column_names:
+            if name != "partition_id":
+                size += _width(part.column(name).combine_chunks())
+        key = part.column("key").combine_chunks()
+        if table.kind in ("ListState", "MapState", "timers"):
+            # Several rows per key: a key's size is the sum of its rows.
+            flat = pa.table({"k": key}).flatten()
+            names = flat.column_names
+            grouped = (
+                flat.append_column("_s", pa.array(size))
+                .group_by(names, use_threads=False)
+                .aggregate([("_s", "sum"), ("_s", "count")])
+            )
+            sizes = grouped.column("_s_sum").to_numpy()
+            keys = grouped.select(names).to_pylist()
+            counts = grouped.column("_s_count").to_pylist()
+            candidates = [
+                ({k.split(".", 1)[1]: v for k, v in kd.items()}, int(s), c)
+                for kd, s, c in zip(keys, sizes, counts, strict=True)
+            ]
+        else:
+            order = np.argsort(-size)[:top]
+            picked = key.take(pa.array(order)).to_pylist()
+            candidates = [(k, int(size[i]), 1) for k, i in zip(picked, order, strict=True)]
+        for k, s, c in candidates:
+            seen += 1
+            item = (s, -seen, {"key": k, "bytes": s, "rows": c})
+            if len(heap) < top:
+                heapq.heappush(heap, item)
+            else:
+                heapq.heappushpop(heap, item)
+    total = sum(rows)
+    mean = total / len(rows) if rows else 0
+    return {
+        "rows": total,
+        "partitions": [
+            {"partition": p, "rows": r, "bytes": b}
+            for p, (r, b) in enumerate(
+                zip(rows, _partition_bytes(handle, op, table) or [None] * len(rows), strict=True)
+            )
+        ],
+        # max / mean rows per partition: 1.0 is perfectly even; N partitions with one hot
+        # partition approach N.
+        "skew": round(max(rows) / mean, 3) if mean else None,
+        "largest_keys": [item[2] for item in sorted(heap, reverse=True)],
+    }
+
+
+def state_stats(
+    handle: StateHandle, *, operator: str | None = None, top: int = 10
+) -> dict[str, Any]:
+    ops = [handle.operator(operator)] if operator is not None else list(handle.operators)
+    return {
+        "path": handle.path,
+        "batch": handle.batch,
+        "operators": {
+            op.uid: {t.name: table_stats(handle, op, t, top) for t in op.tables} for op in ops
+        },
+    }
