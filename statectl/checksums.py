@@ -93,6 +93,21 @@ def check_spark_checksum(data: bytes, text: bytes, path: str, sidecar_path: str)
         raise _mismatch(path, sidecar_path)
 
 
+def spark_checksum_file(data: bytes, timestamp_ms: int) -> bytes:
+    """The JSON ``<name>.crc`` Spark (4.1+, checkpoint format v2) writes beside a state file;
+    a restore writes one for every such file, so Spark verifies what statectl wrote."""
+    value = crc32c(data)
+    signed = value - (1 << 32) if value >= 1 << 31 else value  # Spark stores (int) CRC32C
+    obj = {
+        "algorithm": "CRC32C",
+        "value": signed,
+        "mainFileSize": len(data),
+        "timestampMs": timestamp_ms,
+        "creator": {"executorId": "statectl", "taskInfo": "restore"},
+    }
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
 def read_verified(io: FileIO, path: str, *, data_file: bool = False, verify: bool = True) -> bytes:
     """Read ``path`` and check it against the checksums stored beside it.
 

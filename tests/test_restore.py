@@ -188,7 +188,10 @@ def build(spark, case, d):
 
 
 def run(spark, case, d, ckpt, provider=None, confs=None):
-    """Run to the end of the input; return {batch id: sorted output rows}."""
+    """Run to the end of the input; return {batch id: sorted output rows}.
+
+    ``case`` names a query of :func:`build`, or is a function ``(spark, input) -> (DataFrame,
+    output mode)`` such as fixtures/generate.py's queries."""
     out: dict[int, list] = {}
     confs = dict(confs or {})
 
@@ -201,7 +204,7 @@ def run(spark, case, d, ckpt, provider=None, confs=None):
     for k, v in confs.items():
         spark.conf.set(k, v)
     try:
-        df, mode = build(spark, case, d)
+        df, mode = case(spark, d) if callable(case) else build(spark, case, d)
         q = (
             df.writeStream.foreachBatch(collect)
             .outputMode(mode)
