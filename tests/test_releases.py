@@ -98,6 +98,13 @@ def test_release_fixture_restores_row_for_row(tmp_path, fx, backend, partitions)
     src, dst = Checkpoint.open(str(FIXTURES / fx["name"])), Checkpoint.open(str(target))
     assert dst.latest_committed_batch == src.latest_committed_batch
     assert _state_tables(dst, meta) == _state_tables(src, meta)
+    # The log versions stay (offset log v2's named sources, commit log v3's sink metadata).
+    b = src.latest_committed_batch
+    assert dst.offsets(b).version == src.offsets(b).version
+    assert dst.offsets(b).metadata_extra == src.offsets(b).metadata_extra
+    if src.commit(b).version == 3:
+        assert dst.commit(b).version == 3 and dst.commit(b).extra == src.commit(b).extra
+    assert dst.checkpoint_format_version(b) == plan.checkpoint_format
     sidecars = spark_json_checksums(target)
     zips = sorted(target.rglob("*.zip"))
     if plan.checkpoint_format == 2:
