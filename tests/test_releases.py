@@ -122,6 +122,11 @@ def _recorded_input(meta) -> Path:
     return Path(entries[0]["path"].removeprefix("file://").removeprefix("file:")).parent
 
 
+def sink_name(confs: dict[str, str]) -> str | None:
+    """Sink evolution (commit log v3) wants a named sink: the name the generator gave it."""
+    return "out" if confs.get(generate.SINK_EVOLUTION) == "true" else None
+
+
 _UNINTERRUPTED: dict[tuple, list] = {}
 
 
@@ -135,9 +140,10 @@ def uninterrupted(spark, tmp_path_factory, fx: dict[str, Any]) -> list:
         d = tmp_path_factory.mktemp("uninterrupted")
         query = generate.QUERIES[fx["query"]]
         generate.write_events(d / "in", fx["data_batches"])
-        run(spark, query, d / "in", d / "ck", "hdfs", confs)
+        sink = sink_name(confs)
+        run(spark, query, d / "in", d / "ck", "hdfs", confs, sink)
         generate.write_events(d / "in", fx["data_batches"] + 2)
-        after = run(spark, query, d / "in", d / "ck", confs=confs)
+        after = run(spark, query, d / "in", d / "ck", confs=confs, sink_name=sink)
         _UNINTERRUPTED[key] = sorted((r for rows in after.values() for r in rows), key=repr)
     return _UNINTERRUPTED[key]
 
@@ -150,7 +156,8 @@ def continue_restored(spark, fx: dict[str, Any], meta, ckpt: Path, confs: dict[s
     created = None if created.exists() else created
     try:
         generate.write_events(d, fx["data_batches"] + 2)
-        return run(spark, generate.QUERIES[fx["query"]], d, ckpt, confs=confs)
+        query = generate.QUERIES[fx["query"]]
+        return run(spark, query, d, ckpt, confs=confs, sink_name=sink_name(confs))
     finally:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)

@@ -187,11 +187,12 @@ def build(spark, case, d):
     raise AssertionError(case)
 
 
-def run(spark, case, d, ckpt, provider=None, confs=None):
+def run(spark, case, d, ckpt, provider=None, confs=None, sink_name=None):
     """Run to the end of the input; return {batch id: sorted output rows}.
 
     ``case`` names a query of :func:`build`, or is a function ``(spark, input) -> (DataFrame,
-    output mode)`` such as fixtures/generate.py's queries."""
+    output mode)`` such as fixtures/generate.py's queries. ``sink_name`` names the sink (sink
+    evolution, commit log v3); PySpark has no ``DataStreamWriter.name``, the JVM writer has."""
     out: dict[int, list] = {}
     confs = dict(confs or {})
 
@@ -210,6 +211,8 @@ def run(spark, case, d, ckpt, provider=None, confs=None):
             .outputMode(mode)
             .option("checkpointLocation", str(ckpt))
         )
+        if sink_name:
+            q._jwrite.name(sink_name)
         q.trigger(availableNow=True).start().awaitTermination()
     finally:
         for k in confs:
