@@ -5,8 +5,8 @@ Two kinds exist beside the files statectl reads (docs/spark-state-format.md §10
 * Hadoop ``.<name>.crc`` sidecars, written by Hadoop's local file system for every file: ``crc\\0``,
   int32 BE bytes-per-checksum, then one uint32 BE zlib CRC-32 per chunk.
 * Spark's checkpoint file checksums ``<name>.crc``: JSON with the CRC32C of the whole file and
-  its size. Spark 4.1 and 4.2 write one beside every state file (deltas, changelogs, zips; not
-  SSTs) whatever the checkpoint format; Spark 4.3 only under checkpoint format v2.
+  its size. Spark 4.1 writes one beside every state file (deltas, changelogs, zips; not SSTs)
+  whatever the checkpoint format; Spark 4.2 and 4.3 only under checkpoint format v2.
 
 Spark itself reads a file whose Hadoop sidecar is stale without complaint; statectl treats every
 mismatch as damage, because rows that silently differ are the one failure it may never have.
