@@ -135,13 +135,14 @@ def uninterrupted(spark, tmp_path_factory, fx: dict[str, Any]) -> list:
     input, when two more files arrive: the first run stops where the fixture's did
     (availableNow over the same files), the second continues in the same checkpoint."""
     confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    provider = "rocksdb" if fx["query"] == "tws" else "hdfs"  # TWS runs on RocksDB only
     key = (fx["query"], fx["data_batches"], tuple(sorted(confs.items())))
     if key not in _UNINTERRUPTED:
         d = tmp_path_factory.mktemp("uninterrupted")
         query = generate.QUERIES[fx["query"]]
         generate.write_events(d / "in", fx["data_batches"])
         sink = sink_name(confs)
-        run(spark, query, d / "in", d / "ck", "hdfs", confs, sink)
+        run(spark, query, d / "in", d / "ck", provider, confs, sink)
         generate.write_events(d / "in", fx["data_batches"] + 2)
         after = run(spark, query, d / "in", d / "ck", confs=confs, sink_name=sink)
         _UNINTERRUPTED[key] = sorted((r for rows in after.values() for r in rows), key=repr)
