@@ -213,3 +213,23 @@ def test_spark43_verifies_the_checksums_a_restore_writes(spark, tmp_path, fx):
     confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
     with pytest.raises(Exception, match="CHECKSUM"):
         continue_restored(spark, fx, meta, tmp_path / "ck", {**confs, CHECKSUM_CONF: "true"})
+
+
+def test_spark41_checksums_of_checkpoint_v1_files_are_verified(fixture_copy):
+    """Spark 4.1 writes a JSON ``<file>.crc`` beside every delta (not only under checkpoint
+    format v2, as 4.2 and 4.3 do): statectl checks them, a wrong one is damage."""
+    from statectl.errors import CorruptFileError
+    from statectl.state import Selection
+
+    ck = fixture_copy("spark41-agg-hdfs")
+    crc = ck / "state/0/1/4.delta.crc"
+    obj = json.loads(crc.read_text())
+    assert obj["algorithm"] == "CRC32C"
+    assert read_state(Checkpoint.open(str(ck)), Selection(0)).num_rows == 7
+    obj["value"] ^= 1
+    crc.write_text(json.dumps(obj))
+    (crc.parent / f".{crc.name}.crc").unlink()  # its Hadoop sidecar would catch it first
+    with pytest.raises(
+        CorruptFileError, match=r"4\.delta: does not match its checksum 4\.delta\.crc"
+    ):
+        read_state(Checkpoint.open(str(ck)), Selection(0))
