@@ -4,8 +4,9 @@ Two kinds exist beside the files statectl reads (docs/spark-state-format.md §10
 
 * Hadoop ``.<name>.crc`` sidecars, written by Hadoop's local file system for every file: ``crc\\0``,
   int32 BE bytes-per-checksum, then one uint32 BE zlib CRC-32 per chunk.
-* Spark's checkpoint file checksums ``<name>.crc`` (checkpoint format v2, Spark 4.1+): JSON with
-  the CRC32C of the whole file and its size.
+* Spark's checkpoint file checksums ``<name>.crc``: JSON with the CRC32C of the whole file and
+  its size. Spark 4.1 writes one beside every state file (deltas, changelogs, zips; not SSTs)
+  whatever the checkpoint format; Spark 4.2 and 4.3 only under checkpoint format v2.
 
 Spark itself reads a file whose Hadoop sidecar is stale without complaint; statectl treats every
 mismatch as damage, because rows that silently differ are the one failure it may never have.
@@ -91,6 +92,21 @@ def check_spark_checksum(data: bytes, text: bytes, path: str, sidecar_path: str)
     # Spark stores (int) CRC32C: a signed int32.
     if len(data) != size or crc32c(data) != value & 0xFFFFFFFF:
         raise _mismatch(path, sidecar_path)
+
+
+def spark_checksum_file(data: bytes, timestamp_ms: int) -> bytes:
+    """The JSON ``<name>.crc`` Spark (4.1+, checkpoint format v2) writes beside a state file;
+    a restore writes one for every such file, so Spark verifies what statectl wrote."""
+    value = crc32c(data)
+    signed = value - (1 << 32) if value >= 1 << 31 else value  # Spark stores (int) CRC32C
+    obj = {
+        "algorithm": "CRC32C",
+        "value": signed,
+        "mainFileSize": len(data),
+        "timestampMs": timestamp_ms,
+        "creator": {"executorId": "statectl", "taskInfo": "restore"},
+    }
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def read_verified(io: FileIO, path: str, *, data_file: bool = False, verify: bool = True) -> bytes:

@@ -1177,9 +1177,18 @@ def _write_canonical(plan: RestorePlan) -> None:
     commit: dict[str, Any] = {"nextBatchWatermarkMs": m.next_batch_watermark_ms}
     if plan.checkpoint_format == 2:
         commit["stateUniqueIds"] = {str(k): v for k, v in sorted(plan.unique_ids.items())}
+    version = plan.checkpoint_format
+    if m.source_checkpoint.get("commit_log_version") == 3:
+        # Commit log v3 (sink evolution) stays v3 with its sinkMetadataMap: Spark keeps the
+        # version of the latest commit, and takes the checkpoint format from stateUniqueIds.
+        version = 3
+        extra = m.source_checkpoint.get("commit_metadata_extra")
+        for key, value in (extra if isinstance(extra, dict) else {}).items():
+            if key not in ("nextBatchWatermarkMs", "stateUniqueIds"):  # ours decide those
+                commit[key] = value
     io.write_atomic(
         _under(root, "commits", str(b)),
-        f"v{plan.checkpoint_format}\n{json.dumps(commit, separators=(',', ':'))}".encode(),
+        f"v{version}\n{json.dumps(commit, separators=(',', ':'))}".encode(),
     )
 
 

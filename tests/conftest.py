@@ -47,6 +47,9 @@ def spark():
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
+        # transformWithState's Python workers connect back within this (default 15 s): too
+        # short when the machine is busy.
+        .config("spark.python.authenticate.socketTimeout", "300s")
         .config("spark.sql.timeType.enabled", "true")  # the codec tests cover TIME
         .getOrCreate()
     )

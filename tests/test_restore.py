@@ -273,8 +273,12 @@ def session_merged_across_restore(rows: list) -> bool:
     return any(r[0][0] < "2024-01-01T00:00:24" and r[0][1] > "2024-01-01T00:00:27" for r in rows)
 
 
-def run(spark, case, d, ckpt, provider=None, confs=None):
-    """Run to the end of the input; return {batch id: sorted output rows}."""
+def run(spark, case, d, ckpt, provider=None, confs=None, sink_name=None):
+    """Run to the end of the input; return {batch id: sorted output rows}.
+
+    ``case`` names a query of :func:`build`, or is a function ``(spark, input) -> (DataFrame,
+    output mode)`` such as fixtures/generate.py's queries. ``sink_name`` names the sink (sink
+    evolution, commit log v3); PySpark has no ``DataStreamWriter.name``, the JVM writer has."""
     out: dict[int, list] = {}
     confs = dict(confs or {})
 
@@ -287,12 +291,14 @@ def run(spark, case, d, ckpt, provider=None, confs=None):
     for k, v in confs.items():
         spark.conf.set(k, v)
     try:
-        df, mode = build(spark, case, d)
+        df, mode = case(spark, d) if callable(case) else build(spark, case, d)
         q = (
             df.writeStream.foreachBatch(collect)
             .outputMode(mode)
             .option("checkpointLocation", str(ckpt))
         )
+        if sink_name:
+            q._jwrite.name(sink_name)
         q.trigger(availableNow=True).start().awaitTermination()
     finally:
         for k in confs:

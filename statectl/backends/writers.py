@@ -16,6 +16,7 @@ import os
 import posixpath
 import re
 import tempfile
+import time
 import uuid
 import zipfile
 from collections.abc import Iterable, Iterator
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statectl.checksums import spark_checksum_file, spark_crc_path
 from statectl.codecs.compression import compress_stream
 from statectl.codecs.records import write_state_records
 from statectl.io import FileIO
@@ -191,6 +193,14 @@ def write_rocksdb_snapshot(
             z.writestr("metadata", "v1\n" + json.dumps(meta, separators=(",", ":")))
     name = f"{version}_{unique_id}.zip" if unique_id else f"{version}.zip"
     target = posixpath.join(store_dir, name)
-    io.write_atomic(target, buf.getvalue())
+    data = buf.getvalue()
+    io.write_atomic(target, data)
     written.append(target)
+    if unique_id:
+        # Checkpoint format v2: Spark 4.1+ writes and verifies a JSON CRC32C <zip>.crc (never
+        # over SSTs); written after the zip, so a crash leaves a zip without one, which Spark
+        # accepts, and never a checksum of a file that is not there.
+        crc = spark_crc_path(target)
+        io.write_atomic(crc, spark_checksum_file(data, int(time.time() * 1000)))
+        written.append(crc)
     return written

@@ -268,8 +268,12 @@ class Checkpoint:
         return backend_of_provider(off.pinned_conf(PROVIDER_CONF), off_path(self, batch))
 
     def checkpoint_format_version(self, batch: int) -> int:
-        """Spark derives it from the commit log version: v1 -> 1, v2/v3 -> 2."""
-        return 1 if self.commit(batch).version == 1 else 2
+        """Spark derives it from the commit log version: v1 -> 1, v2 -> 2, v3 (sink
+        evolution) -> 2 with stateUniqueIds, else 1 (4.3's CheckpointVersionManager)."""
+        commit = self.commit(batch)
+        if commit.version == 3:
+            return 2 if commit.state_unique_ids is not None else 1
+        return 1 if commit.version == 1 else 2
 
     def num_partitions(self, batch: int) -> int:
         value = self.offsets(batch).pinned_conf(PARTITIONS_CONF)

@@ -348,6 +348,8 @@ def savepoint_metadata(
             "partitions": ckpt.num_partitions(batch),
             "checkpoint_format_version": ckpt.checkpoint_format_version(batch),
             "commit_log_version": commit.version,
+            # commit log v3 (sink evolution, Spark 4.2+): sinkMetadataMap, kept for the restore
+            **({"commit_metadata_extra": commit.extra} if commit.extra else {}),
         },
         operators=operators,
         previous_offsets=ckpt.offsets(batch - 1).offsets

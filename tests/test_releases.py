@@ -1,0 +1,235 @@
+"""Checkpoints written by the older Spark release lines (fixtures ``spark35-*``, ``spark40-*``,
+``spark41-*``, ``spark42-*``, written by fixtures/generate_release.sh): a savepoint of each
+restores (another partition count, often the other backend) and Spark 4.3 continues the very
+query that wrote it with the output of an uninterrupted 4.3 run; restored checkpoint format v2
+state carries the JSON CRC32C ``<file>.crc`` sidecars Spark verifies.
+
+Reading them (export equals Spark 4.3's ``statestore`` reader, savepoints equal the checkpoint)
+is proven by the generic manifest-driven tests (test_export_vs_spark, test_savepoint, ...).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statectl.checkpoint.model import Checkpoint
+from statectl.checksums import check_spark_checksum
+from statectl.restoring import restore
+from statectl.savepoints.create import take_savepoint
+from statectl.savepoints.store import table_selection
+from statectl.state import read_state
+from tests.conftest import FIXTURES, ROOT, arrow_rows, load_manifest
+from tests.test_restore import run
+
+_spec = importlib.util.spec_from_file_location("fixture_generate", ROOT / "fixtures/generate.py")
+assert _spec and _spec.loader
+generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate)
+
+RELEASE = re.compile(r"^spark(\d)(\d)-")
+CHECKSUM_CONF = "spark.sql.streaming.checkpoint.fileChecksum.enabled"
+# Confs of a fixture that choose where state lives, not what the query computes.
+STORAGE_CONFS = {
+    "spark.sql.streaming.stateStore.providerClass",
+    generate.CHANGELOG,
+    generate.CKPT_VERSION,
+}
+
+
+def release_of(name: str) -> str:
+    m = RELEASE.match(name)
+    assert m, name
+    return f"{m.group(1)}.{m.group(2)}"
+
+
+RELEASE_FIXTURES = [fx for fx in load_manifest() if RELEASE.match(fx["name"])]
+
+
+def target_of(fx: dict[str, Any]) -> tuple[str, int]:
+    """Where each fixture is restored: another partition count always; the other backend
+    where Spark allows it (transformWithState is RocksDB only), else the same backend."""
+    if fx["query"] == "tws":
+        return "rocksdb", 3
+    if fx["backend"] == "hdfs":
+        return "rocksdb", 3
+    if fx["backend"] == "rocksdb-changelog":
+        return "rocksdb", 3  # same backend; the changelog source becomes zip snapshots
+    return "hdfs", 3
+
+
+CONTINUE = [
+    pytest.param(fx, *target_of(fx), id=f"{fx['name']}-to-{'-'.join(map(str, target_of(fx)))}")
+    for fx in RELEASE_FIXTURES
+]
+
+
+def _state_tables(ckpt: Checkpoint, meta) -> dict[tuple[int, str], list]:
+    out = {}
+    for op in meta.operators:
+        for table in op.tables:
+            t = read_state(ckpt, table_selection(op.operator_id, table))
+            out[op.operator_id, table.name] = sorted(
+                arrow_rows(t.drop_columns(["partition_id"])), key=repr
+            )
+    return out
+
+
+def spark_json_checksums(root: Path) -> list[Path]:
+    """Spark's JSON ``<file>.crc`` sidecars (not Hadoop's hidden ``.<file>.crc``)."""
+    return [p for p in root.rglob("*.crc") if not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize(("fx", "backend", "partitions"), CONTINUE)
+def test_release_fixture_restores_row_for_row(tmp_path, fx, backend, partitions):
+    """Without Spark: the restored state equals the source state, every key sits in one of
+    the new partitions, and every file a checkpoint-format-v2 restore writes that Spark
+    checksums (the zips) has a correct CRC32C ``.crc``; a v1 restore writes none."""
+    url, meta = take_savepoint(str(FIXTURES / fx["name"]), str(tmp_path / "sp"))
+    target = tmp_path / "ck"
+    plan = restore(url, str(target), backend=backend, partitions=partitions)
+    assert not plan.problems
+    src, dst = Checkpoint.open(str(FIXTURES / fx["name"])), Checkpoint.open(str(target))
+    assert dst.latest_committed_batch == src.latest_committed_batch
+    assert _state_tables(dst, meta) == _state_tables(src, meta)
+    # The log versions stay (offset log v2's named sources, commit log v3's sink metadata).
+    b = src.latest_committed_batch
+    assert dst.offsets(b).version == src.offsets(b).version
+    assert dst.offsets(b).metadata_extra == src.offsets(b).metadata_extra
+    if src.commit(b).version == 3:
+        assert dst.commit(b).version == 3 and dst.commit(b).extra == src.commit(b).extra
+    assert dst.checkpoint_format_version(b) == plan.checkpoint_format
+    sidecars = spark_json_checksums(target)
+    zips = sorted(target.rglob("*.zip"))
+    if plan.checkpoint_format == 2:
+        assert zips and sorted(p.with_suffix("") for p in sidecars) == zips
+        for crc in sidecars:
+            main = crc.with_suffix("")
+            check_spark_checksum(main.read_bytes(), crc.read_bytes(), str(main), str(crc))
+    else:
+        assert sidecars == []
+
+
+def _recorded_input(meta) -> Path:
+    """The input directory the fixture's query read (its file source log names it)."""
+    entries = next(iter(meta.source_logs.values()))
+    return Path(entries[0]["path"].removeprefix("file://").removeprefix("file:")).parent
+
+
+def sink_name(confs: dict[str, str]) -> str | None:
+    """Sink evolution (commit log v3) wants a named sink: the name the generator gave it."""
+    return "out" if confs.get(generate.SINK_EVOLUTION) == "true" else None
+
+
+_UNINTERRUPTED: dict[tuple, list] = {}
+
+
+def uninterrupted(spark, tmp_path_factory, fx: dict[str, Any]) -> list:
+    """What one uninterrupted Spark 4.3 run of the fixture's query emits after the fixture's
+    input, when two more files arrive: the first run stops where the fixture's did
+    (availableNow over the same files), the second continues in the same checkpoint."""
+    confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    provider = "rocksdb" if fx["query"] == "tws" else "hdfs"  # TWS runs on RocksDB only
+    key = (fx["query"], fx["data_batches"], tuple(sorted(confs.items())))
+    if key not in _UNINTERRUPTED:
+        d = tmp_path_factory.mktemp("uninterrupted")
+        query = generate.QUERIES[fx["query"]]
+        generate.write_events(d / "in", fx["data_batches"])
+        sink = sink_name(confs)
+        run(spark, query, d / "in", d / "ck", provider, confs, sink)
+        generate.write_events(d / "in", fx["data_batches"] + 2)
+        after = run(spark, query, d / "in", d / "ck", confs=confs, sink_name=sink)
+        _UNINTERRUPTED[key] = sorted((r for rows in after.values() for r in rows), key=repr)
+    return _UNINTERRUPTED[key]
+
+
+def continue_restored(spark, fx: dict[str, Any], meta, ckpt: Path, confs: dict[str, str]) -> dict:
+    """Run the fixture's query on the restored checkpoint with two more input files, in the
+    directory the fixture's file source recorded (the source log names files by path)."""
+    d = _recorded_input(meta)
+    created = next(p for p in [d, *d.parents] if p.exists() or p.parent.exists())
+    created = None if created.exists() else created
+    try:
+        generate.write_events(d, fx["data_batches"] + 2)
+        query = generate.QUERIES[fx["query"]]
+        return run(spark, query, d, ckpt, confs=confs, sink_name=sink_name(confs))
+    finally:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("fx", "backend", "partitions"), CONTINUE)
+def test_release_fixture_continues_on_spark43(
+    spark, tmp_path, tmp_path_factory, fx, backend, partitions
+):
+    """Savepoint of a checkpoint an older Spark wrote -> restore -> Spark 4.3 continues the
+    query that wrote it (file checksum verification on) and emits exactly what an
+    uninterrupted 4.3 run emits for the same new input."""
+    url, meta = take_savepoint(str(FIXTURES / fx["name"]), str(tmp_path / "sp"))
+    plan = restore(url, str(tmp_path / "ck"), backend=backend, partitions=partitions)
+    assert not plan.problems and plan.backend == backend
+    confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    continued = continue_restored(
+        spark, fx, meta, tmp_path / "ck", {**confs, CHECKSUM_CONF: "true"}
+    )
+    assert continued and all(b > meta.batch_id for b in continued)
+    rows = sorted((r for part in continued.values() for r in part), key=repr)
+    assert rows and rows == uninterrupted(spark, tmp_path_factory, fx)
+    restored = Checkpoint.open(str(tmp_path / "ck"))
+    last = restored.latest_committed_batch
+    assert last == max(continued)
+    assert restored.backend(last) == backend and restored.num_partitions(last) == partitions
+
+
+V2_SOURCES = [fx for fx in RELEASE_FIXTURES if fx.get("checkpointFormatVersion") == 2]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "fx",
+    [f for f in V2_SOURCES if f["name"] == "spark41-agg-ckptv2-rocksdb"],
+    ids=lambda f: f["name"],
+)
+def test_spark43_verifies_the_checksums_a_restore_writes(spark, tmp_path, fx):
+    """Negative control for the continuation above: Spark 4.3 does verify the ``.crc`` files
+    a checkpoint-format-v2 restore writes, so a continuation that passes read correct ones.
+    A restored checkpoint whose zip checksums are wrong is refused by Spark."""
+    url, meta = take_savepoint(str(FIXTURES / fx["name"]), str(tmp_path / "sp"))
+    plan = restore(url, str(tmp_path / "ck"), backend="rocksdb", partitions=3)
+    assert not plan.problems and plan.checkpoint_format == 2
+    sidecars = spark_json_checksums(tmp_path / "ck" / "state")
+    assert sidecars
+    for crc in sidecars:
+        obj = json.loads(crc.read_text())
+        obj["value"] = obj["value"] ^ 1
+        crc.write_text(json.dumps(obj))
+    confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    with pytest.raises(Exception, match="CHECKSUM"):
+        continue_restored(spark, fx, meta, tmp_path / "ck", {**confs, CHECKSUM_CONF: "true"})
+
+
+def test_spark41_checksums_of_checkpoint_v1_files_are_verified(fixture_copy):
+    """Spark 4.1 writes a JSON ``<file>.crc`` beside every delta (not only under checkpoint
+    format v2, as 4.2 and 4.3 do): statectl checks them, a wrong one is damage."""
+    from statectl.errors import CorruptFileError
+    from statectl.state import Selection
+
+    ck = fixture_copy("spark41-agg-hdfs")
+    crc = ck / "state/0/1/4.delta.crc"
+    obj = json.loads(crc.read_text())
+    assert obj["algorithm"] == "CRC32C"
+    assert read_state(Checkpoint.open(str(ck)), Selection(0)).num_rows == 7
+    obj["value"] ^= 1
+    crc.write_text(json.dumps(obj))
+    (crc.parent / f".{crc.name}.crc").unlink()  # its Hadoop sidecar would catch it first
+    with pytest.raises(
+        CorruptFileError, match=r"4\.delta: does not match its checksum 4\.delta\.crc"
+    ):
+        read_state(Checkpoint.open(str(ck)), Selection(0))
