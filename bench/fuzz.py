@@ -1622,8 +1622,11 @@ class Campaign:
                 [c for c in KILL_CLASSES if not classes or c in classes] or KILL_CLASSES
             )
             base = {r["name"]: r for r in self.baseline(family, fixture)}
-            delay = rng.uniform(0.0, 1.1) * base[cls]["seconds"]
-            return Case(index, family, fixture, cls, {"cls": cls, "delay": round(delay, 4)})
+            fraction = round(rng.uniform(0.0, 1.1), 4)
+            delay = round(fraction * base[cls]["seconds"], 4)
+            return Case(
+                index, family, fixture, cls, {"cls": cls, "fraction": fraction, "delay": delay}
+            )
         if family == "dispose":
             self.savepoint_of(fixture)
             cls = rng.choice(DISPOSE_CLASSES)
@@ -1640,9 +1643,18 @@ class Campaign:
                 return Case(index, family, fixture, cls, m)
         return Case(index, family, fixture, "none", None)
 
+    def resolve_delay(self, case: Case) -> None:
+        """A kill case given as a ``fraction`` of the command's uninterrupted time (what the
+        machine takes today) gets its delay in seconds."""
+        m = case.mutation
+        if case.family == "kill" and m is not None and "delay" not in m:
+            base = {r["name"]: r for r in self.baseline(case.family, case.fixture)}
+            m["delay"] = round(m["fraction"] * base[m["cls"]]["seconds"], 4)
+
     def run(self, case: Case, keep: bool = False) -> Case:
         """Run one case in a forked child and classify it (blocking)."""
         base = self.baseline(case.family, case.fixture)
+        self.resolve_delay(case)
         sp = self.savepoint_of(case.fixture) if case.family in SP_FAMILIES else None
         dirs = self.case_dirs(case)
         t0 = time.monotonic()
@@ -1658,6 +1670,7 @@ class Campaign:
         """Fork the child of one case (non-blocking); poll() it."""
         sp = self.savepoint_of(case.fixture) if case.family in SP_FAMILIES else None
         self.baseline(case.family, case.fixture)
+        self.resolve_delay(case)
         return fork_start(
             execute, self.case_dirs(case), case.family, case.fixture, case.mutation, sp
         )

@@ -391,18 +391,19 @@ CASES = [
         "agg-hdfs",
         {"cls": "sp-operator-id", "file": "_metadata", "field": "operator_id", "value": None},
     ),
-    # -- kill -9 of a writing command at a given moment, then read back and re-run ------------
+    # -- kill -9 of a writing command at a moment (a fraction of its uninterrupted time), then
+    # read back and re-run ----------------------------------------------------------------------
     *[
-        _c("kill", fixture, {"cls": cls, "delay": delay, "file": f"after-{delay}s"})
-        for fixture, cls, delay in [
-            ("agg-hdfs", "kill-savepoint", 0.02),
-            ("agg-hdfs", "kill-savepoint", 0.3),
-            ("agg-hdfs", "kill-restore", 0.02),
-            ("agg-hdfs", "kill-restore", 0.3),
-            ("agg-hdfs", "kill-migrate", 0.3),
-            ("agg-hdfs", "kill-migrate", 60.0),  # finishes first: a normal run
-            ("tws-rocksdb", "kill-restore", 0.4),
-            ("tws-rocksdb", "kill-migrate", 0.4),
+        _c("kill", fixture, {"cls": cls, "fraction": fraction, "file": f"at-{fraction}"})
+        for fixture, cls, fraction in [
+            ("agg-hdfs", "kill-savepoint", 0.05),
+            ("agg-hdfs", "kill-savepoint", 0.6),
+            ("agg-hdfs", "kill-restore", 0.05),
+            ("agg-hdfs", "kill-restore", 0.6),
+            ("agg-hdfs", "kill-migrate", 0.4),
+            ("agg-hdfs", "kill-migrate", 50.0),  # finishes first: a normal run
+            ("tws-rocksdb", "kill-restore", 0.5),
+            ("tws-rocksdb", "kill-migrate", 0.5),
         ]
     ],
     # -- dispose of a savepoint around things that are not its own ----------------------------
@@ -459,10 +460,11 @@ def test_corruption_is_same_or_clean_error(
 
 
 def test_kills_land_mid_command_and_disposes_delete(outcomes: dict[int, Any]) -> None:
-    """The kill and dispose cases test something: most kills interrupt the command, the longest
-    delay lets it finish, and a plain dispose of an untouched savepoint deletes it."""
+    """The kill and dispose cases test something: kills within the command's time interrupt it
+    (a loaded machine may be slower than the baseline, never much faster), the longest delay
+    lets it finish, and a plain dispose of an untouched savepoint deletes it."""
     kills = [c for c in outcomes.values() if c.family == "kill"]
-    assert sum(1 for c in kills if c.killed) >= len(kills) - 2
+    assert sum(1 for c in kills if c.killed) >= len(kills) - 3
     assert any(c.killed is False for c in kills)
     plain = [
         c

@@ -29,7 +29,7 @@ from tests.test_s3 import s3_endpoint  # noqa: F401  (the moto server, for s3://
 
 DOC_FILES = ("README.md", "docs/guide.md")
 # Shell commands the docs show beside statectl's; shown, not run here.
-OTHER_COMMANDS = {"pip install -e .", "pip install -e '.[test]'", "python -m pytest -q"}
+OTHER_COMMANDS = {"pip install -e .", "pip install -e '.[test]'", "python -m pytest -q -n 2"}
 ORDERS = "multi-hdfs"  # the docs' "orders" query: a dedupe and a count per key, two operators
 ORDERS_UIDS = {0: "order-totals", 1: "dedup"}
 
