@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from statectl.errors import StatectlError
+from statectl.operators import JOIN_STORES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -297,8 +298,11 @@ class CheckpointHandle(StateHandle):
 
     @staticmethod
     def _describe(op: Operator, uid: str) -> OperatorInfo:
-        from statectl.savepoints.create import table_tasks
+        from statectl.savepoints.create import logical_stores, table_tasks
 
+        # A join at state format 3/4 is presented as a savepoint holds it: format 2's four
+        # stores (logical schemas), besides its own column families (below).
+        logical = {s.name: s for s in logical_stores(op)[1]}
         tables = []
         for task in table_tasks(op):
             if task.kind == "timers":
@@ -307,7 +311,7 @@ class CheckpointHandle(StateHandle):
                     "$eventTimers_keyToTimestamp" if event else "$procTimers_keyToTimestamp"
                 )
             else:
-                desc = op.schema(task.name)
+                desc = logical.get(task.name) or op.schema(task.name)
             tables.append(
                 _table_schema(
                     task.name,
@@ -364,9 +368,33 @@ class CheckpointHandle(StateHandle):
 
         if table.kind == "timers":
             return Selection(op.id, registered_timers=True, batch=self.batch)
+        if table.kind == "join-store" and table.name in JOIN_STORES:
+            # format 2's store, whatever the join's state format (3/4 are converted)
+            return Selection(op.id, join_store=table.name, batch=self.batch)
         if table.kind in ("store", "join-store"):
             return Selection(op.id, store=table.name, batch=self.batch)
         return Selection(op.id, state_var=table.name, batch=self.batch)
+
+    def partitions(
+        self,
+        op: str | int | OperatorInfo,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]:
+        if not join_side:
+            yield from super().partitions(op, table)
+            return
+        # A join side as Spark's joinSide option shows it at the join's own state format (at
+        # format 4 the key keeps __event_time): the state reader owns that view.
+        from statectl.state import Selection, StoreEncoding, read_partition
+
+        info, _ = self._select(op, table, join_side)
+        operator = self._ops[info.id]
+        enc = StoreEncoding.of(self.ckpt, self.batch)
+        sel = Selection(info.id, join_side=join_side, batch=self.batch)
+        for p in range(operator.num_partitions):
+            yield p, read_partition(self.ckpt, operator, sel, p, self.batch, enc)
 
     def _partitions(self, op: OperatorInfo, table: TableInfo) -> Iterator[tuple[int, pa.Table]]:
         from statectl.state import StoreEncoding, read_partition
