@@ -381,17 +381,16 @@ class FileIO:
                 self.fs.rm(tmp)
             raise
 
-    @_storage_errors
-    def put_atomic(self, local: str, path: str) -> None:
-        """Upload the local file ``local`` to ``path`` like :meth:`write_atomic`, streamed (and
-        in parts on object stores) rather than through memory; never overwrites."""
+    def _through_temp(self, path: str, fill: Callable[[str], None]) -> None:
+        """``fill(tmp)`` writes a hidden temporary sibling of ``path``, which is then renamed
+        into place (removed on any failure); never overwrites ``path``."""
         parent, name = posixpath.split(path)
         if self.exists(path):
             raise StatectlError("already exists; refusing to overwrite", path)
         self.fs.makedirs(parent, exist_ok=True)
         tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
         try:
-            self.fs.put_file(local, tmp)
+            fill(tmp)
             self.fs.mv(tmp, path)
         except BaseException:
             if self.fs.exists(tmp):
@@ -399,21 +398,16 @@ class FileIO:
             raise
 
     @_storage_errors
+    def put_atomic(self, local: str, path: str) -> None:
+        """Upload the local file ``local`` to ``path`` like :meth:`write_atomic`, streamed (and
+        in parts on object stores) rather than through memory; never overwrites."""
+        self._through_temp(path, lambda tmp: self.fs.put_file(local, tmp))
+
+    @_storage_errors
     def copy_atomic(self, src: str, path: str) -> None:
         """Copy ``src`` (on this filesystem; server-side on object stores) to ``path`` through a
         hidden temporary name, like :meth:`write_atomic`; never overwrites."""
-        parent, name = posixpath.split(path)
-        if self.exists(path):
-            raise StatectlError("already exists; refusing to overwrite", path)
-        self.fs.makedirs(parent, exist_ok=True)
-        tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
-        try:
-            self.fs.copy(src, tmp)
-            self.fs.mv(tmp, path)
-        except BaseException:
-            if self.fs.exists(tmp):
-                self.fs.rm(tmp)
-            raise
+        self._through_temp(path, lambda tmp: self.fs.copy(src, tmp))
 
     @_storage_errors
     def makedirs(self, path: str) -> None:
