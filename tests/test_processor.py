@@ -79,6 +79,22 @@ def test_join_sides_state_variables_and_timers(tmp_path):
         statectl.open(ORDERS).read(0, join_side="left")
     sp = statectl.open(statectl.savepoint(FIXTURES / "join-hdfs", tmp_path / "j"))
     assert arrow_rows(sp.read(0, join_side="left")) == arrow_rows(left)
+    # A format 4 join side is Spark's view at format 4 (the key keeps __event_time) from the
+    # checkpoint, format 2's view from its savepoint, every partition through both.
+    j4 = Checkpoint.open(str(FIXTURES / "join4-rocksdb"))
+    h4 = statectl.open(FIXTURES / "join4-rocksdb")
+    side = h4.read(0, join_side="right")
+    assert side.schema.field("key").type[-1].name == "__event_time"
+    assert arrow_rows(side) == arrow_rows(read_state(j4, Selection(0, join_side="right")))
+    assert [p for p, _ in h4.partitions(0, join_side="right")] == list(
+        range(h4.operator(0).partitions)
+    )
+    sp4 = statectl.open(statectl.savepoint(FIXTURES / "join4-rocksdb", tmp_path / "j4"))
+    values = sp4.read(0, join_side="right")
+    assert "__event_time" not in values.schema.field("key").type.names
+    assert sorted(map(repr, values.column("value").to_pylist())) == sorted(
+        map(repr, side.column("value").to_pylist())
+    )
     tws = statectl.open(FIXTURES / "tws-rocksdb")
     op = tws.operators[0]
     assert {t.name: t.kind for t in op.tables} == {

@@ -187,7 +187,11 @@ class StateHandle:
             )
         return op, op.table(name)
 
-    def _partitions(self, op: OperatorInfo, table: TableInfo) -> Iterator[tuple[int, pa.Table]]:
+    def _partitions(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """``(partition, rows)`` of ``table``, or of one join side (which ``table`` then names)
+        as Spark's ``joinSide`` option shows it."""
         raise NotImplementedError
 
     def partitions(
@@ -198,11 +202,8 @@ class StateHandle:
         join_side: str | None = None,
     ) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows)`` for every state partition, one at a time (bounded memory)."""
-        from statectl.state import join_side_view
-
         info, t = self._select(op, table, join_side)
-        for p, part in self._partitions(info, t):
-            yield p, join_side_view(part) if join_side else part
+        yield from self._partitions(info, t, join_side)
 
     def schema(
         self,
@@ -363,9 +364,13 @@ class CheckpointHandle(StateHandle):
 
         return {k: maybe_json(v) for k, v in self.ckpt.offsets(self.batch).offsets.items()}
 
-    def _selection(self, op: OperatorInfo, table: TableInfo) -> Any:
+    def _selection(self, op: OperatorInfo, table: TableInfo, join_side: str | None) -> Any:
         from statectl.state import Selection
 
+        if join_side:
+            # Spark's joinSide view at the join's own state format (at format 4 the key keeps
+            # __event_time): the state reader owns it.
+            return Selection(op.id, join_side=join_side, batch=self.batch)
         if table.kind == "timers":
             return Selection(op.id, registered_timers=True, batch=self.batch)
         if table.kind == "join-store" and table.name in JOIN_STORES:
@@ -375,33 +380,14 @@ class CheckpointHandle(StateHandle):
             return Selection(op.id, store=table.name, batch=self.batch)
         return Selection(op.id, state_var=table.name, batch=self.batch)
 
-    def partitions(
-        self,
-        op: str | int | OperatorInfo,
-        table: str | None = None,
-        *,
-        join_side: str | None = None,
+    def _partitions(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None
     ) -> Iterator[tuple[int, pa.Table]]:
-        if not join_side:
-            yield from super().partitions(op, table)
-            return
-        # A join side as Spark's joinSide option shows it at the join's own state format (at
-        # format 4 the key keeps __event_time): the state reader owns that view.
-        from statectl.state import Selection, StoreEncoding, read_partition
-
-        info, _ = self._select(op, table, join_side)
-        operator = self._ops[info.id]
-        enc = StoreEncoding.of(self.ckpt, self.batch)
-        sel = Selection(info.id, join_side=join_side, batch=self.batch)
-        for p in range(operator.num_partitions):
-            yield p, read_partition(self.ckpt, operator, sel, p, self.batch, enc)
-
-    def _partitions(self, op: OperatorInfo, table: TableInfo) -> Iterator[tuple[int, pa.Table]]:
         from statectl.state import StoreEncoding, read_partition
 
         operator = self._ops[op.id]
         enc = StoreEncoding.of(self.ckpt, self.batch)
-        sel = self._selection(op, table)
+        sel = self._selection(op, table, join_side)
         for p in range(operator.num_partitions):
             yield p, read_partition(self.ckpt, operator, sel, p, self.batch, enc)
 
@@ -474,10 +460,15 @@ class SavepointHandle(StateHandle):
                 return t
         raise AssertionError(table.name)  # _select found it
 
-    def _partitions(self, op: OperatorInfo, table: TableInfo) -> Iterator[tuple[int, pa.Table]]:
+    def _partitions(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None
+    ) -> Iterator[tuple[int, pa.Table]]:
+        from statectl.state import join_side_view
+
         st = self.state_table(op, table)
         for p, f in enumerate(st.files):  # the canonical writer writes part-<p> in order
-            yield p, self.sp.read_part(st, f)
+            part = self.sp.read_part(st, f)
+            yield p, join_side_view(part) if join_side else part
 
     def to_spark(
         self,
