@@ -173,6 +173,10 @@ SESSION_WINDOW = OperatorKind(
     prefix_columns=session_prefix,
 )
 GLOBAL_LIMIT = OperatorKind("streaming limit", "stores", ("default",), single_partition=True)
+# Real-time mode's aggregation (StatefulStreamlineAggregateExec, Spark 4.1+) keeps its state
+# through the same StreamingAggregationStateManager as stateStoreSave: key = grouping columns,
+# value = aggregation buffers, placed by the whole key. Spark runs it on RocksDB only.
+STREAMLINE_AGGREGATE = OperatorKind("real-time mode aggregation", "stores", ("default",))
 
 # Kinds Spark writes that have no spec yet: inspect and export read them generically, restore
 # refuses them with these reasons.
@@ -181,12 +185,6 @@ JOIN_VCF = OperatorKind(
     "column-families",
     restorable=False,
     reason="its column families are neither join state format 3's nor format 4's",
-)
-STREAMLINE_AGGREGATE = OperatorKind(
-    "real-time mode aggregation",
-    "stores",
-    restorable=False,
-    reason="real-time mode state has no spec in statectl yet",
 )
 
 _BY_NAME: dict[str, OperatorKind] = {
