@@ -322,7 +322,7 @@ def plan_query(
                     for f in ckpt.io.list_dir(ckpt.path("state"))
                     if f.is_dir and f.name.isdigit()
                 )
-                operators = [load_operator(ckpt, op, 0, planned=True) for op in ids]
+                operators = [load_operator(ckpt, op, 0) for op in ids]
     finally:
         for k, v in saved.items():
             if v is None:

@@ -351,19 +351,18 @@ def relocate_schema_path(ckpt: Checkpoint, op: int, recorded: str) -> str:
     return ckpt.io.inside(ckpt.path("state", str(op)), recorded[idx + len(marker) :], source)
 
 
-def _store_dir_names(ckpt: Checkpoint, op: int) -> tuple[int, list[str]]:
-    """(partition count, physical store names) by listing ``state/<op>/``."""
-    parts = [
-        f for f in ckpt.io.list_dir(ckpt.path("state", str(op))) if f.is_dir and f.name.isdigit()
-    ]
-    if not parts:
-        return 0, []
+def _store_dir_names(ckpt: Checkpoint, op: int) -> list[str]:
+    """Physical store names, by listing ``state/<op>/0/`` (for checkpoints without operator
+    metadata)."""
+    first = ckpt.path("state", str(op), "0")
+    if not ckpt.io.exists(first):
+        return []
     stores = [
         f.name
-        for f in ckpt.io.list_dir(ckpt.path("state", str(op), "0"))
+        for f in ckpt.io.list_dir(first)
         if f.is_dir and not f.name.startswith("_") and f.name not in ("SSTs", "logs")
     ]
-    return len(parts), stores or ["default"]
+    return stores or ["default"]
 
 
 def store_dir(ckpt: Checkpoint, op: int, partition: int, store: str) -> str:
@@ -432,17 +431,11 @@ def _ranges(ids: list[int]) -> str:
     return ",".join(map(str, ids[:8])) + (",..." if len(ids) > 8 else "")
 
 
-def load_operator(ckpt: Checkpoint, op: int, batch: int, *, planned: bool = False) -> Operator:
-    """One operator as its files describe it. ``planned``: a scratch checkpoint in which Spark
-    only planned the query (no partition directories yet beyond the schema's), so the partition
-    count comes from the operator metadata and is not cross-checked."""
+def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
+    """One operator as its files describe it."""
     meta = _operator_metadata(ckpt, op, batch)
-    listed_count, listed_stores = _store_dir_names(ckpt, op)
-    if planned:
-        recorded = [s.num_partitions for s in meta.stores if s.num_partitions] if meta else []
-        partitions = recorded[0] if recorded else listed_count
-    else:
-        partitions = check_partition_count(ckpt, op, batch, meta)
+    listed_stores = _store_dir_names(ckpt, op)
+    partitions = check_partition_count(ckpt, op, batch, meta)
     if meta is not None and meta.stores:
         infos = meta.stores
     else:
