@@ -883,22 +883,22 @@ def _write_cf_state(
     cf_ids = assign_cf_ids(families)
     confs = sp.metadata.pinned_confs
     delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    parts_iter = iter(parts)
-
-    def encode(p: int) -> tuple[pa.Array, pa.Array]:
-        q, tables = next(parts_iter)
-        assert q == p, (q, p)  # the engine yields target partitions in order
-        return encode_operator_partition(
-            tables,
-            kinds,
-            families,
-            cf_ids,
-            properties.get("timeMode", ""),
-            delimiter,
-            avro=confs.get(ENCODING_CONF) == "avro",
+    entries = (
+        (
+            p,
+            encode_operator_partition(
+                tables,
+                kinds,
+                families,
+                cf_ids,
+                properties.get("timeMode", ""),
+                delimiter,
+                avro=confs.get(ENCODING_CONF) == "avro",
+            ),
         )
-
-    _write_cf_files(new_id, name, properties, families, cf_ids, encode, plan, io, root)
+        for p, tables in parts
+    )
+    _write_cf_files(new_id, name, properties, families, cf_ids, entries, plan, io, root)
 
 
 def _write_join_families(
@@ -914,19 +914,15 @@ def _write_join_families(
     cf_ids = assign_cf_ids(families)
     delimiter = b"" if sp.metadata.pinned_confs.get(MERGE_OPERATOR_CONF) == "2" else b","
     # One target partition in memory at a time, keys placed by the join key (statectl/engine.py).
-    parts = iter(
-        partition_tables(
-            sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
-        )
+    parts = partition_tables(
+        sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
     )
-
-    def encode(p: int) -> tuple[pa.Array, pa.Array]:
-        q, tables = next(parts)
-        assert q == p, (q, p)
-        return join_state.encode_partition(fmt, tables, families, cf_ids, delimiter)
-
+    entries = (
+        (p, join_state.encode_partition(fmt, tables, families, cf_ids, delimiter))
+        for p, tables in parts
+    )
     properties = {"useVirtualColumnFamilies": True}
-    _write_cf_files(new_id, op.name, properties, families, cf_ids, encode, plan, io, root)
+    _write_cf_files(new_id, op.name, properties, families, cf_ids, entries, plan, io, root)
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
@@ -936,17 +932,22 @@ def _write_cf_files(
     properties: dict[str, Any],
     families: list[ColumnFamilySchema],
     cf_ids: dict[str, int],
-    encode: Callable[[int], tuple[pa.Array, pa.Array]],
+    entries: Iterable[tuple[int, tuple[pa.Array, pa.Array]]],
     plan: RestorePlan,
     io: FileIO,
     root: str,
 ) -> None:
-    """One RocksDB snapshot per partition (``encode(p)``: its entries), the schema file (v3)
-    and operator metadata v2 pointing at it, as Spark writes a column-family operator."""
+    """One RocksDB snapshot per partition (``entries``: each target partition's encoded keys
+    and values, in partition order), the schema file (v3) and operator metadata v2 pointing at
+    it, as Spark writes a column-family operator."""
     internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
     version = plan.batch + 1
-    for p in range(plan.partitions):
-        keys, values = encode(p)
+    written = 0
+    for p, (keys, values) in entries:
+        # The engine yields every target partition, in order (unique ids are recorded in order).
+        if p != written:
+            raise AssertionError(f"partition {p} came after {written} partitions")
+        written += 1
         ids = read_le_int(keys, 0, 2) if len(keys) else np.zeros(0)
         unique_id = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
         _record_unique_id(plan, new_id, p, unique_id)
@@ -960,6 +961,8 @@ def _write_cf_files(
             num_internal_keys=int(np.isin(ids, internal).sum()),
             unique_id=unique_id,
         )
+    if written != plan.partitions:
+        raise AssertionError(f"{written} of {plan.partitions} partitions were encoded")
     schema_path = posixpath.join(
         root, "state", str(new_id), "_stateSchema", "default", f"{plan.batch}_{uuid.uuid4()}"
     )
