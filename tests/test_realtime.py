@@ -32,9 +32,12 @@ STEPS = [["a", "b", "a", "k1"], ["c", "a", "k2", "b"]]
 MORE = [["d", "a", "b", "k1"]]
 
 
-def run_realtime(ckpt, out, steps, *, partitions: int = 2, replay: int = 0) -> dict[str, int]:
-    """The largest count the real-time query's sink emitted per key."""
+def run_realtime(
+    ckpt, out, steps, *, partitions: int = 2, replay: int = 0, dedup: bool = False
+) -> dict[str, int]:
+    """The largest count the real-time query's sink emitted per key (1 per key for dedup)."""
     args = [str(ckpt), str(out), json.dumps(steps), "--partitions", str(partitions)]
+    args += ["--dedup"] if dedup else []
     done = subprocess.run(
         [sys.executable, str(RUNNER), *args, "--replay", str(replay)],
         capture_output=True,
@@ -84,3 +87,24 @@ def test_realtime_aggregation_restores_and_continues(spark, tmp_path):
     restored = Checkpoint.open(str(tmp_path / "ck2"))
     assert restored.latest_committed_batch > meta.batch_id
     assert restored.num_partitions(restored.latest_committed_batch) == 3
+
+
+@pytest.mark.spark
+def test_realtime_dedup_restores_and_continues(tmp_path):
+    """``dropDuplicates`` in real-time mode (operator ``dedupe``): after a restore at another
+    partition count, only keys never seen before are emitted."""
+    first = run_realtime(tmp_path / "ck1", tmp_path / "out1", STEPS, dedup=True)
+    assert first == dict.fromkeys(totals(STEPS), 1)
+    assert Checkpoint.open(str(tmp_path / "ck1")).operator(0, 0).name == "dedupe"
+    sp_url, _ = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(sp_url, str(tmp_path / "ck2"), partitions=3)
+    assert not plan.problems
+    continued = run_realtime(
+        tmp_path / "ck2",
+        tmp_path / "out2",
+        STEPS + MORE,
+        partitions=3,
+        replay=len(STEPS),
+        dedup=True,
+    )
+    assert continued == {"d": 1}  # a, b and k1 were seen before the restore
