@@ -226,6 +226,108 @@ class SavepointWriter:
         self.base = base
         self._removed: set[str] = set()
         self._tables: dict[tuple[str, str], _TableEdits] = {}
+        self._offsets: dict[str, str | None] = {}  # with_offsets: source key -> offset
+        self._sources: list[Any] | None = None  # for_query: the planned sources
+        self._scratch: str | None = None  # for_query: the empty base, removed by write
+
+    @classmethod
+    def for_query(
+        cls,
+        query: str,
+        *,
+        batch: int = 0,
+        offsets: dict[Any, Any] | None = None,
+        partitions: int | None = None,
+        backend: str = "hdfs",
+        output_mode: str | None = None,
+        watermark_ms: int = 0,
+        spark: Any = None,
+    ) -> SavepointWriter:
+        """Bootstrap a savepoint for a query that never ran (``"mod.py:fn"`` or
+        ``"module:fn"``, as ``--query``): Spark plans it (nothing runs) and every operator
+        starts with empty tables of the planned key/value schemas; fill them with
+        :meth:`with_state`. ``batch`` is the savepoint's batch (the restored query resumes
+        at ``batch + 1``), ``offsets`` where its sources start (see :meth:`with_offsets`;
+        default: every source from its configured start), ``partitions`` the state partition
+        count (default: the session's ``spark.sql.shuffle.partitions``), ``watermark_ms`` the
+        event-time watermark the query resumes with."""
+        from statectl.processor.bootstrap import build_base
+
+        url, planned = build_base(
+            query,
+            batch=batch,
+            partitions=partitions,
+            backend=backend,
+            output_mode=output_mode,
+            watermark_ms=watermark_ms,
+            spark=spark,
+        )
+        writer = cls(open_handle(url))
+        writer._scratch = url
+        writer._sources = planned.sources
+        if offsets:
+            try:
+                writer.with_offsets(offsets)
+            except BaseException:
+                writer._drop_scratch()
+                raise
+        return writer
+
+    def with_offsets(self, offsets: dict[Any, Any]) -> SavepointWriter:
+        """Set where sources start when the savepoint is restored: source index (or, for a
+        ``for_query`` bootstrap, the description ``statectl restore --dry-run`` shows, e.g.
+        ``kafka``; for offset log v2 the source name) -> offset, as JSON text or a dict
+        (``{"topic":{"0":42}}``), ``None`` for the source's configured start. An offset the
+        planned source cannot parse is refused. A file source's position is its seen-files
+        log: it can only be reset (``None``)."""
+        from statectl.processor.bootstrap import describe_sources
+        from statectl.source_positions import START, normalize_offset
+
+        current = self._current_offsets()
+        logs = self._base_source_logs()
+        for name, value in offsets.items():
+            text = normalize_offset(value, f"with_offsets[{name!r}]")
+            key = self._source_key(str(name), current)
+            planned = next((s for s in self._sources or [] if str(s.index) == key), None)
+            is_file = (planned is not None and planned.is_file) or bool(logs.get(key))
+            if text != START and is_file:
+                raise StatectlError(
+                    f"with_offsets[{name!r}]: a file source's position is its seen-files log, "
+                    "not an offset; pass None to start it from its configured start"
+                )
+            if text != START and planned is not None and planned.parse_offset is not None:
+                err = planned.parse_offset(text)
+                if err:
+                    raise StatectlError(
+                        f"with_offsets[{name!r}]: {planned.description} cannot parse {text}: "
+                        f"{err} (sources: {describe_sources(self._sources or [])})"
+                    )
+            self._offsets[key] = None if text == START else text
+        return self
+
+    def _current_offsets(self) -> dict[str, str | None]:
+        if isinstance(self.base, SavepointHandle):
+            return dict(self.base.sp.metadata.offsets)
+        return dict(self.base.ckpt.offsets(self.base.batch).offsets)  # type: ignore[attr-defined]
+
+    def _base_source_logs(self) -> dict[str, Any]:
+        if isinstance(self.base, SavepointHandle):
+            return dict(self.base.sp.metadata.source_logs or {})
+        return {k: [1] for k in self.base.ckpt.source_log_dirs()}  # type: ignore[attr-defined]
+
+    def _source_key(self, name: str, current: dict[str, str | None]) -> str:
+        if name in current:
+            return name
+        hits = [str(s.index) for s in self._sources or [] if name in (s.description, s.file_path)]
+        if len(hits) == 1:
+            return hits[0]
+        names = (
+            ", ".join(f"{s.index} {s.description}" for s in self._sources)
+            if self._sources
+            else ", ".join(current) or "none"
+        )
+        why = "names several sources (use the index)" if hits else "is not a source"
+        raise StatectlError(f"with_offsets: {name!r} {why} (sources: {names})")
 
     @classmethod
     def from_savepoint(cls, source: Any, *, batch: int | None = None) -> SavepointWriter:
@@ -374,7 +476,20 @@ class SavepointWriter:
         finally:
             if scratch is not None and out_io.exists(scratch):
                 out_io.remove(scratch, recursive=True)
+            if self._scratch is not None:
+                self._drop_scratch()
         return open_handle(out_io.url(root))
+
+    def _drop_scratch(self) -> None:
+        """The empty base of a bootstrap: a local temporary directory, written only here."""
+        import shutil
+
+        from statectl.io import FileIO
+
+        io, path = FileIO.for_url(self._scratch or "")
+        if io.protocol == "file":
+            shutil.rmtree(path, ignore_errors=True)
+        self._scratch = None
 
 
 def _kind_of(writer: SavepointWriter, op: OperatorInfo) -> Any:
@@ -443,8 +558,22 @@ def _write(writer: SavepointWriter, base: SavepointHandle, out_io: Any, root: st
                 files[q] = _write_table(out_io, root, files[q].path, merged)
             tables.append(dataclasses.replace(t, files=files, rows=sum(f.rows for f in files)))
         operators.append(dataclasses.replace(op_state, tables=tables))
+    offsets, previous, logs = (
+        sp.metadata.offsets,
+        sp.metadata.previous_offsets,
+        sp.metadata.source_logs,
+    )
+    if writer._offsets:
+        offsets = {**offsets, **writer._offsets}
+        if previous is not None:
+            previous = {**previous, **writer._offsets}
+        # a reset file source forgets the files it saw: it reads its directory again
+        logs = {k: v for k, v in (logs or {}).items() if k not in writer._offsets}
     return dataclasses.replace(
         sp.metadata,
+        offsets=offsets,
+        previous_offsets=previous,
+        source_logs=logs,
         operators=operators,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
         statectl_version=statectl.__version__,
