@@ -132,3 +132,24 @@ def test_source_offsets_option_is_checked(pair):
         "kafka": '{"t": {"0": 1}}',
         "1": "-",
     }
+
+
+def test_with_offsets_resets_a_file_source_and_refuses_what_it_cannot_set(sp, tmp_path):
+    import statectl
+
+    writer = statectl.SavepointWriter.from_savepoint(sp.url())
+    with pytest.raises(StatectlError, match="file source"):
+        writer.with_offsets({0: '{"logOffset":1}'})
+    with pytest.raises(StatectlError, match="'7' is not a source"):
+        writer.with_offsets({7: None})
+    with pytest.raises(StatectlError, match="is not JSON"):
+        writer.with_offsets({0: "{oops"})
+    reset = writer.with_offsets({0: None}).write(tmp_path / "reset")
+    meta = Savepoint.open(reset.path).metadata
+    assert meta.offsets == {"0": None} and meta.previous_offsets == {"0": None}
+    assert meta.source_logs == {}
+    assert sp.metadata.offsets == {"0": '{"logOffset":3}'}  # the base is untouched
+    p = plan_restore(Savepoint.open(reset.path), str(tmp_path / "ck"), None, None, {}, False)
+    assert not p.problems and p.sources[0]["position"] == "kept"
+    write_restore(p)
+    assert offsets_written(tmp_path) == ["-"] and not (tmp_path / "ck" / "sources").exists()
