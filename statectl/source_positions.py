@@ -215,7 +215,8 @@ def plan_positions(
                 used.add(replaced.key)
         elif s.index in match:
             o = match[s.index]
-            entry.update(position="kept", offset=o.offset)
+            # a source the savepoint has no offset for yet starts from its configured start
+            entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
             if o.key != key:
                 entry["from"] = int(o.key) if o.key.isdigit() else o.key
             offsets[key], previous[key] = o.offset, o.previous

@@ -150,6 +150,6 @@ def test_with_offsets_resets_a_file_source_and_refuses_what_it_cannot_set(sp, tm
     assert meta.source_logs == {}
     assert sp.metadata.offsets == {"0": '{"logOffset":3}'}  # the base is untouched
     p = plan_restore(Savepoint.open(reset.path), str(tmp_path / "ck"), None, None, {}, False)
-    assert not p.problems and p.sources[0]["position"] == "kept"
+    assert not p.problems and p.sources[0]["position"] == "new"
     write_restore(p)
     assert offsets_written(tmp_path) == ["-"] and not (tmp_path / "ck" / "sources").exists()
