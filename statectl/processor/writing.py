@@ -29,6 +29,7 @@ from statectl.processor.reading import (
     TableInfo,
     open_handle,
 )
+from statectl.processor.spill import Spill, chunks, is_stream
 
 Predicate = pc.Expression | Callable[[pa.RecordBatch], Any]
 Transform = Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table]
@@ -42,12 +43,14 @@ class _Edit:
 
 @dataclass
 class _TableEdits:
-    replacement: pa.Table | None = None  # with_state
+    replacement: pa.Table | Spill | None = None  # with_state (a Spill: streamed, placed)
     edits: list[_Edit] = field(default_factory=list)
 
     @property
     def moves_keys(self) -> bool:
-        return self.replacement is not None or any(e.kind == "transform" for e in self.edits)
+        return isinstance(self.replacement, pa.Table) or any(
+            e.kind == "transform" for e in self.edits
+        )
 
 
 def conform(data: pa.Table, info: TableInfo, what: str) -> pa.Table:
@@ -229,6 +232,7 @@ class SavepointWriter:
         self._offsets: dict[str, str | None] = {}  # with_offsets: source key -> offset
         self._sources: list[Any] | None = None  # for_query: the planned sources
         self._scratch: str | None = None  # for_query: the empty base, removed by write
+        self._spent = False  # write consumed streamed with_state input (or the bootstrap base)
 
     @classmethod
     def for_query(
@@ -387,13 +391,48 @@ class SavepointWriter:
     def with_state(self, uid: str | int, data: Any, table: str | None = None) -> SavepointWriter:
         """Replace the table with ``data`` (Arrow, pandas or a Spark DataFrame; columns as
         ``read`` returns them, ``partition_id`` optional and ignored), validated against the
-        declared key and value schemas, placed by the operator kind's rule."""
+        declared key and value schemas, placed by the operator kind's rule.
+
+        Big inputs stream: a ``pyarrow.RecordBatchReader``, a ``pyarrow.dataset`` or an
+        iterator of record batches, tables or pandas DataFrames is read a chunk at a time,
+        each chunk checked and placed, and kept on local disk by partition until
+        :meth:`write`."""
         op, info = self._target(uid, table, "with_state")
         self._require_placement(op, "with_state")
         edits = self._edits(op, info)
-        edits.replacement = conform(as_arrow(data), info, f"with_state({op.uid}, {info.name})")
+        what = f"with_state({op.uid}, {info.name})"
+        if is_stream(data):
+            replacement: pa.Table | Spill = self._spill(op, info, data, what)
+        else:
+            replacement = conform(as_arrow(data), info, what)
+        if isinstance(edits.replacement, Spill):
+            edits.replacement.remove()
+        edits.replacement = replacement
         edits.edits.clear()
         return self
+
+    def _spill(self, op: OperatorInfo, info: TableInfo, data: Any, what: str) -> Spill:
+        kind = _kind_of(self, op)
+        schema = pa.schema([f for f in info.schema if f.name != "partition_id"])
+        spill = Spill(schema)
+        try:
+            for chunk in chunks(data):
+                part = conform(as_arrow(chunk), info, what)
+                pids = _placement(part, info, op.partitions, kind)
+                for p in np.unique(pids):
+                    spill.add(int(p), part.filter(pa.array(pids == p)))
+            spill.close()
+        except BaseException:
+            spill.remove()
+            raise
+        return spill
+
+    def _remove_spills(self) -> None:
+        for edits in self._tables.values():
+            if isinstance(edits.replacement, Spill):
+                edits.replacement.remove()
+                edits.replacement = None
+                self._spent = True
 
     def _require_placement(self, op: OperatorInfo, edit: str) -> None:
         if not op.restorable:
@@ -408,7 +447,10 @@ class SavepointWriter:
     ) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows)`` after the edits, before re-placement (read from the base)."""
         what = f"{op.uid}/{info.name}"
-        if edits.replacement is not None:
+        if isinstance(edits.replacement, Spill):
+            spill = edits.replacement
+            parts = ((p, _with_partition(spill.partition(p), p)) for p in range(op.partitions))
+        elif edits.replacement is not None:
             parts = _split(edits.replacement, op, info, kind)
         else:
             parts = self.base.partitions(op.uid, info.name)
@@ -448,6 +490,11 @@ class SavepointWriter:
         from statectl.io import FileIO
         from statectl.reader import as_url
 
+        if self._spent:
+            raise StatectlError(
+                "this writer was written once and its streamed input (with_state of an "
+                "iterator, or a for_query bootstrap) is consumed; build a new writer"
+            )
         out_io, root = FileIO.for_url(as_url(target))
         root = root.rstrip("/")
         if out_io.exists(root) and (not out_io.is_dir(root) or out_io.list_dir(root)):
@@ -478,6 +525,7 @@ class SavepointWriter:
                 out_io.remove(scratch, recursive=True)
             if self._scratch is not None:
                 self._drop_scratch()
+            self._remove_spills()
         return open_handle(out_io.url(root))
 
     def _drop_scratch(self) -> None:
@@ -490,6 +538,7 @@ class SavepointWriter:
         if io.protocol == "file":
             shutil.rmtree(path, ignore_errors=True)
         self._scratch = None
+        self._spent = True
 
 
 def _kind_of(writer: SavepointWriter, op: OperatorInfo) -> Any:
