@@ -190,6 +190,8 @@ def plan_positions(
             if text == START:
                 entry.update(position="new", offset=None)
             elif s.is_file:
+                if replaced is not None:
+                    used.add(replaced.key)  # refused here; not "dropped" as well
                 problems.append(
                     f"--source-offsets {s.index}: {s.description} is a file source, whose "
                     "position is its seen-files log, not an offset; it keeps the log of the "
