@@ -289,6 +289,8 @@ def render_source(src: dict[str, Any]) -> str:
         where += f" (the savepoint's source {src['from']})"
     if src.get("replaces"):
         where += f", replacing {src['replaces']}"
+    if src.get("note"):
+        where += f"; {src['note']}"
     index = src.get("index")
     name = (
         f"source {index}" if index is not None else f"savepoint source {src.get('savepoint_index')}"

@@ -6,8 +6,8 @@ one line per source (``OffsetSeq.toStreamProgress``): a source added, removed or
 the old checkpoint unusable. A restore writes the offset log for the new query instead:
 
 * kept: the old source's offset (and, for a file source, its seen-files log under the new
-  index). A file source is matched by its directory (what its log's files are under), any
-  other source by its index;
+  index). A file source is matched by its directory (what its log's files are under), else
+  by index (a moved directory; the plan notes it); any other source by its index;
 * new: ``-``, Spark's "no offset yet", so the source starts from its configured start
   (``startingOffsets``, a file source's existing files, ...);
 * given: ``--source-offsets NAME=JSON`` (NAME = the index or the description the plan shows),
@@ -221,6 +221,11 @@ def plan_positions(
             entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
             if o.key != key:
                 entry["from"] = int(o.key) if o.key.isdigit() else o.key
+            if s.is_file and o.directory and o.directory != _local_dir(s.file_path or ""):
+                entry["note"] = (
+                    f"matched by index: the savepoint's files were under {o.directory}; pass "
+                    f"--source-offsets {s.index}=- to read the new directory from its start"
+                )
             offsets[key], previous[key] = o.offset, o.previous
             if o.entries:
                 logs[key] = o.entries
@@ -271,8 +276,10 @@ def _match(
         o = olds.get(str(s.index))
         if o is None or o.key in used:
             continue
-        if s.is_file and o.is_file and o.directory is None:
-            match[s.index] = o  # a file source that never saw a file: same place, same kind
+        if s.is_file and o.is_file:
+            # Same place, same kind, another (or no known) directory: Spark continues it with
+            # its seen-files log (a moved directory, another URI spelling); the plan says so.
+            match[s.index] = o
         elif not s.is_file and not o.is_file:
             if s.parse_offset is not None and o.offset is not None:
                 err = s.parse_offset(o.offset)

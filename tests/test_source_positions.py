@@ -153,3 +153,12 @@ def test_with_offsets_resets_a_file_source_and_refuses_what_it_cannot_set(sp, tm
     assert not p.problems and p.sources[0]["position"] == "new"
     write_restore(p)
     assert offsets_written(tmp_path) == ["-"] and not (tmp_path / "ck" / "sources").exists()
+
+
+def test_a_file_source_in_another_directory_is_kept_by_index_and_noted(sp, tmp_path):
+    p = plan(sp, tmp_path, [PlannedSource(0, "FileSource[/data/moved]", "/data/moved")])
+    assert not p.problems, p.problems
+    [src] = p.sources
+    assert src["position"] == "kept" and OLD_DIR in src["note"] and "0=-" in src["note"]
+    p = plan(sp, tmp_path, [PlannedSource(0, "FileSource[/data/moved]", "/data/moved")], {"0": "-"})
+    assert not p.problems and p.sources[0]["position"] == "new"
