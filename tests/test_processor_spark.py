@@ -185,8 +185,6 @@ def test_for_query_bootstrap_is_the_new_querys_first_output(spark, tmp_path):
 
 
 def test_for_query_bootstrap_with_offsets_starts_the_source_there(spark, tmp_path):
-    import pyarrow as pa
-
     from statectl.errors import StatectlError
     from statectl.query_plan import load_query_function
 
@@ -204,11 +202,9 @@ def test_for_query_bootstrap_with_offsets_starts_the_source_there(spark, tmp_pat
         offsets={"rate-micro-batch": {"offset": 50, "timestamp": 50000}},
     )
     [op] = writer.base.operators
-    state = pa.table(
-        {
-            "key": pa.array([{"k": "k1"}, {"k": "k3"}]),
-            "value": pa.array([{"count": 10}, {"count": 1}]),
-        }
+    # the bootstrap state from a Spark DataFrame (e.g. a batch backfill's result)
+    state = spark.createDataFrame(
+        [(("k1",), (10,)), (("k3",), (1,))], "key struct<k: string>, value struct<count: bigint>"
     )
     sp = writer.with_state(op.uid, state).write(tmp_path / "sp")
     assert sp.batch == 4
