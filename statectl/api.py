@@ -183,6 +183,7 @@ def restore(
     join_state_format: int | None = None,
     memory: str | int | None = None,
     workers: int | None = None,
+    source_offsets: dict[Any, Any] | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -193,8 +194,16 @@ def restore(
     converts stream-stream join state to that format (default: the savepoint's where the
     target backend runs it, else 2). ``memory`` (bytes or ``"512M"``) bounds the local
     engine's memory, ``workers`` its parallel tasks (default: a quarter of the machine's
-    memory, a worker per core)."""
+    memory, a worker per core). ``source_offsets`` sets sources' starting positions: source
+    index or description (as the plan's ``sources`` show it) -> offset (JSON text or a dict;
+    ``None`` or ``"-"``: the source's configured start)."""
     from statectl.restoring import restore as do_restore
+    from statectl.source_positions import normalize_offset
+
+    given = {
+        str(k): normalize_offset(v, f"source_offsets[{k!r}]")
+        for k, v in (source_offsets or {}).items()
+    }
 
     plan = do_restore(
         as_url(savepoint),
@@ -215,6 +224,7 @@ def restore(
         join_state_format=join_state_format,
         memory=memory,
         workers=workers,
+        source_offsets=given,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:

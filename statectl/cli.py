@@ -458,6 +458,14 @@ def restore(
             "only; default: the savepoint's where the backend runs it, else 2).",
         ),
     ] = None,
+    source_offsets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--source-offsets",
+            help="NAME=JSON: where a source starts (NAME: its index or description as the plan "
+            "shows it; JSON: the source's offset, or - for its configured start). Repeatable.",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Make every check the restore makes, write nothing."),
@@ -480,7 +488,9 @@ def restore(
     """
     from statectl.api import restore as do_restore
     from statectl.errors import StatectlError
+    from statectl.render import render_source
     from statectl.results import RestoreError
+    from statectl.source_positions import parse_source_offsets
 
     def progress(msg: str) -> None:
         if not as_json or sys.stderr.isatty():
@@ -511,6 +521,7 @@ def restore(
             join_state_format=join_state_format,
             memory=memory,
             workers=workers,
+            source_offsets=parse_source_offsets(source_offsets or []),
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
@@ -532,6 +543,8 @@ def restore(
             sys.stderr.write(f"statectl: warning: the state of uid {uid} is not restored (-n)\n")
         for op_id, name in info["started_empty"].items():
             print(f"  operator {op_id} ({name}) starts with empty state")
+        for src in info.get("sources", []):
+            print(f"  {render_source(src)}")
         for p in info["problems"]:
             sys.stderr.write(f"statectl: error: {p}\n")
     if not result.ok:

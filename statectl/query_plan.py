@@ -25,6 +25,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -56,6 +57,25 @@ class PlannedQuery:
     operators: list[Operator]
     # File source paths that did not exist and were planned against an empty stand-in.
     stand_ins: list[str] = field(default_factory=list)
+    # The query's sources in Spark's order (the lines of offsets/N), as a restart numbers them.
+    sources: list[PlannedSource] = field(default_factory=list)
+
+
+@dataclass
+class PlannedSource:
+    """One source of the planned query: its index (its line in ``offsets/N`` and its
+    ``sources/<index>`` log), its description as Spark names it (``FileSource[/in]``,
+    ``kafka``, ``rate-micro-batch``), the directory of a file source, and the source's own
+    offset parser where Spark can build the source without reading from it."""
+
+    index: int
+    description: str
+    file_path: str | None = None
+    parse_offset: Callable[[str], str | None] | None = field(default=None, repr=False)
+
+    @property
+    def is_file(self) -> bool:
+        return self.file_path is not None
 
 
 def load_query_function(spec: str) -> Any:
@@ -195,10 +215,11 @@ STAND_IN_METHODS = ("load", "json", "csv", "parquet", "orc", "text", "xml")
 
 
 @contextlib.contextmanager
-def stand_in_sources(found: list[str]) -> Iterator[None]:
+def stand_in_sources(found: list[str], replaced: dict[str, str] | None = None) -> Iterator[None]:
     """While the user's function runs: a file source whose path does not exist (Spark raises
     PATH_NOT_FOUND) is read from an empty temporary directory instead; ``found`` collects the
-    paths. Planning reads no files, so operators and schemas are the same."""
+    paths, ``replaced`` maps each stand-in directory to the path it stands in for. Planning
+    reads no files, so operators and schemas are the same."""
     from pyspark.errors import AnalysisException
     from pyspark.sql.streaming.readwriter import DataStreamReader
 
@@ -215,7 +236,11 @@ def stand_in_sources(found: list[str]) -> Iterator[None]:
                 if path is None or e.getCondition() != "PATH_NOT_FOUND":
                     raise
                 found.append(str(path))
-                return orig(self, tmp, *args, **kwargs)
+                stand_in = os.path.join(tmp, str(len(found)))
+                os.makedirs(stand_in, exist_ok=True)
+                if replaced is not None:
+                    replaced[stand_in] = str(path)
+                return orig(self, stand_in, *args, **kwargs)
 
         return method
 
@@ -283,10 +308,11 @@ def plan_query(
     confs = dict(confs or {})
     saved = {k: spark.conf.get(k, None) for k in confs}
     stand_ins: list[str] = []
+    replaced: dict[str, str] = {}
     try:
         for k, v in confs.items():
             spark.conf.set(k, v)
-        with stand_in_sources(stand_ins):
+        with stand_in_sources(stand_ins, replaced):
             df = build_dataframe(func, spark, spec)
             if stand_ins and progress:
                 progress(f"planning against an empty stand-in for {', '.join(stand_ins)}")
@@ -297,6 +323,7 @@ def plan_query(
                     f"--query {spec}: Spark cannot analyze the query: {spark_message(e)}"
                 ) from None
             mode = check_output_mode(spark, jplan, output_mode)
+            sources = planned_sources(spark, jplan, replaced)
             with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
                 # What MicroBatchExecution writes before it plans batch 0; transformWithState's
                 # schema validation checks that the batch is in the offset log.
@@ -333,7 +360,62 @@ def plan_query(
     for op in operators:
         if partitions:
             op.num_partitions = partitions
-    return PlannedQuery(spec, mode, operators, stand_ins)
+    return PlannedQuery(spec, mode, operators, stand_ins, sources)
+
+
+FILE_SOURCE = re.compile(r"^FileSource\[(.*)\]$", re.S)
+
+
+def planned_sources(spark: Any, jplan: Any, replaced: dict[str, str]) -> list[PlannedSource]:
+    """The streaming relations of the analyzed plan, numbered as ``MicroBatchExecution``
+    numbers them: leaves in plan order, the same relation (a self-union) once."""
+    found: list[Any] = []
+    it = jplan.collectLeaves().iterator()
+    while it.hasNext():
+        leaf = it.next()
+        name = leaf.getClass().getSimpleName()
+        if name in ("StreamingRelation", "StreamingRelationV2") and not any(
+            leaf.equals(f) for f in found
+        ):
+            found.append(leaf)
+    out = []
+    for i, leaf in enumerate(found):
+        desc = str(leaf.sourceName())
+        m = FILE_SOURCE.match(desc)
+        path = None
+        if m and leaf.getClass().getSimpleName() == "StreamingRelation":
+            path = replaced.get(m.group(1), m.group(1))
+            desc = f"FileSource[{path}]"
+        parser = None
+        if leaf.getClass().getSimpleName() == "StreamingRelationV2":
+            parser = _v2_offset_parser(spark, leaf)
+        out.append(PlannedSource(i, desc, path, parser))
+    return out
+
+
+def _v2_offset_parser(spark: Any, leaf: Any) -> Callable[[str], str | None]:
+    """The source's own ``deserializeOffset``: a micro-batch stream built on a scratch
+    checkpoint directory (built lazily, stopped after use; nothing is read). Returns Spark's
+    message for an offset the source cannot parse, None when it parses, or when the source
+    cannot be built here (then the offset is not checked)."""
+    table, options = leaf.table(), leaf.extraOptions()
+
+    def parse(text: str) -> str | None:
+        with tempfile.TemporaryDirectory(prefix="statectl-source-") as tmp:
+            try:
+                stream = table.newScanBuilder(options).build().toMicroBatchStream(tmp)
+            except Exception:
+                return None
+            try:
+                stream.deserializeOffset(text).json()
+                return None
+            except Exception as e:
+                return spark_message(e) or "the source cannot parse it"
+            finally:
+                with contextlib.suppress(Exception):
+                    stream.stop()
+
+    return parse
 
 
 def planning_confs(pinned: dict[str, str], backend: str, partitions: int) -> dict[str, str]:

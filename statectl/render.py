@@ -273,3 +273,26 @@ def render_list(console: Console, entries: list[dict[str, Any]], *, wide: bool =
         for p in e.get("problems", []):
             # Problems name whole files: word-wrapped at the terminal width, or not at all (--wide).
             console.print(Text(name, style="dim") + Text(f": {p}"), soft_wrap=wide)
+
+
+def render_source(src: dict[str, Any]) -> str:
+    """One line of a restore plan's sources: where the source starts."""
+    offset = src.get("offset")
+    at = "-" if offset is None else offset
+    where = {
+        "kept": f"kept at {at}",
+        "new": "new, from its configured start",
+        "given": f"starts at the given offset {at}",
+        "dropped": f"dropped (-n), was at {at}",
+    }.get(src.get("position", ""), str(src.get("position")))
+    if src.get("from") is not None:
+        where += f" (the savepoint's source {src['from']})"
+    if src.get("replaces"):
+        where += f", replacing {src['replaces']}"
+    if src.get("note"):
+        where += f"; {src['note']}"
+    index = src.get("index")
+    name = (
+        f"source {index}" if index is not None else f"savepoint source {src.get('savepoint_index')}"
+    )
+    return f"{name} {src.get('description', '')}: {where}"

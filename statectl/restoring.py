@@ -62,6 +62,7 @@ from statectl.savepoints.format import (
 )
 from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.schema_compat import difference
+from statectl.source_positions import SourcePositions, plan_positions
 from statectl.state import read_le_int
 from statectl.tws_encode import (
     VERSION,
@@ -111,6 +112,10 @@ class RestorePlan:
     join_state_format: int | None = None
     conversions: list[str] = field(default_factory=list)
     interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
+    # Every source of the restored query: kept / new / given / dropped (source_positions.py),
+    # and the offset log and source logs written for them (None: the savepoint's as they are).
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    positions: SourcePositions | None = field(default=None, repr=False, compare=False)
     # What write_restore needs: the open savepoint and the target's filesystem and root.
     sp: Savepoint | None = field(default=None, repr=False, compare=False)
     io: FileIO | None = field(default=None, repr=False, compare=False)
@@ -132,6 +137,7 @@ class RestorePlan:
             "started_empty": {str(k): v for k, v in self.started_empty.items()},
             "join_state_format": self.join_state_format,
             "conversions": self.conversions,
+            "sources": self.sources,
             "problems": self.problems,
             "ok": not self.problems,
         }
@@ -409,6 +415,7 @@ def plan_restore(
     source: str | None = None,
     own_target: bool = False,
     join_state_format: int | None = None,
+    source_offsets: dict[str, str] | None = None,
 ) -> RestorePlan:
     """Every check the restore makes, nothing written: which uid goes to which operator id,
     what is dropped or started empty, and what is wrong (``problems``; empty means
@@ -420,7 +427,9 @@ def plan_restore(
     state whose operator is still there with another schema is an error either way.
 
     ``source`` is the checkpoint the savepoint was taken from (migrate), ``own_target`` says
-    the caller already marked the target in progress (migrate).
+    the caller already marked the target in progress (migrate). ``source_offsets`` (source
+    index or description -> offset JSON, ``-`` for the configured start) positions sources;
+    with ``query`` the sources are matched to the query's (statectl/source_positions.py).
     """
     m = sp.metadata
     chosen, n = choose_target(sp, backend, partitions)
@@ -571,6 +580,20 @@ def plan_restore(
     for op in m.operators:
         if op.uid in plan.restored and (refusal := op.kind.refusal(f"uid {op.uid} ({op.name})")):
             plan.problems.append(refusal)
+    if m.savepoint_type != "native":
+        plan.positions = plan_positions(
+            m,
+            query.sources if query is not None else None,
+            source_offsets or {},
+            allow_non_restored,
+        )
+        plan.sources = plan.positions.report
+        plan.problems += plan.positions.problems
+    elif source_offsets:
+        plan.problems.append(
+            "a native savepoint keeps its source offsets; convert it first: statectl "
+            "savepoint --type canonical SAVEPOINT"
+        )
     if m.savepoint_type == "native":
         if join_state_format is not None:
             plan.problems.append(
@@ -1152,7 +1175,10 @@ def _write_canonical(plan: RestorePlan) -> None:
         _write_operator(sp, by_uid[uid], new_id, plan, io, root, codec)
     for op_id in plan.started_empty:
         _write_empty_operator(sp, plan.query_operators[op_id], plan, io, root, codec)
-    _write_source_logs(io, root, m.source_logs, m.previous_offsets or {})
+    pos = plan.positions
+    offsets = pos.offsets if pos is not None else m.offsets
+    previous = pos.previous_offsets if pos is not None else (m.previous_offsets or m.offsets)
+    _write_source_logs(io, root, pos.source_logs if pos else m.source_logs, previous or {})
     confs = dict(m.pinned_confs)
     confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]
     confs[PARTITIONS_CONF] = str(plan.partitions)
@@ -1171,11 +1197,11 @@ def _write_canonical(plan: RestorePlan) -> None:
     if b > 0:
         io.write_atomic(
             _under(root, "offsets", str(b - 1)),
-            _offset_text(m.previous_offsets or m.offsets, meta, m.offset_log_version).encode(),
+            _offset_text(previous or offsets, meta, m.offset_log_version).encode(),
         )
     io.write_atomic(
         _under(root, "offsets", str(b)),
-        _offset_text(m.offsets, meta, m.offset_log_version).encode(),
+        _offset_text(offsets, meta, m.offset_log_version).encode(),
     )
     commit: dict[str, Any] = {"nextBatchWatermarkMs": m.next_batch_watermark_ms}
     if plan.checkpoint_format == 2:
@@ -1229,6 +1255,7 @@ def restore(
     join_state_format: int | None = None,
     memory: str | int | None = None,
     workers: int | None = None,
+    source_offsets: dict[str, str] | None = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
@@ -1261,6 +1288,7 @@ def restore(
         checkpoint_format,
         overwrite=overwrite,
         join_state_format=join_state_format,
+        source_offsets=source_offsets,
     )
     plan.engine = engine
     if not plan.problems and not dry_run:

@@ -144,6 +144,8 @@ class RestoreResult(_Result):
     dry_run: bool = False
     join_state_format: int | None = None  # stream-stream joins: the format written
     conversions: tuple[str, ...] = ()  # what the restore converts (join state formats)
+    # every source's position: index, description, position (kept/new/given/dropped), offset
+    sources: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> RestoreResult:
@@ -163,6 +165,7 @@ class RestoreResult(_Result):
             dry_run=doc.get("dry_run", False),
             join_state_format=doc.get("join_state_format"),
             conversions=tuple(doc.get("conversions", ())),
+            sources=tuple(doc.get("sources", ())),
         )
 
 

@@ -121,6 +121,9 @@ PLACEHOLDERS: dict[str, Callable[[Sandbox], str]] = {
     "/savepoints": lambda s: str(s.tmp / "savepoints"),
     "/savepoints/orders-edited": lambda s: s.new("orders-edited"),
     "/savepoints/orders-backfilled": lambda s: s.new("orders-backfilled"),
+    "/savepoints/orders-reread": lambda s: s.new("orders-reread"),
+    "/savepoints/orders-bootstrapped": lambda s: s.new("orders-bootstrapped"),
+    "/ckpt/orders-new": lambda s: s.new("orders-new"),
     "/savepoints/savepoint-f265d1-41-1a2b3c4d": lambda s: s.savepoint(),
     "SP": lambda s: s.savepoint(),
     "s3://bucket/ckpt": lambda s: f"s3://{s.bucket()}/ckpt/orders",
@@ -273,11 +276,14 @@ def test_doc_command_runs(cmd: DocCommand, tmp_path, request):
     run_command(cmd, Sandbox(tmp_path, request))
 
 
-def python_blocks(name: str) -> list[str]:
+def python_blocks(name: str, spark: bool = False) -> list[str]:
+    """The ``python`` blocks; with ``spark``, the ``python spark`` blocks (they plan a query)
+    too, in order."""
     blocks, current, fence = [], [], None
+    wanted = ("python", "python spark") if spark else ("python",)
     for line in (ROOT / name).read_text().splitlines():
         if line.startswith("```"):
-            if fence == "python":
+            if fence in wanted:
                 blocks.append("\n".join(current))
             fence, current = (line[3:].strip() if fence is None else None), []
         elif fence:
@@ -287,8 +293,21 @@ def python_blocks(name: str) -> list[str]:
 
 def test_api_md_examples_run(tmp_path, request):
     """docs/api.md's blocks, in order, in one namespace, with the quoted paths mapped."""
+    run_api_md(tmp_path, request, spark=False)
+
+
+@pytest.mark.spark
+def test_api_md_examples_with_spark_run(spark, tmp_path, request, monkeypatch):
+    """With the ``python spark`` blocks, run where the docs' query module is."""
     sandbox = Sandbox(tmp_path, request)
-    blocks = python_blocks("docs/api.md")
+    sandbox.query("jobs/orders.py:build")
+    monkeypatch.chdir(sandbox.cwd)
+    run_api_md(tmp_path, request, spark=True, sandbox=sandbox)
+
+
+def run_api_md(tmp_path, request, *, spark: bool, sandbox: Sandbox | None = None) -> None:
+    sandbox = sandbox or Sandbox(tmp_path, request)
+    blocks = python_blocks("docs/api.md", spark)
     assert len(blocks) >= 5
     namespace: dict = {"__name__": "docs_api"}
     for i, code in enumerate(blocks):

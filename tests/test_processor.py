@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -394,3 +396,42 @@ def test_inspect_stats_per_partition_skew_and_largest_keys(orders_sp):
     for r in statectl.open(FIXTURES / "tws-rocksdb").read(0, "lst").column("key").to_pylist():
         per_key[r["k"]] = per_key.get(r["k"], 0) + 1
     assert big["rows"] == max(per_key.values()) and big["bytes"] == 10 * big["rows"]
+
+
+def test_with_state_streams_an_iterator_into_the_same_savepoint(orders_sp, tmp_path, monkeypatch):
+    """Chunks (pandas frames, record batches, a RecordBatchReader) are checked and placed one
+    at a time, kept on disk by partition: the result equals the one-table with_state."""
+    import tempfile
+
+    import pandas as pd
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    keys = [f"key-{i}" for i in range(2000)]
+    whole = pd.DataFrame({"key.k": keys, "value.count": list(range(2000))})
+    frames = (whole.iloc[i : i + 300] for i in range(0, 2000, 300))
+    one = statectl.SavepointWriter.from_savepoint(orders_sp).with_state("totals", whole)
+    a = one.write(tmp_path / "one")
+    streamed = statectl.SavepointWriter.from_savepoint(orders_sp).with_state("totals", frames)
+    assert streamed.preview()["totals"]["tables"]["default"]["after"] == 2000
+    b = streamed.write(tmp_path / "streamed")
+    assert sorted(arrow_rows(a.read("totals"))) == sorted(arrow_rows(b.read("totals")))
+    assert list(os.listdir(tmp_path / "tmp")) == []  # the spill is gone after write
+    with pytest.raises(StatectlError, match="consumed"):
+        streamed.write(tmp_path / "again")
+
+    table = pa.table(
+        {"key": pa.array([{"k": k} for k in keys]), "value": [{"count": i} for i in range(2000)]}
+    )
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=500))
+    c = statectl.SavepointWriter.from_savepoint(orders_sp).with_state("totals", reader)
+    c = c.write(tmp_path / "reader")
+    assert sorted(arrow_rows(a.read("totals"))) == sorted(arrow_rows(c.read("totals")))
+
+    def bad():
+        yield whole.iloc[:10]
+        yield pd.DataFrame({"key.k": ["x"], "value.count": ["many"]})
+
+    with pytest.raises(StatectlError, match=r"value\.count"):
+        statectl.SavepointWriter.from_savepoint(orders_sp).with_state("totals", bad())
+    assert list(os.listdir(tmp_path / "tmp")) == []

@@ -112,3 +112,109 @@ def test_to_spark_reads_what_read_returns(spark, tmp_path):
             df = handle.to_spark(spark, 0, **opts)
             ours = handle.read(0, **opts)
             assert spark_rows(df) == sorted(arrow_rows(ours), key=repr), (handle.kind, opts)
+
+
+BOOTSTRAP_QUERIES = """
+def counts(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .json({input!r})
+        .groupBy("k")
+        .count()
+    )
+
+
+def rate_counts(spark):
+    return (
+        spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 10).load()
+        .selectExpr("concat('k', cast(value % 7 as string)) AS k")
+        .groupBy("k")
+        .count()
+    )
+"""
+
+
+def _bootstrap_queries(tmp_path):
+    d = tmp_path / "input"
+    path = tmp_path / "boot.py"
+    path.write_text(BOOTSTRAP_QUERIES.format(input=str(d)))
+    return d, path
+
+
+def _counts(out: dict[int, list]) -> dict[str, int]:
+    return {k: n for k, n in out[min(out)]}
+
+
+def test_for_query_bootstrap_is_the_new_querys_first_output(spark, tmp_path):
+    """A query that never ran starts from state computed elsewhere (a batch backfill): its
+    first output is backfill + new data, the reference counted from the files in Python."""
+    import pandas as pd
+
+    from statectl.errors import StatectlError
+    from statectl.query_plan import load_query_function
+
+    d, queries = _bootstrap_queries(tmp_path)
+    spec = f"{queries}:counts"
+    writer = statectl.SavepointWriter.for_query(spec, partitions=3, spark=spark)
+    [op] = writer.base.operators
+    assert op.name == "stateStoreSave" and op.partitions == 3
+    with pytest.raises(StatectlError, match=r"value\.count"):
+        writer.with_state(op.uid, pd.DataFrame({"key.k": ["k1"], "value.count": ["many"]}))
+    with pytest.raises(StatectlError, match="file source"):
+        writer.with_offsets({0: '{"logOffset":3}'})
+    backfill = pd.DataFrame({"key.k": ["k1", "k2", "zz"], "value.count": [100, 7, 5]})
+    sp = writer.with_state(op.uid, backfill).write(tmp_path / "sp")
+    assert sp.read(op.uid).num_rows == 3
+
+    plan = restore(sp.path, str(tmp_path / "ck"))
+    assert not plan.problems
+    write_input(d, 0, 2)
+    fn = load_query_function(spec)
+    out = run(spark, lambda s, _d: (fn(s), "update"), d, tmp_path / "ck")
+    assert min(out) == 1  # resumes after the bootstrap's batch 0
+    expected: dict[str, int] = {"k1": 100, "k2": 7, "zz": 5}
+    for b in range(2):
+        for line in (d / f"part-{b:03d}.json").read_text().splitlines():
+            k = json.loads(line)["k"]
+            expected[k] = expected.get(k, 0) + 1
+    got = _counts(out)
+    assert got == {k: expected[k] for k in got} and "k1" in got
+    state = statectl.open(tmp_path / "ck").read(0)
+    rows = {r["key"]["k"]: r["value"]["count"] for r in state.to_pylist()}
+    assert rows == expected
+
+
+def test_for_query_bootstrap_with_offsets_starts_the_source_there(spark, tmp_path):
+    from statectl.errors import StatectlError
+    from statectl.query_plan import load_query_function
+
+    _, queries = _bootstrap_queries(tmp_path)
+    spec = f"{queries}:rate_counts"
+    with pytest.raises(StatectlError, match="cannot parse"):
+        statectl.SavepointWriter.for_query(
+            spec, partitions=2, spark=spark, offsets={"rate-micro-batch": {"offset": "x"}}
+        )
+    writer = statectl.SavepointWriter.for_query(
+        spec,
+        batch=4,
+        partitions=2,
+        spark=spark,
+        offsets={"rate-micro-batch": {"offset": 50, "timestamp": 50000}},
+    )
+    [op] = writer.base.operators
+    # the bootstrap state from a Spark DataFrame (e.g. a batch backfill's result)
+    state = spark.createDataFrame(
+        [(("k1",), (10,)), (("k3",), (1,))], "key struct<k: string>, value struct<count: bigint>"
+    )
+    sp = writer.with_state(op.uid, state).write(tmp_path / "sp")
+    assert sp.batch == 4
+    plan = restore(sp.path, str(tmp_path / "ck"))
+    assert not plan.problems
+    fn = load_query_function(spec)
+    out = run(spark, lambda s, _d: (fn(s), "update"), tmp_path, tmp_path / "ck")
+    assert min(out) == 5
+    expected = {"k1": 10, "k3": 1}
+    for v in range(50, 60):
+        expected[f"k{v % 7}"] = expected.get(f"k{v % 7}", 0) + 1
+    got = _counts(out)
+    assert got == {k: expected[k] for k in got} and set(got) == {f"k{v % 7}" for v in range(50, 60)}

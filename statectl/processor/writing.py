@@ -29,6 +29,7 @@ from statectl.processor.reading import (
     TableInfo,
     open_handle,
 )
+from statectl.processor.spill import Spill, chunks, is_stream
 
 Predicate = pc.Expression | Callable[[pa.RecordBatch], Any]
 Transform = Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table]
@@ -42,12 +43,14 @@ class _Edit:
 
 @dataclass
 class _TableEdits:
-    replacement: pa.Table | None = None  # with_state
+    replacement: pa.Table | Spill | None = None  # with_state (a Spill: streamed, placed)
     edits: list[_Edit] = field(default_factory=list)
 
     @property
     def moves_keys(self) -> bool:
-        return self.replacement is not None or any(e.kind == "transform" for e in self.edits)
+        return isinstance(self.replacement, pa.Table) or any(
+            e.kind == "transform" for e in self.edits
+        )
 
 
 def conform(data: pa.Table, info: TableInfo, what: str) -> pa.Table:
@@ -226,6 +229,109 @@ class SavepointWriter:
         self.base = base
         self._removed: set[str] = set()
         self._tables: dict[tuple[str, str], _TableEdits] = {}
+        self._offsets: dict[str, str | None] = {}  # with_offsets: source key -> offset
+        self._sources: list[Any] | None = None  # for_query: the planned sources
+        self._scratch: str | None = None  # for_query: the empty base, removed by write
+        self._spent = False  # write consumed streamed with_state input (or the bootstrap base)
+
+    @classmethod
+    def for_query(
+        cls,
+        query: str,
+        *,
+        batch: int = 0,
+        offsets: dict[Any, Any] | None = None,
+        partitions: int | None = None,
+        backend: str = "hdfs",
+        output_mode: str | None = None,
+        watermark_ms: int = 0,
+        spark: Any = None,
+    ) -> SavepointWriter:
+        """Bootstrap a savepoint for a query that never ran (``"mod.py:fn"`` or
+        ``"module:fn"``, as ``--query``): Spark plans it (nothing runs) and every operator
+        starts with empty tables of the planned key/value schemas; fill them with
+        :meth:`with_state`. ``batch`` is the savepoint's batch (the restored query resumes
+        at ``batch + 1``), ``offsets`` where its sources start (see :meth:`with_offsets`;
+        default: every source from its configured start), ``partitions`` the state partition
+        count (default: the session's ``spark.sql.shuffle.partitions``), ``watermark_ms`` the
+        event-time watermark the query resumes with."""
+        from statectl.processor.bootstrap import build_base
+
+        url, planned = build_base(
+            query,
+            batch=batch,
+            partitions=partitions,
+            backend=backend,
+            output_mode=output_mode,
+            watermark_ms=watermark_ms,
+            spark=spark,
+        )
+        writer = cls(open_handle(url))
+        writer._scratch = url
+        writer._sources = planned.sources
+        if offsets:
+            try:
+                writer.with_offsets(offsets)
+            except BaseException:
+                writer._drop_scratch()
+                raise
+        return writer
+
+    def with_offsets(self, offsets: dict[Any, Any]) -> SavepointWriter:
+        """Set where sources start when the savepoint is restored: source index (or, for a
+        ``for_query`` bootstrap, the description ``statectl restore --dry-run`` shows, e.g.
+        ``kafka``; for offset log v2 the source name) -> offset, as JSON text or a dict
+        (``{"topic":{"0":42}}``), ``None`` for the source's configured start. An offset the
+        planned source cannot parse is refused. A file source's position is its seen-files
+        log: it can only be reset (``None``)."""
+        from statectl.processor.bootstrap import describe_sources
+        from statectl.source_positions import START, normalize_offset
+
+        current = self._current_offsets()
+        logs = self._base_source_logs()
+        for name, value in offsets.items():
+            text = normalize_offset(value, f"with_offsets[{name!r}]")
+            key = self._source_key(str(name), current)
+            planned = next((s for s in self._sources or [] if str(s.index) == key), None)
+            is_file = (planned is not None and planned.is_file) or bool(logs.get(key))
+            if text != START and is_file:
+                raise StatectlError(
+                    f"with_offsets[{name!r}]: a file source's position is its seen-files log, "
+                    "not an offset; pass None to start it from its configured start"
+                )
+            if text != START and planned is not None and planned.parse_offset is not None:
+                err = planned.parse_offset(text)
+                if err:
+                    raise StatectlError(
+                        f"with_offsets[{name!r}]: {planned.description} cannot parse {text}: "
+                        f"{err} (sources: {describe_sources(self._sources or [])})"
+                    )
+            self._offsets[key] = None if text == START else text
+        return self
+
+    def _current_offsets(self) -> dict[str, str | None]:
+        if isinstance(self.base, SavepointHandle):
+            return dict(self.base.sp.metadata.offsets)
+        return dict(self.base.ckpt.offsets(self.base.batch).offsets)  # type: ignore[attr-defined]
+
+    def _base_source_logs(self) -> dict[str, Any]:
+        if isinstance(self.base, SavepointHandle):
+            return dict(self.base.sp.metadata.source_logs or {})
+        return {k: [1] for k in self.base.ckpt.source_log_dirs()}  # type: ignore[attr-defined]
+
+    def _source_key(self, name: str, current: dict[str, str | None]) -> str:
+        if name in current:
+            return name
+        hits = [str(s.index) for s in self._sources or [] if name in (s.description, s.file_path)]
+        if len(hits) == 1:
+            return hits[0]
+        names = (
+            ", ".join(f"{s.index} {s.description}" for s in self._sources)
+            if self._sources
+            else ", ".join(current) or "none"
+        )
+        why = "names several sources (use the index)" if hits else "is not a source"
+        raise StatectlError(f"with_offsets: {name!r} {why} (sources: {names})")
 
     @classmethod
     def from_savepoint(cls, source: Any, *, batch: int | None = None) -> SavepointWriter:
@@ -285,13 +391,48 @@ class SavepointWriter:
     def with_state(self, uid: str | int, data: Any, table: str | None = None) -> SavepointWriter:
         """Replace the table with ``data`` (Arrow, pandas or a Spark DataFrame; columns as
         ``read`` returns them, ``partition_id`` optional and ignored), validated against the
-        declared key and value schemas, placed by the operator kind's rule."""
+        declared key and value schemas, placed by the operator kind's rule.
+
+        Big inputs stream: a ``pyarrow.RecordBatchReader``, a ``pyarrow.dataset`` or an
+        iterator of record batches, tables or pandas DataFrames is read a chunk at a time,
+        each chunk checked and placed, and kept on local disk by partition until
+        :meth:`write`."""
         op, info = self._target(uid, table, "with_state")
         self._require_placement(op, "with_state")
         edits = self._edits(op, info)
-        edits.replacement = conform(as_arrow(data), info, f"with_state({op.uid}, {info.name})")
+        what = f"with_state({op.uid}, {info.name})"
+        if is_stream(data):
+            replacement: pa.Table | Spill = self._spill(op, info, data, what)
+        else:
+            replacement = conform(as_arrow(data), info, what)
+        if isinstance(edits.replacement, Spill):
+            edits.replacement.remove()
+        edits.replacement = replacement
         edits.edits.clear()
         return self
+
+    def _spill(self, op: OperatorInfo, info: TableInfo, data: Any, what: str) -> Spill:
+        kind = _kind_of(self, op)
+        schema = pa.schema([f for f in info.schema if f.name != "partition_id"])
+        spill = Spill(schema)
+        try:
+            for chunk in chunks(data):
+                part = conform(as_arrow(chunk), info, what)
+                pids = _placement(part, info, op.partitions, kind)
+                for p in np.unique(pids):
+                    spill.add(int(p), part.filter(pa.array(pids == p)))
+            spill.close()
+        except BaseException:
+            spill.remove()
+            raise
+        return spill
+
+    def _remove_spills(self) -> None:
+        for edits in self._tables.values():
+            if isinstance(edits.replacement, Spill):
+                edits.replacement.remove()
+                edits.replacement = None
+                self._spent = True
 
     def _require_placement(self, op: OperatorInfo, edit: str) -> None:
         if not op.restorable:
@@ -306,7 +447,10 @@ class SavepointWriter:
     ) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows)`` after the edits, before re-placement (read from the base)."""
         what = f"{op.uid}/{info.name}"
-        if edits.replacement is not None:
+        if isinstance(edits.replacement, Spill):
+            spill = edits.replacement
+            parts = ((p, _with_partition(spill.partition(p), p)) for p in range(op.partitions))
+        elif edits.replacement is not None:
             parts = _split(edits.replacement, op, info, kind)
         else:
             parts = self.base.partitions(op.uid, info.name)
@@ -346,6 +490,11 @@ class SavepointWriter:
         from statectl.io import FileIO
         from statectl.reader import as_url
 
+        if self._spent:
+            raise StatectlError(
+                "this writer was written once and its streamed input (with_state of an "
+                "iterator, or a for_query bootstrap) is consumed; build a new writer"
+            )
         out_io, root = FileIO.for_url(as_url(target))
         root = root.rstrip("/")
         if out_io.exists(root) and (not out_io.is_dir(root) or out_io.list_dir(root)):
@@ -374,7 +523,22 @@ class SavepointWriter:
         finally:
             if scratch is not None and out_io.exists(scratch):
                 out_io.remove(scratch, recursive=True)
+            if self._scratch is not None:
+                self._drop_scratch()
+            self._remove_spills()
         return open_handle(out_io.url(root))
+
+    def _drop_scratch(self) -> None:
+        """The empty base of a bootstrap: a local temporary directory, written only here."""
+        import shutil
+
+        from statectl.io import FileIO
+
+        io, path = FileIO.for_url(self._scratch or "")
+        if io.protocol == "file":
+            shutil.rmtree(path, ignore_errors=True)
+        self._scratch = None
+        self._spent = True
 
 
 def _kind_of(writer: SavepointWriter, op: OperatorInfo) -> Any:
@@ -443,8 +607,22 @@ def _write(writer: SavepointWriter, base: SavepointHandle, out_io: Any, root: st
                 files[q] = _write_table(out_io, root, files[q].path, merged)
             tables.append(dataclasses.replace(t, files=files, rows=sum(f.rows for f in files)))
         operators.append(dataclasses.replace(op_state, tables=tables))
+    offsets, previous, logs = (
+        sp.metadata.offsets,
+        sp.metadata.previous_offsets,
+        sp.metadata.source_logs,
+    )
+    if writer._offsets:
+        offsets = {**offsets, **writer._offsets}
+        if previous is not None:
+            previous = {**previous, **writer._offsets}
+        # a reset file source forgets the files it saw: it reads its directory again
+        logs = {k: v for k, v in (logs or {}).items() if k not in writer._offsets}
     return dataclasses.replace(
         sp.metadata,
+        offsets=offsets,
+        previous_offsets=previous,
+        source_logs=logs,
         operators=operators,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
         statectl_version=statectl.__version__,

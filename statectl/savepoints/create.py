@@ -261,69 +261,77 @@ def build_savepoint(
     results = iter(run_tasks(jobs, engine or Engine.of(workers=1), progress))
     operators = []
     for op in ops:
-        uid = uids[op.operator_id]
-        tables = []
-        join_format = format_of(op.kind)
-        store_names, logical = logical_stores(op)
-        for task in table_tasks(op):
-            parts = [next(results) for _ in range(op.num_partitions)]
-            files = [f for f, _ in parts]
-            columns = parts[0][1] if parts else []
-            desc = next((s for s in logical if s.name == task.name), None) or op.schema(
-                "$eventTimers_keyToTimestamp"
-                if task.kind == "timers" and op.properties.get("timeMode") == "EventTime"
-                else "$procTimers_keyToTimestamp"
-                if task.kind == "timers"
-                else task.name
-            )
-            tables.append(
-                StateTable(
-                    name=task.name,
-                    kind=task.kind,
-                    key_schema=desc.key_schema,
-                    value_schema=desc.value_schema,
-                    columns=columns,
-                    rows=sum(f.rows for f in files),
-                    files=files,
-                    user_key_schema=desc.user_key_schema,
-                    encoder={
-                        **desc.key_encoder_spec,
-                        "keySchemaId": desc.key_schema_id,
-                        "valueSchemaId": desc.value_schema_id,
-                    }
-                    if op.uses_column_families and join_format is None
-                    else {},
-                )
-            )
-        operators.append(
-            OperatorState(
-                uid,
-                op.operator_id,
-                op.name,
-                op.num_partitions,
-                {} if join_format else op.properties,
-                store_names,
-                op.metadata_version,
-                tables,
-                default_uid(op),
-                [
-                    {
-                        "name": s.name,
-                        "key_schema": s.key_schema,
-                        "value_schema": s.value_schema,
-                        "key_schema_id": s.key_schema_id,
-                        "value_schema_id": s.value_schema_id,
-                        "key_encoder_spec": s.key_encoder_spec,
-                        "user_key_schema": s.user_key_schema,
-                    }
-                    for s in op.schemas
-                ]
+        parts = [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
+        operators.append(operator_state(op, uids[op.operator_id], parts, pinned_join_format))
+    return savepoint_metadata(ckpt, batch, operators)
+
+
+def operator_state(
+    op: Operator,
+    uid: str,
+    parts: list[list[tuple[DataFile, list[str]]]],
+    pinned_join_format: int | None,
+) -> OperatorState:
+    """The savepoint's record of ``op``: ``parts`` holds, per table of :func:`table_tasks`,
+    each partition's written file and columns."""
+    tables = []
+    join_format = format_of(op.kind)
+    store_names, logical = logical_stores(op)
+    for task, task_parts in zip(table_tasks(op), parts, strict=True):
+        files = [f for f, _ in task_parts]
+        columns = task_parts[0][1] if task_parts else []
+        desc = next((s for s in logical if s.name == task.name), None) or op.schema(
+            "$eventTimers_keyToTimestamp"
+            if task.kind == "timers" and op.properties.get("timeMode") == "EventTime"
+            else "$procTimers_keyToTimestamp"
+            if task.kind == "timers"
+            else task.name
+        )
+        tables.append(
+            StateTable(
+                name=task.name,
+                kind=task.kind,
+                key_schema=desc.key_schema,
+                value_schema=desc.value_schema,
+                columns=columns,
+                rows=sum(f.rows for f in files),
+                files=files,
+                user_key_schema=desc.user_key_schema,
+                encoder={
+                    **desc.key_encoder_spec,
+                    "keySchemaId": desc.key_schema_id,
+                    "valueSchemaId": desc.value_schema_id,
+                }
                 if op.uses_column_families and join_format is None
-                else None,
-                state_format=(join_format or pinned_join_format) if op.name == JOIN else None,
+                else {},
             )
         )
-    return savepoint_metadata(ckpt, batch, operators)
+    return OperatorState(
+        uid,
+        op.operator_id,
+        op.name,
+        op.num_partitions,
+        {} if join_format else op.properties,
+        store_names,
+        op.metadata_version,
+        tables,
+        default_uid(op),
+        [
+            {
+                "name": s.name,
+                "key_schema": s.key_schema,
+                "value_schema": s.value_schema,
+                "key_schema_id": s.key_schema_id,
+                "value_schema_id": s.value_schema_id,
+                "key_encoder_spec": s.key_encoder_spec,
+                "user_key_schema": s.user_key_schema,
+            }
+            for s in op.schemas
+        ]
+        if op.uses_column_families and join_format is None
+        else None,
+        state_format=(join_format or pinned_join_format) if op.name == JOIN else None,
+    )
 
 
 def savepoint_metadata(

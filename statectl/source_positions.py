@@ -1,0 +1,335 @@
+"""Where each source of a restored query starts: the savepoint's sources matched to the
+changed query's, and positions given with ``--source-offsets``.
+
+Spark numbers a query's sources in plan order and restarts only when ``offsets/N`` has exactly
+one line per source (``OffsetSeq.toStreamProgress``): a source added, removed or replaced makes
+the old checkpoint unusable. A restore writes the offset log for the new query instead:
+
+* kept: the old source's offset (and, for a file source, its seen-files log under the new
+  index). A file source is matched by its directory (what its log's files are under), else
+  by index (a moved directory; the plan notes it); any other source by its index;
+* new: ``-``, Spark's "no offset yet", so the source starts from its configured start
+  (``startingOffsets``, a file source's existing files, ...);
+* given: ``--source-offsets NAME=JSON`` (NAME = the index or the description the plan shows),
+  checked with the source's own parser where Spark can build the source at plan time;
+* dropped: an old source the query no longer has (needs ``-n``).
+
+Offset log v2 (named sources, Spark 4.3's source evolution) keeps its own names: only
+positions of existing names can be given there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from statectl.errors import StatectlError
+from statectl.query_plan import PlannedSource
+
+START = "-"  # --source-offsets NAME=- : from the source's configured start
+
+
+@dataclass
+class SourcePositions:
+    """The offset log and source logs a restore writes, and what the plan says about them."""
+
+    offsets: dict[str, str | None]
+    previous_offsets: dict[str, str | None] | None
+    source_logs: dict[str, list[dict[str, Any]]]
+    report: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_source_offsets(pairs: list[str]) -> dict[str, str]:
+    """``NAME=JSON`` options (repeatable) as a mapping; the JSON must at least be JSON."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise StatectlError(f"--source-offsets wants NAME=JSON (or NAME=-), got {pair!r}")
+        if name in out:
+            raise StatectlError(f"--source-offsets names source {name!r} twice")
+        out[name] = normalize_offset(text, f"--source-offsets {name}")
+    return out
+
+
+def normalize_offset(value: Any, what: str) -> str:
+    """An offset as Spark's JSON text: a JSON string as given (checked), a dict or a number
+    dumped, ``None``/``"-"`` as ``-`` (from the configured start)."""
+    if value is None or value == START:
+        return START
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError as e:
+            raise StatectlError(f"{what}: {value[:60]!r} is not JSON ({e})") from None
+        if "\n" in value:
+            value = json.dumps(json.loads(value), separators=(",", ":"))
+        return value.strip()
+    if isinstance(value, (dict, list, int, float)) and not isinstance(value, bool):
+        return json.dumps(value, separators=(",", ":"))
+    raise StatectlError(
+        f"{what}: an offset is JSON text, a dict or None, not {type(value).__name__}"
+    )
+
+
+def _local_dir(path: str) -> str:
+    """A file source directory or file URI as a comparable local path."""
+    u = urlparse(path)
+    if u.scheme in ("", "file"):
+        return os.path.normpath(os.path.abspath(unquote(u.path if u.scheme else path)))
+    return path.rstrip("/")
+
+
+def old_file_dir(entries: list[dict[str, Any]]) -> str | None:
+    """The directory a file source read, from its log's file paths (None: no files, or files
+    in several directories, e.g. a glob)."""
+    dirs = {posixpath.dirname(_local_dir(str(e.get("path", "")))) for e in entries}
+    return dirs.pop() if len(dirs) == 1 else None
+
+
+def _is_file_offset(text: str | None) -> bool:
+    try:
+        v = json.loads(text or "null")
+    except ValueError:
+        return False
+    return isinstance(v, dict) and set(v) == {"logOffset"}
+
+
+@dataclass
+class _Old:
+    key: str
+    offset: str | None
+    previous: str | None
+    entries: list[dict[str, Any]]
+    is_file: bool
+    directory: str | None
+
+    def describe(self) -> str:
+        if self.is_file:
+            return f"FileSource[{self.directory or '?'}]"
+        return f"source {self.key}"
+
+
+def _old_sources(m: Any) -> list[_Old]:
+    prev = m.previous_offsets or {}
+    out = []
+    for key, offset in m.offsets.items():
+        entries = (m.source_logs or {}).get(key, [])
+        is_file = bool(entries) or _is_file_offset(offset)
+        out.append(
+            _Old(key, offset, prev.get(key, offset), entries, is_file, old_file_dir(entries))
+        )
+    return out
+
+
+def _resolve(given: dict[str, str], new: list[PlannedSource]) -> tuple[dict[int, str], list[str]]:
+    """Given positions by new source index; NAME is an index or a description."""
+    out: dict[int, str] = {}
+    problems = []
+    names = ", ".join(f"{s.index} {s.description}" for s in new) or "none"
+    for name, text in given.items():
+        if name.isdigit():
+            hits = [s for s in new if s.index == int(name)]
+        else:
+            hits = [s for s in new if name in (s.description, s.file_path)]
+        if len(hits) != 1:
+            why = "matches no source" if not hits else "matches several sources (use the index)"
+            problems.append(f"--source-offsets {name}: {why} of the query (its sources: {names})")
+            continue
+        out[hits[0].index] = text
+    return out, problems
+
+
+def plan_positions(
+    m: Any,
+    new: list[PlannedSource] | None,
+    given: dict[str, str],
+    allow_non_restored: bool,
+) -> SourcePositions:
+    """Match the savepoint's sources (``m``: its metadata) to the query's (``new``: planned,
+    None without ``--query``: the same sources as before) and apply ``given``."""
+    old = _old_sources(m)
+    if new is None:  # no --query: the savepoint's sources, positions replaceable by index
+        new = [
+            PlannedSource(
+                int(o.key) if o.key.isdigit() else i,
+                o.describe(),
+                (o.directory or "?") if o.is_file else None,
+            )
+            for i, o in enumerate(old)
+        ]
+        unchanged_query = True
+    else:
+        unchanged_query = False
+    if m.offset_log_version != 1:
+        return _named_positions(m, old, new if not unchanged_query else None, given)
+    by_index, problems = _resolve(given, new)
+    used: set[str] = set()
+    report: list[dict[str, Any]] = []
+    offsets: dict[str, str | None] = {}
+    previous: dict[str, str | None] = {}
+    logs: dict[str, list[dict[str, Any]]] = {}
+    olds = {o.key: o for o in old}
+    match = (
+        {s.index: olds[str(s.index)] for s in new if s.index not in by_index}
+        if unchanged_query
+        else _match(new, old, by_index, problems)
+    )
+    used.update(o.key for o in match.values())
+    for s in new:
+        key = str(s.index)
+        entry: dict[str, Any] = {"index": s.index, "description": s.description}
+        if s.index in by_index:
+            text = by_index[s.index]
+            replaced = olds.get(key)
+            if text == START:
+                entry.update(position="new", offset=None)
+            elif s.is_file:
+                if replaced is not None:
+                    used.add(replaced.key)  # refused here; not "dropped" as well
+                problems.append(
+                    f"--source-offsets {s.index}: {s.description} is a file source, whose "
+                    "position is its seen-files log, not an offset; it keeps the log of the "
+                    f"savepoint's source of the same directory or starts from its files "
+                    f"({s.index}=-)"
+                )
+                continue
+            else:
+                err = s.parse_offset(text) if s.parse_offset is not None else None
+                if err:
+                    problems.append(
+                        f"--source-offsets {s.index}={text}: {s.description} cannot parse this "
+                        f"offset: {err}"
+                    )
+                entry.update(position="given", offset=text)
+                offsets[key] = previous[key] = text
+            if entry["position"] == "new":
+                offsets[key] = previous[key] = None
+            if replaced is not None and replaced.key not in used and not unchanged_query:
+                entry["replaces"] = replaced.describe()
+                used.add(replaced.key)
+            elif unchanged_query and replaced is not None:
+                used.add(replaced.key)
+        elif s.index in match:
+            o = match[s.index]
+            # a source the savepoint has no offset for yet starts from its configured start
+            entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
+            if o.key != key:
+                entry["from"] = int(o.key) if o.key.isdigit() else o.key
+            if s.is_file and o.directory and o.directory != _local_dir(s.file_path or ""):
+                entry["note"] = (
+                    f"matched by index: the savepoint's files were under {o.directory}; pass "
+                    f"--source-offsets {s.index}=- to read the new directory from its start"
+                )
+            offsets[key], previous[key] = o.offset, o.previous
+            if o.entries:
+                logs[key] = o.entries
+        else:
+            entry.update(position="new", offset=None)
+            offsets[key] = previous[key] = None
+        report.append(entry)
+    for o in old:
+        if o.key in used:
+            continue
+        report.append(
+            {
+                "index": None,
+                "savepoint_index": int(o.key) if o.key.isdigit() else o.key,
+                "description": o.describe(),
+                "position": "dropped",
+                "offset": o.offset,
+            }
+        )
+        if not allow_non_restored:
+            problems.append(
+                f"source {o.key} of the savepoint ({o.describe()}, offset {o.offset}) is not in "
+                "the query; pass -n (--allow-non-restored-state) to drop its position, or "
+                "--source-offsets to hand it to a new source"
+            )
+    return SourcePositions(offsets, previous, logs, report, problems)
+
+
+def _match(
+    new: list[PlannedSource], old: list[_Old], by_index: dict[int, str], problems: list[str]
+) -> dict[int, _Old]:
+    """New source index -> the old source it continues: a file source the old source of its
+    directory, else (any source) the old source at its index, if of the same kind and (where
+    the new source can check it) its offset is one the new source can read."""
+    olds = {o.key: o for o in old}
+    used: set[str] = set()
+    match: dict[int, _Old] = {}
+    for s in new:
+        if s.is_file and s.index not in by_index:
+            want = _local_dir(s.file_path or "")
+            hit = next((o for o in old if o.directory == want and o.key not in used), None)
+            if hit is not None:
+                match[s.index] = hit
+                used.add(hit.key)
+    for s in new:
+        if s.index in match or s.index in by_index:
+            continue
+        o = olds.get(str(s.index))
+        if o is None or o.key in used:
+            continue
+        if s.is_file and o.is_file:
+            # Same place, same kind, another (or no known) directory: Spark continues it with
+            # its seen-files log (a moved directory, another URI spelling); the plan says so.
+            match[s.index] = o
+        elif not s.is_file and not o.is_file:
+            if s.parse_offset is not None and o.offset is not None:
+                err = s.parse_offset(o.offset)
+                if err:
+                    problems.append(
+                        f"source {s.index} ({s.description}) is not the savepoint's source "
+                        f"{o.key}: it cannot read its offset {o.offset} ({err}); pass "
+                        f"--source-offsets {s.index}=JSON, or {s.index}=- to start it from its "
+                        "configured start"
+                    )
+                    continue
+            match[s.index] = o
+        else:
+            continue
+        used.add(o.key)
+    return match
+
+
+def _named_positions(
+    m: Any, old: list[_Old], new: list[PlannedSource] | None, given: dict[str, str]
+) -> SourcePositions:
+    """Offset log v2: sources keyed by name. Positions of the savepoint's names can be given;
+    adding, removing or replacing named sources is refused (not supported yet)."""
+    problems = []
+    if new is not None and len(new) != len(old):
+        problems.append(
+            f"the query has {len(new)} sources, the savepoint {len(old)}; restoring changed "
+            "named sources (offset log v2) is not supported yet"
+        )
+    offsets = dict(m.offsets)
+    previous = dict(m.previous_offsets) if m.previous_offsets is not None else None
+    report = []
+    for name, text in given.items():
+        if name not in offsets:
+            problems.append(
+                f"--source-offsets {name}: the savepoint has no source of that name (it has "
+                f"{', '.join(offsets)})"
+            )
+            continue
+        offsets[name] = None if text == START else text
+        if previous is not None:
+            previous[name] = offsets[name]
+    for o in old:
+        report.append(
+            {
+                "index": o.key,
+                "description": o.describe(),
+                "position": "given" if o.key in given else "kept",
+                "offset": offsets.get(o.key),
+            }
+        )
+    logs = {k: v for k, v in (m.source_logs or {}).items() if k not in given}
+    return SourcePositions(offsets, previous, logs, report, problems)

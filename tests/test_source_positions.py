@@ -1,0 +1,164 @@
+"""Source positions on restore, without Spark: the savepoint's sources matched to a changed
+query's (planned sources stand in for what planning returns), the offset log and source logs
+written for them, and what is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from statectl.checkpoint.model import Checkpoint
+from statectl.errors import StatectlError
+from statectl.query_plan import PlannedQuery, PlannedSource
+from statectl.restoring import plan_restore, write_restore
+from statectl.savepoints.create import take_savepoint
+from statectl.savepoints.store import Savepoint
+from statectl.source_positions import parse_source_offsets
+from tests.conftest import FIXTURES
+
+OLD_DIR = "/tmp/statectl-fixture-input-59qe8g3n/agg-hdfs"  # where the fixture's files were
+
+
+@pytest.fixture(scope="module")
+def sp(tmp_path_factory):
+    url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path_factory.mktemp("s") / "sp"))
+    return Savepoint.open(url)
+
+
+def kafka(index: int) -> PlannedSource:
+    """A non-file source whose parser accepts only {"t": {...}} offsets."""
+    return PlannedSource(
+        index, "kafka", None, lambda text: None if text.startswith('{"t"') else "no topic"
+    )
+
+
+def query(sources: list[PlannedSource]) -> PlannedQuery:
+    ckpt = Checkpoint.open(str(FIXTURES / "agg-hdfs"))
+    return PlannedQuery("q.py:f", "update", ckpt.operators(ckpt.resolve_batch(None)), [], sources)
+
+
+def plan(sp, tmp_path, sources=None, given=None, n=False):
+    return plan_restore(
+        sp,
+        str(tmp_path / "ck"),
+        None,
+        None,
+        {},
+        n,
+        query=query(sources) if sources is not None else None,
+        source_offsets=given,
+    )
+
+
+def offsets_written(tmp_path, batch=3) -> list[str]:
+    return (tmp_path / "ck" / "offsets" / str(batch)).read_text().split("\n")[2:]
+
+
+def test_unchanged_sources_are_kept_as_they_were(sp, tmp_path):
+    p = plan(sp, tmp_path)
+    assert not p.problems
+    assert p.sources == [
+        {
+            "index": 0,
+            "description": f"FileSource[{OLD_DIR}]",
+            "position": "kept",
+            "offset": '{"logOffset":3}',
+        }
+    ]
+    write_restore(p)
+    assert offsets_written(tmp_path) == ['{"logOffset":3}']
+    assert offsets_written(tmp_path, 2) == ['{"logOffset":2}']
+    assert (tmp_path / "ck" / "sources" / "0" / "3").exists()
+
+
+def test_a_file_source_gets_no_offset_but_can_restart_from_its_files(sp, tmp_path):
+    p = plan(sp, tmp_path, given={"0": '{"logOffset":1}'})
+    assert len(p.problems) == 1 and "file source" in p.problems[0] and "0=-" in p.problems[0]
+    p = plan(sp, tmp_path, given={"0": "-"})
+    assert not p.problems and p.sources[0]["position"] == "new"
+    write_restore(p)
+    assert offsets_written(tmp_path) == ["-"] and not (tmp_path / "ck" / "sources").exists()
+
+
+def test_a_removed_source_needs_n_and_an_added_one_starts_from_its_start(sp, tmp_path):
+    p = plan(sp, tmp_path, [kafka(0)])
+    assert any(f"FileSource[{OLD_DIR}]" in x and "-n" in x for x in p.problems), p.problems
+    p = plan(sp, tmp_path, [kafka(0)], n=True)
+    assert not p.problems
+    assert [(s["description"], s["position"]) for s in p.sources] == [
+        ("kafka", "new"),
+        (f"FileSource[{OLD_DIR}]", "dropped"),
+    ]
+    write_restore(p)
+    assert offsets_written(tmp_path) == ["-"] and not (tmp_path / "ck" / "sources").exists()
+
+
+def test_a_replaced_source_starts_at_the_given_offset(sp, tmp_path):
+    p = plan(sp, tmp_path, [kafka(0)], given={"kafka": '{"x":1}'})
+    assert any("cannot parse this offset: no topic" in x for x in p.problems), p.problems
+    p = plan(sp, tmp_path, [kafka(0)], given={"nope": '{"t":{}}'})
+    assert any("nope: matches no source" in x and "0 kafka" in x for x in p.problems)
+    p = plan(sp, tmp_path, [kafka(0)], given={"kafka": '{"t":{"0":42}}'})
+    assert not p.problems, p.problems
+    assert p.sources[0]["position"] == "given"
+    assert p.sources[0]["replaces"] == f"FileSource[{OLD_DIR}]"
+    write_restore(p)
+    assert offsets_written(tmp_path) == ['{"t":{"0":42}}']
+
+
+def test_a_file_source_keeps_its_log_at_its_new_index(sp, tmp_path):
+    moved = PlannedSource(1, f"FileSource[{OLD_DIR}]", OLD_DIR)
+    p = plan(sp, tmp_path, [kafka(0), moved])
+    assert not p.problems, p.problems
+    assert [(s["position"], s.get("from")) for s in p.sources] == [("new", None), ("kept", 0)]
+    write_restore(p)
+    assert offsets_written(tmp_path) == ["-", '{"logOffset":3}']
+    assert (tmp_path / "ck" / "sources" / "1" / "3").exists()
+    assert not (tmp_path / "ck" / "sources" / "0").exists()
+
+
+def test_a_non_file_source_whose_offset_the_new_source_cannot_read_is_not_kept(sp, tmp_path):
+    p = plan(sp, tmp_path, [kafka(0)], given={"0": '{"t":{"0":1}}'}, n=True)
+    assert not p.problems
+    # the same position handed to a source of another kind is refused by its parser
+    sp2 = plan(sp, tmp_path, [kafka(0)], given={"0": '{"logOffset":3}'})
+    assert any("cannot parse" in x for x in sp2.problems)
+
+
+@pytest.mark.parametrize("pair", ["0", "=1", '0={"a":', "0=1\x00"])
+def test_source_offsets_option_is_checked(pair):
+    with pytest.raises(StatectlError, match="--source-offsets"):
+        parse_source_offsets([pair])
+    assert parse_source_offsets(['kafka={"t": {"0": 1}}', "1=-"]) == {
+        "kafka": '{"t": {"0": 1}}',
+        "1": "-",
+    }
+
+
+def test_with_offsets_resets_a_file_source_and_refuses_what_it_cannot_set(sp, tmp_path):
+    import statectl
+
+    writer = statectl.SavepointWriter.from_savepoint(sp.url())
+    with pytest.raises(StatectlError, match="file source"):
+        writer.with_offsets({0: '{"logOffset":1}'})
+    with pytest.raises(StatectlError, match="'7' is not a source"):
+        writer.with_offsets({7: None})
+    with pytest.raises(StatectlError, match="is not JSON"):
+        writer.with_offsets({0: "{oops"})
+    reset = writer.with_offsets({0: None}).write(tmp_path / "reset")
+    meta = Savepoint.open(reset.path).metadata
+    assert meta.offsets == {"0": None} and meta.previous_offsets == {"0": None}
+    assert meta.source_logs == {}
+    assert sp.metadata.offsets == {"0": '{"logOffset":3}'}  # the base is untouched
+    p = plan_restore(Savepoint.open(reset.path), str(tmp_path / "ck"), None, None, {}, False)
+    assert not p.problems and p.sources[0]["position"] == "new"
+    write_restore(p)
+    assert offsets_written(tmp_path) == ["-"] and not (tmp_path / "ck" / "sources").exists()
+
+
+def test_a_file_source_in_another_directory_is_kept_by_index_and_noted(sp, tmp_path):
+    p = plan(sp, tmp_path, [PlannedSource(0, "FileSource[/data/moved]", "/data/moved")])
+    assert not p.problems, p.problems
+    [src] = p.sources
+    assert src["position"] == "kept" and OLD_DIR in src["note"] and "0=-" in src["note"]
+    p = plan(sp, tmp_path, [PlannedSource(0, "FileSource[/data/moved]", "/data/moved")], {"0": "-"})
+    assert not p.problems and p.sources[0]["position"] == "new"
