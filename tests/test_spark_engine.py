@@ -98,7 +98,7 @@ def test_task_errors_cross_back_as_the_same_class() -> None:
 def test_cli_refuses_spark_conf_without_the_spark_engine(tmp_path: Path) -> None:
     p = _cli("savepoint", str(FIXTURES / "agg-hdfs"), str(tmp_path), "--spark-conf", "a=b")
     assert p.returncode == 2, p.stderr
-    assert p.stderr.strip() == "statectl: error: --spark-conf needs --engine spark"
+    assert p.stderr.strip() == "statectl: error: --spark-conf needs --engine spark (or auto)"
     p = _cli("savepoint", str(FIXTURES / "agg-hdfs"), str(tmp_path), "--engine", "dask")
     assert p.returncode == 2 and "--engine must be one of local, spark" in p.stderr
 
