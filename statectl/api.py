@@ -97,6 +97,49 @@ def read_state(
     )
 
 
+def export(
+    path: Any,
+    output: Any,
+    operator: str | int = 0,
+    *,
+    store: str | None = None,
+    join_side: str | None = None,
+    state_var: str | None = None,
+    timers: bool = False,
+    batch: int | None = None,
+    overwrite: bool = False,
+    verify: bool = True,
+    engine: Any = "local",
+    spark: Any = None,
+    spark_confs: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``statectl export``: :func:`read_state`'s table written to ``output`` (.parquet, .jsonl
+    or .csv). ``engine="spark"`` (or ``spark=`` a SparkSession) reads one partition per Spark
+    task; ``"auto"`` as for :func:`savepoint`. Returns what ``--json`` prints (``engine``: which
+    ran)."""
+    from statectl.engine import Engine
+    from statectl.export import export_state
+
+    chosen = (
+        None
+        if engine == "local" and spark is None
+        else _engine(engine, spark, spark_confs, _state_size(as_url(path)))
+    )
+    return export_state(
+        as_url(path),
+        operator,
+        store,
+        join_side,
+        state_var,
+        timers,
+        batch,
+        as_url(output),
+        overwrite,
+        verify=verify,
+        engine=None if isinstance(chosen, Engine) else chosen,
+    )
+
+
 def open_state(
     path: Any,
     *,

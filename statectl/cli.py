@@ -235,21 +235,24 @@ def export(
     ] = False,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""
-    from statectl.export import export_state
+    from statectl.api import export as do_export
 
-    result = export_state(
+    result = do_export(
         path,
-        operator,
-        store,
-        join_side,
-        state_var,
-        timers,
-        batch,
         output,
-        overwrite,
+        operator,
+        store=store,
+        join_side=join_side,
+        state_var=state_var,
+        timers=timers,
+        batch=batch,
+        overwrite=overwrite,
         verify=not no_verify,
+        **_engine_args(engine, spark_conf),
     )
     if as_json:
         _print_json(result)

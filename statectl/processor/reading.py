@@ -204,6 +204,27 @@ class StateHandle:
         for p, part in self._partitions(info, t):
             yield p, join_side_view(part) if join_side else part
 
+    def partition(
+        self,
+        op: str | int | OperatorInfo,
+        p: int,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+    ) -> pa.Table:
+        """State partition ``p``'s rows alone (what :meth:`partitions` yields for it): the unit
+        of one export task on the Spark engine."""
+        from statectl.state import join_side_view
+
+        info, t = self._select(op, table, join_side)
+        if not 0 <= p < info.partitions:
+            raise StatectlError(f"operator {info.id} has no partition {p}", self.path)
+        part = self._partition(info, t, p)
+        return join_side_view(part) if join_side else part
+
+    def _partition(self, op: OperatorInfo, table: TableInfo, p: int) -> pa.Table:
+        raise NotImplementedError
+
     def schema(
         self,
         op: str | int | OperatorInfo,
@@ -396,6 +417,33 @@ class CheckpointHandle(StateHandle):
         for p in range(operator.num_partitions):
             yield p, read_partition(self.ckpt, operator, sel, p, self.batch, enc)
 
+    def partition(
+        self,
+        op: str | int | OperatorInfo,
+        p: int,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+    ) -> pa.Table:
+        if not join_side:
+            return super().partition(op, p, table)
+        from statectl.state import Selection, StoreEncoding, read_partition
+
+        info, _ = self._select(op, table, join_side)
+        if not 0 <= p < info.partitions:
+            raise StatectlError(f"operator {info.id} has no partition {p}", self.path)
+        enc = StoreEncoding.of(self.ckpt, self.batch)
+        sel = Selection(info.id, join_side=join_side, batch=self.batch)
+        return read_partition(self.ckpt, self._ops[info.id], sel, p, self.batch, enc)
+
+    def _partition(self, op: OperatorInfo, table: TableInfo, p: int) -> pa.Table:
+        from statectl.state import StoreEncoding, read_partition
+
+        enc = StoreEncoding.of(self.ckpt, self.batch)
+        return read_partition(
+            self.ckpt, self._ops[op.id], self._selection(op, table), p, self.batch, enc
+        )
+
     def _partitions(self, op: OperatorInfo, table: TableInfo) -> Iterator[tuple[int, pa.Table]]:
         from statectl.state import StoreEncoding, read_partition
 
@@ -473,6 +521,10 @@ class SavepointHandle(StateHandle):
             if t.name == table.name:
                 return t
         raise AssertionError(table.name)  # _select found it
+
+    def _partition(self, op: OperatorInfo, table: TableInfo, p: int) -> pa.Table:
+        st = self.state_table(op, table)
+        return self.sp.read_part(st, st.files[p])
 
     def _partitions(self, op: OperatorInfo, table: TableInfo) -> Iterator[tuple[int, pa.Table]]:
         st = self.state_table(op, table)
