@@ -393,8 +393,10 @@ def active_session() -> Any:
 
 def auto_threshold() -> int:
     """--engine auto's size threshold: $STATECTL_SPARK_THRESHOLD (e.g. 1G), else 1 GiB."""
-    env = os.environ.get(ENV_AUTO_THRESHOLD)
-    return parse_memory(env) if env else DEFAULT_AUTO_THRESHOLD
+    env = os.environ.get(ENV_AUTO_THRESHOLD, "").strip()
+    if not env:
+        return DEFAULT_AUTO_THRESHOLD
+    return parse_memory(int(env)) if env.isdigit() else parse_memory(env)
 
 
 def choose_engine(
