@@ -13,6 +13,9 @@ not waited for by its Python parent, so the Spark rows' figure leaves the JVM ou
   (``--only-restore``: just the savepoint and these),
 * ``statectl migrate`` HDFS -> RocksDB 2 -> 8 and RocksDB -> HDFS 8 -> 2 (the 8-partition
   RocksDB source is the previous row's output),
+* the same export, savepoint and both migrates with ``--engine spark`` on
+  ``--spark-master`` (default ``local-cluster[2,1,2048]``: separate executor JVMs and Python
+  workers; cluster start-up included; the RSS figure is the driver's Python, not the JVMs),
 * Spark 4.3's own offline ``repartition`` (RocksDB 2 -> 8, on a copy) and its ``statestore``
   reader writing the same Parquet as the export, JVM start included.
 
@@ -105,6 +108,11 @@ def main() -> None:
     ap.add_argument("--memory", default=None, help="statectl --memory (default: its own)")
     ap.add_argument("--skip-spark", action="store_true", help="statectl rows only")
     ap.add_argument("--only-restore", action="store_true", help="savepoint and restore rows only")
+    ap.add_argument(
+        "--spark-master",
+        default="local-cluster[2,1,2048]",
+        help="master of the --engine spark rows ('' skips them)",
+    )
     args = ap.parse_args()
     work = Path(args.workdir)
     ckpts = build_checkpoints(work, args.keys)
@@ -178,6 +186,52 @@ def main() -> None:
                 *mem,
             ],
         )
+        if args.spark_master:
+            on_spark = [
+                "--engine",
+                "spark",
+                "--spark-conf",
+                f"spark.master={args.spark_master}",
+                "--spark-conf",
+                "spark.ui.enabled=false",
+                *mem,  # --memory: each Spark task's budget
+            ]
+            where = f"--engine spark, {args.spark_master}"
+            run(
+                f"statectl export (hdfs) -> Parquet, {where}",
+                [
+                    *statectl_bin,
+                    "export",
+                    str(hdfs),
+                    "--operator",
+                    "0",
+                    "-o",
+                    str(runs / "e-spark.parquet"),
+                    *on_spark[:6],
+                ],
+            )
+            run(
+                f"statectl savepoint (hdfs), {where}",
+                [*statectl_bin, "savepoint", str(hdfs), str(runs / "sp-spark"), *on_spark[:6]],
+            )
+            for src, dst, backend, n in (
+                (hdfs, "rocksdb-8-spark", "rocksdb", "8"),
+                (runs / "rocksdb-8-spark", "hdfs-2-spark", "hdfs", "2"),
+            ):
+                run(
+                    f"statectl migrate -> {backend} {n}, {where}",
+                    [
+                        *statectl_bin,
+                        "migrate",
+                        str(src),
+                        str(runs / dst),
+                        "--backend",
+                        backend,
+                        "--partitions",
+                        n,
+                        *on_spark,
+                    ],
+                )
         if not args.skip_spark and not args.only_restore:
             copy = runs / "spark-repartition"
             shutil.copytree(rocks, copy)

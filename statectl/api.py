@@ -29,6 +29,41 @@ if TYPE_CHECKING:
     from statectl.processor.reading import StateHandle
 
 
+def _state_size(url: str, under: str = "") -> Callable[[], int]:
+    """The bytes of state files under ``url`` (``--engine auto``'s measure), asked lazily."""
+
+    def size() -> int:
+        from statectl.io import FileIO
+
+        io, root = FileIO.for_url(url)
+        path = io.join(root, under) if under else root
+        return io.du(path) if io.exists(path) else 0
+
+    return size
+
+
+def _engine(
+    engine: Any,
+    spark: Any,
+    spark_confs: dict[str, str] | None,
+    state_bytes: Callable[[], int],
+    memory: str | int | None = None,
+    workers: int | None = None,
+) -> Any:
+    """The engine a use case runs on (``engine=``: "local", "spark", "auto", a SparkSession
+    or an engine; statectl.spark_engine.engine_for), shared by every command that has one."""
+    from statectl.spark_engine import engine_for
+
+    return engine_for(
+        engine,
+        memory=memory,
+        workers=workers,
+        spark=spark,
+        spark_confs=spark_confs,
+        state_bytes=state_bytes,
+    )
+
+
 def inspect(
     path: Any, batch: int | None = None, *, rows: bool = True, verify: bool = True
 ) -> InspectResult:
@@ -59,6 +94,49 @@ def read_state(
     check_selection(store, join_side, state_var, timers)
     return open_state(path, batch=batch, verify=verify).read(
         operator, selection_table(store, state_var, timers), join_side=join_side
+    )
+
+
+def export(
+    path: Any,
+    output: Any,
+    operator: str | int = 0,
+    *,
+    store: str | None = None,
+    join_side: str | None = None,
+    state_var: str | None = None,
+    timers: bool = False,
+    batch: int | None = None,
+    overwrite: bool = False,
+    verify: bool = True,
+    engine: Any = "local",
+    spark: Any = None,
+    spark_confs: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``statectl export``: :func:`read_state`'s table written to ``output`` (.parquet, .jsonl
+    or .csv). ``engine="spark"`` (or ``spark=`` a SparkSession) reads one partition per Spark
+    task; ``"auto"`` as for :func:`savepoint`. Returns what ``--json`` prints (``engine``: which
+    ran)."""
+    from statectl.engine import Engine
+    from statectl.export import export_state
+
+    chosen = (
+        None
+        if engine == "local" and spark is None
+        else _engine(engine, spark, spark_confs, _state_size(as_url(path)))
+    )
+    return export_state(
+        as_url(path),
+        operator,
+        store,
+        join_side,
+        state_var,
+        timers,
+        batch,
+        as_url(output),
+        overwrite,
+        verify=verify,
+        engine=None if isinstance(chosen, Engine) else chosen,
     )
 
 
@@ -97,15 +175,17 @@ def savepoint(
 
     ``engine="spark"`` (or ``spark=`` a SparkSession) converts the partitions as Spark tasks on
     the cluster (a session is built from ``spark_confs`` when none is given); the result is the
-    same savepoint as the local engine's."""
+    same savepoint as the local engine's. ``engine="auto"``: Spark for large state when a
+    session is at hand (docs/guide.md); the result's ``engine`` says which ran."""
+    from statectl.engine import Engine
     from statectl.savepoints.create import take_savepoint
-    from statectl.spark_engine import engine_for
 
-    runner = (
+    chosen = (
         None
         if engine == "local" and spark is None
-        else engine_for(engine, spark=spark, spark_confs=spark_confs)
+        else _engine(engine, spark, spark_confs, _state_size(as_url(checkpoint), "state"))
     )
+    runner = None if isinstance(chosen, Engine) else chosen  # local: sized by ``workers``
 
     url, meta = take_savepoint(
         as_url(checkpoint),
@@ -125,6 +205,7 @@ def savepoint(
             "batch": meta.batch_id,
             "query_id": meta.query_id,
             "operators": {op.uid: op.rows for op in meta.operators},
+            "engine": "local" if runner is None else runner.name,
         }
     )
 
@@ -184,6 +265,8 @@ def restore(
     memory: str | int | None = None,
     workers: int | None = None,
     source_offsets: dict[Any, Any] | None = None,
+    engine: Any = "local",
+    spark_confs: dict[str, str] | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -196,7 +279,10 @@ def restore(
     engine's memory, ``workers`` its parallel tasks (default: a quarter of the machine's
     memory, a worker per core). ``source_offsets`` sets sources' starting positions: source
     index or description (as the plan's ``sources`` show it) -> offset (JSON text or a dict;
-    ``None`` or ``"-"``: the source's configured start)."""
+    ``None`` or ``"-"``: the source's configured start). ``engine`` is ``"local"``, ``"spark"``
+    (the stores are built by Spark tasks on ``spark``, the active session, or one from
+    ``spark_confs``; ``memory`` is then each task's budget), ``"auto"`` or a SparkSession; the
+    result's ``engine`` says which ran."""
     from statectl.restoring import restore as do_restore
     from statectl.source_positions import normalize_offset
 
@@ -205,6 +291,14 @@ def restore(
         for k, v in (source_offsets or {}).items()
     }
 
+    runner = _engine(
+        engine,
+        None if engine == "local" else spark,
+        spark_confs,
+        _state_size(as_url(savepoint)),
+        memory,
+        workers,
+    )
     plan = do_restore(
         as_url(savepoint),
         as_url(target),
@@ -222,9 +316,8 @@ def restore(
         overwrite=overwrite,
         progress=progress,
         join_state_format=join_state_format,
-        memory=memory,
-        workers=workers,
         source_offsets=given,
+        engine=runner,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:
@@ -245,13 +338,20 @@ def migrate(
     verify: bool = True,
     memory: str | int | None = None,
     workers: int | None = None,
+    engine: Any = "local",
+    spark: Any = None,
+    spark_confs: dict[str, str] | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
     directory to keep it under. Raises :class:`RestoreError` when the restore would fail.
-    ``memory`` and ``workers`` as for :func:`restore`."""
+    ``memory``, ``workers``, ``engine`` and ``spark_confs`` as for :func:`restore` (the
+    savepoint runs on the same engine); ``spark`` a SparkSession means the Spark engine."""
     from statectl.restoring import migrate as do_migrate
 
+    runner = _engine(
+        engine, spark, spark_confs, _state_size(as_url(source), "state"), memory, workers
+    )
     plan, kept = do_migrate(
         as_url(source),
         as_url(target),
@@ -262,8 +362,7 @@ def migrate(
         changelog=changelog,
         overwrite=overwrite,
         verify=verify,
-        memory=memory,
-        workers=workers,
+        engine=runner,
     )
     result = MigrateResult.from_document(
         {**plan.as_dict(), "source": as_url(source), "savepoint": kept}

@@ -73,6 +73,36 @@ WorkersOpt = Annotated[
         help="Parallel partition tasks (default: one per core, or $STATECTL_WORKERS).",
     ),
 ]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="local (this machine), spark (partitions as Spark tasks) or auto (spark for state "
+        "of $STATECTL_SPARK_THRESHOLD, default 1G, or more when a session is at hand).",
+    ),
+]
+SparkConfOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--spark-conf",
+        help="KEY=VALUE for the Spark engine's session, repeatable (e.g. spark.master=yarn).",
+    ),
+]
+
+
+def _engine_args(engine: str, spark_conf: list[str] | None) -> dict[str, Any]:
+    """--engine and --spark-conf, checked, as the use cases' ``engine``/``spark_confs``."""
+    from statectl.errors import StatectlError
+    from statectl.spark_engine import ENGINES, parse_spark_confs
+
+    if engine not in ENGINES:
+        raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    confs = parse_spark_confs(spark_conf or [])
+    if confs and engine == "local":
+        raise StatectlError("--spark-conf needs --engine spark (or auto)")
+    return {"engine": engine, "spark_confs": confs}
+
+
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", help="Committed batch to read (default: latest).")
 ]
@@ -205,21 +235,24 @@ def export(
     ] = False,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
 ) -> None:
     """Export one operator's state: the table Spark's statestore reader returns."""
-    from statectl.export import export_state
+    from statectl.api import export as do_export
 
-    result = export_state(
+    result = do_export(
         path,
-        operator,
-        store,
-        join_side,
-        state_var,
-        timers,
-        batch,
         output,
-        overwrite,
+        operator,
+        store=store,
+        join_side=join_side,
+        state_var=state_var,
+        timers=timers,
+        batch=batch,
+        overwrite=overwrite,
         verify=not no_verify,
+        **_engine_args(engine, spark_conf),
     )
     if as_json:
         _print_json(result)
@@ -258,32 +291,13 @@ def savepoint(
     workers: WorkersOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
-    engine: Annotated[
-        str,
-        typer.Option("--engine", help="local (this machine) or spark (partitions as Spark tasks)."),
-    ] = "local",
-    spark_conf: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--spark-conf",
-            help="KEY=VALUE for the Spark engine's session, repeatable (e.g. spark.master=yarn).",
-        ),
-    ] = None,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
 ) -> None:
     """Take a savepoint of a committed batch (the latest by default), even while the query runs."""
     from statectl.api import savepoint as take_savepoint
-    from statectl.spark_engine import ENGINES, parse_spark_confs
 
-    if engine not in ENGINES:
-        from statectl.errors import StatectlError
-
-        raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    confs = parse_spark_confs(spark_conf or [])
-    if confs and engine != "spark":
-        from statectl.errors import StatectlError
-
-        raise StatectlError("--spark-conf needs --engine spark")
-    engine_args = {"engine": engine, "spark_confs": confs}
+    engine_args = _engine_args(engine, spark_conf)
 
     pairs = _parse_pairs(uid or [], "--uid")
     uids = {}
@@ -478,6 +492,8 @@ def restore(
     ] = False,
     memory: MemoryOpt = None,
     workers: WorkersOpt = None,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a Spark checkpoint from a savepoint: either backend, any partition count.
@@ -491,6 +507,8 @@ def restore(
     from statectl.render import render_source
     from statectl.results import RestoreError
     from statectl.source_positions import parse_source_offsets
+
+    engine_args = _engine_args(engine, spark_conf)
 
     def progress(msg: str) -> None:
         if not as_json or sys.stderr.isatty():
@@ -522,6 +540,7 @@ def restore(
             memory=memory,
             workers=workers,
             source_offsets=parse_source_offsets(source_offsets or []),
+            **engine_args,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
@@ -573,6 +592,8 @@ def migrate(
     ] = False,
     memory: MemoryOpt = None,
     workers: WorkersOpt = None,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
 ) -> None:
@@ -581,6 +602,8 @@ def migrate(
     The temporary savepoint lives inside the target until the target is complete."""
     from statectl.api import migrate as do_migrate
     from statectl.results import RestoreError
+
+    engine_args = _engine_args(engine, spark_conf)
 
     try:
         result = do_migrate(
@@ -595,6 +618,7 @@ def migrate(
             verify=not no_verify,
             memory=memory,
             workers=workers,
+            **engine_args,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result

@@ -538,13 +538,18 @@ def restore_stores(
     fmt: StoreFormat,
     io: FileIO,
     store_dir: Callable[[str, int], str],
-    engine: Engine,
+    engine: Engine | TaskRunner,
     *,
     encoder: Encoder,
     only: list[int] | None = None,
 ) -> list[list[tuple[int, str | None]]]:
     """Write the target partitions (all, or ``only`` these) of every store table; returns
-    [table] -> [(partition, unique id)]."""
+    [table] -> [(partition, unique id)]. The Spark engine runs the same two phases as Spark
+    stages (:meth:`statectl.spark_engine.SparkEngine.restore_stores`)."""
+    if not isinstance(engine, Engine):
+        return engine.restore_stores(
+            sp, tables, place, partitions, fmt, io, store_dir, encoder=encoder, only=only
+        )
     threads = _uses_threads(sp.io, io)
     built = list(range(partitions)) if only is None else only
     with spill_dir() as directory:
@@ -566,10 +571,13 @@ def partition_tables(
     tables: list[Any],
     place: Place,
     partitions: int,
-    engine: Engine,
+    engine: Engine | TaskRunner,
 ) -> Iterator[tuple[int, dict[str, pa.Table]]]:
     """Each target partition's rows of ``tables`` (by name, in savepoint order), one partition
     in memory at a time: for state whose partition is encoded as a whole (transformWithState)."""
+    if not isinstance(engine, Engine):  # the Spark engine: a shuffle, then partition by partition
+        yield from engine.partition_tables(sp, tables, place, partitions)
+        return
     threads = _uses_threads(sp.io)
     with spill_dir() as directory:
         dirs = spill_tables(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io as _io
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -167,6 +168,53 @@ def format_of(path: str) -> str:
     )
 
 
+@dataclass
+class ExportPartTask:
+    """One state partition of the selection, read where the task runs (a Spark executor) and
+    returned as Arrow IPC bytes."""
+
+    handle: Any  # StateHandle
+    operator: str | int
+    table: str | None
+    join_side: str | None
+    partition: int
+
+    def __call__(self) -> bytes:
+        part = self.handle.partition(
+            self.operator, self.partition, self.table, join_side=self.join_side
+        )
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, part.schema) as w:
+            w.write_table(part)
+        return sink.getvalue().to_pybytes()
+
+
+def _read_on(
+    engine: Any,
+    source: Any,
+    operator: str | int,
+    store: str | None,
+    join_side: str | None,
+    state_var: str | None,
+    timers: bool,
+    batch: int | None,
+) -> pa.Table:
+    """The selection read by ``engine``'s tasks, one per partition, concatenated in order."""
+    from statectl.processor.reading import handle_of
+    from statectl.reader import check_selection, selection_table
+
+    check_selection(store, join_side, state_var, timers)
+    handle = handle_of(source, batch)
+    table = selection_table(store, state_var, timers)
+    schema = handle.schema(operator, table, join_side=join_side)  # checks the selection here
+    jobs = [
+        ExportPartTask(handle, operator, table, join_side, p)
+        for p in range(handle.operator(operator).partitions)
+    ]
+    parts = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in engine.run(jobs)]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
 def export_state(
     path: str,
     operator: str | int = 0,
@@ -179,20 +227,26 @@ def export_state(
     overwrite: bool = False,
     *,
     verify: bool = True,
+    engine: Any = None,
 ) -> dict[str, Any]:
-    """Export from a checkpoint (operator id) or a savepoint (uid or original operator id)."""
+    """Export from a checkpoint (operator id) or a savepoint (uid or original operator id).
+    ``engine``: the Spark engine reads one partition per Spark task (None: here)."""
     from statectl.reader import open_source, read
 
     fmt = format_of(out_url)
-    table = read(
-        open_source(path, verify=verify),
-        operator,
-        store=store,
-        join_side=join_side,
-        state_var=state_var,
-        timers=timers,
-        batch=batch,
-    )
+    source = open_source(path, verify=verify)
+    if engine is not None and getattr(engine, "name", "local") == "spark":
+        table = _read_on(engine, source, operator, store, join_side, state_var, timers, batch)
+    else:
+        table = read(
+            source,
+            operator,
+            store=store,
+            join_side=join_side,
+            state_var=state_var,
+            timers=timers,
+            batch=batch,
+        )
     io, out = FileIO.for_url(out_url)
     io.write_atomic(
         out,
@@ -205,4 +259,5 @@ def export_state(
         "format": fmt,
         "rows": table.num_rows,
         "columns": [f.name for f in table.schema],
+        "engine": getattr(engine, "name", "local"),
     }

@@ -121,7 +121,8 @@ class RestorePlan:
     io: FileIO | None = field(default=None, repr=False, compare=False)
     root: str = field(default="", repr=False, compare=False)
     started: bool = field(default=False, repr=False, compare=False)  # marker already written
-    engine: Engine | None = field(default=None, repr=False, compare=False)  # memory, workers
+    # The engine that writes the stores: local (memory, workers) or Spark's.
+    engine: Any = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +139,7 @@ class RestorePlan:
             "join_state_format": self.join_state_format,
             "conversions": self.conversions,
             "sources": self.sources,
+            "engine": getattr(self.engine, "name", "local"),
             "problems": self.problems,
             "ok": not self.problems,
         }
@@ -1256,6 +1258,7 @@ def restore(
     memory: str | int | None = None,
     workers: int | None = None,
     source_offsets: dict[str, str] | None = None,
+    engine: Any = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
@@ -1263,9 +1266,10 @@ def restore(
     ``query`` (``MODULE:FUNCTION`` or a :class:`PlannedQuery`) is the changed query: it is
     planned with Spark (``spark``, or a local session) to match state to its operators.
     ``memory`` (bytes or ``"512M"``) and ``workers`` size the local engine
-    (:mod:`statectl.engine`; default a quarter of the machine's memory, a worker per core).
+    (:mod:`statectl.engine`; default a quarter of the machine's memory, a worker per core);
+    ``engine`` (an engine of :func:`statectl.spark_engine.engine_for`) replaces it.
     """
-    engine = Engine.of(memory, workers)
+    engine = engine or Engine.of(memory, workers)
     sp = open_savepoint(savepoint)
     if isinstance(query, str):
         chosen, n = choose_target(sp, backend, partitions)
@@ -1309,6 +1313,7 @@ def migrate(
     verify: bool = True,
     memory: str | int | None = None,
     workers: int | None = None,
+    engine: Any = None,
 ) -> tuple[RestorePlan, str | None]:
     """Savepoint then restore. The target is marked in progress first and the temporary
     savepoint is written inside it (``.statectl-tmp/``) and removed before the target is
@@ -1316,7 +1321,7 @@ def migrate(
     ``--overwrite`` replaces), never a full savepoint elsewhere."""
     from statectl.savepoints.create import take_savepoint
 
-    engine = Engine.of(memory, workers)
+    engine = engine or Engine.of(memory, workers)
     src_io, src_root = FileIO.for_url(source)
     io, root = FileIO.for_url(target)
     problems, _ = target_problems(io, root, overwrite, [("source checkpoint", src_io, src_root)])
@@ -1336,7 +1341,10 @@ def migrate(
                 keep_savepoint or io.url(tmp),
                 batch=batch,
                 verify=verify,
-                workers=engine.workers,
+                # The savepoint runs on the same engine as the restore (Spark's: one task per
+                # partition; the local one: its workers).
+                engine=None if isinstance(engine, Engine) else engine,
+                workers=engine.workers if isinstance(engine, Engine) else None,
             )
             plan = plan_restore(
                 Savepoint.open(kept),

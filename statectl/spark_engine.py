@@ -7,6 +7,16 @@ in threads; this one runs each task as one Spark task, so executors read and wri
 files on the checkpoint's own filesystem while the driver keeps the last word (``_metadata`` and
 logs are written by the caller, after ``run`` returned every result).
 
+Restore and migrate run the local engine's two phases (statectl/engine.py) as two Spark stages
+joined by a real Spark shuffle: spill tasks (one per savepoint data file) emit their rows as
+Arrow IPC batches keyed ``(target partition, table, source file, batch)``,
+``repartitionAndSortWithinPartitions`` brings each target partition's batches to one build task
+in savepoint order, and the build task writes the target's state files on the target's own
+filesystem. A shuffle, not spill files on a shared directory: executors of a real cluster share
+no /tmp, and the target's filesystem (often an object store) is the wrong place for scratch
+data that Spark's shuffle already moves, spills to each executor's local disks and retries.
+The driver writes the checkpoint logs and ``_metadata`` last, after every build task returned.
+
 Errors a task raises on purpose (a ``StatectlError``: a damaged file, a missing one) come back to
 the driver as the same error class and message, so a Spark run fails exactly like a local one.
 """
@@ -14,16 +24,31 @@ the driver as the same error class and message, so a Spark run fails exactly lik
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from statectl.engine import Engine
-from statectl.errors import StatectlError
+import pyarrow as pa
 
-ENGINES = ("local", "spark")
+from statectl.engine import BuildTask, Encoder, Engine, Place, SpillTask, StoreFormat, parse_memory
+from statectl.errors import StatectlError
+from statectl.io import FileIO
+
+ENGINES = ("local", "spark", "auto")
+# A Spark task's memory budget (spill chunks, in-memory builds) unless --memory says otherwise:
+# what a default 1 GiB executor keeps for Python beside the JVM.
+DEFAULT_TASK_MEMORY = 512 << 20
+# --engine auto: Spark when a session is at hand and the state's files are at least this big.
+ENV_AUTO_THRESHOLD = "STATECTL_SPARK_THRESHOLD"
+DEFAULT_AUTO_THRESHOLD = 1 << 30
+# A StatectlError raised inside a Spark task travels to the driver inside Spark's own error text.
+_MARK = "statectl-error"
+_MARKED = re.compile(_MARK + r"\[(\w+)\]\[(.*?)\]" + _MARK, re.S)
 
 # How executors get statectl: printed when they cannot import it.
 SHIP_HINT = (
@@ -39,6 +64,15 @@ class SparkEngine:
     spark: Any  # pyspark.sql.SparkSession
     name: str = "spark"
     checked: bool = False
+    memory: int = DEFAULT_TASK_MEMORY  # what one Spark task may hold (restore's budget)
+
+    @property
+    def per_task(self) -> int:
+        return self.memory
+
+    @property
+    def workers(self) -> int:
+        return max(1, self.spark.sparkContext.defaultParallelism)
 
     def run(self, jobs: list[Callable[[], Any]], *, threads: bool = False) -> Iterator[Any]:
         del threads  # each job is a Spark task; executors do their own transfers
@@ -52,6 +86,96 @@ class SparkEngine:
             .collect()
         )
         return (_unwrap(o) for o in sorted(outcomes, key=lambda o: o[0]))
+
+    def restore_stores(
+        self,
+        sp: Any,
+        tables: list[Any],
+        place: Place,
+        partitions: int,
+        fmt: StoreFormat,
+        io: FileIO,
+        store_dir: Callable[[str, int], str],
+        *,
+        encoder: Encoder,
+        only: list[int] | None = None,
+    ) -> list[list[tuple[int, str | None]]]:
+        """:func:`statectl.engine.restore_stores` as two Spark stages and a shuffle: build
+        tasks write the target's store files; returns [table] -> [(partition, unique id)]."""
+        built = list(range(partitions)) if only is None else only
+        shuffled = self._shuffled(sp, tables, place, partitions, encoder, built)
+        n_tables = len(tables)
+        # Paths computed here: the driver owns where files go, tasks only write them.
+        dirs = [[store_dir(t.name, p) for p in built] for t in tables]
+        build = _BuildPartition(n_tables, built, dirs, fmt, io, self.per_task)
+        ids = _collect(shuffled.mapPartitionsWithIndex(build))
+        by_index = dict(ids)
+        return [
+            [(p, by_index[i * n_tables + t]) for i, p in enumerate(built)] for t in range(n_tables)
+        ]
+
+    def partition_tables(
+        self, sp: Any, tables: list[Any], place: Place, partitions: int
+    ) -> Iterator[tuple[int, dict[str, pa.Table]]]:
+        """:func:`statectl.engine.partition_tables` through the shuffle: each target
+        partition's rows arrive at the driver one partition at a time (transformWithState and
+        joins at formats 3/4 encode a partition as a whole, here)."""
+        built = list(range(partitions))
+        shuffled = self._shuffled(sp, tables, place, partitions, None, built)
+        rows: dict[int, dict[int, list[pa.RecordBatch]]] = {}
+        current = 0
+
+        def done(p: int) -> tuple[int, dict[str, pa.Table]]:
+            got = rows.pop(p, {})
+            out = {}
+            for t_index, t in enumerate(tables):
+                schema = sp.table_schema(t)
+                batches = got.get(t_index, [])
+                out[t.name] = (
+                    pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
+                )
+            return p, out
+
+        try:
+            for (p, t_index, _f, _b), data in shuffled.toLocalIterator(prefetchPartitions=False):
+                while current < p:
+                    yield done(current)
+                    current += 1
+                rows.setdefault(p, {}).setdefault(t_index, []).append(_from_ipc(data))
+        except Exception as e:
+            _reraise(e)
+        while current < partitions:
+            yield done(current)
+            current += 1
+
+    def _shuffled(
+        self,
+        sp: Any,
+        tables: list[Any],
+        place: Place,
+        partitions: int,
+        encoder: Encoder | None,
+        built: list[int],
+    ) -> Any:
+        """Stage 1 (spill tasks, one per savepoint data file) and the shuffle: an RDD whose
+        partition ``i * len(tables) + t`` holds table ``t``'s rows of target partition
+        ``built[i]``, sorted by (source file, batch): the savepoint's order."""
+        self.check_executors()
+        sc = self.spark.sparkContext
+        jobs = [
+            (t_index, SpillTask(sp, t, f, place, partitions, "", self.per_task, encoder))
+            for t_index, t in enumerate(tables)
+            for f in range(len(t.files))
+        ]
+        position = {p: i for i, p in enumerate(built)}
+        n_tables = len(tables)
+        spilled = sc.parallelize(jobs, numSlices=max(1, len(jobs))).flatMap(
+            _SpillRecords(set(built))
+        )
+        return spilled.repartitionAndSortWithinPartitions(
+            max(1, len(built) * n_tables),
+            partitionFunc=lambda k: position[k[0]] * n_tables + k[1],
+        )
 
     def check_executors(self) -> None:
         """Fail fast, with one line, when an executor cannot import statectl."""
@@ -87,6 +211,110 @@ class SparkEngine:
 
 def _call(job: Callable[[], Any]) -> Any:
     return job()
+
+
+def _to_ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(data: bytes) -> pa.RecordBatch:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
+
+
+def _marked(e: StatectlError) -> RuntimeError:
+    """A StatectlError as an exception whose text Spark carries to the driver intact."""
+    return RuntimeError(f"{_MARK}[{type(e).__name__}][{e}]{_MARK}")
+
+
+def _reraise(e: Exception) -> None:
+    """Raise a Spark job's failure on the driver: a task's StatectlError as itself."""
+    m = _MARKED.search(str(e))
+    if m:
+        _unwrap((0, "statectl", m.group(1), m.group(2)))
+    if isinstance(e, StatectlError):
+        raise e
+    raise StatectlError(f"the Spark engine's job failed: {_last_line(str(e))}") from e
+
+
+def _collect(rdd: Any) -> list[Any]:
+    try:
+        return rdd.collect()
+    except Exception as e:  # Py4J: the task's error is inside the text
+        _reraise(e)
+        raise
+
+
+@dataclass
+class _SpillRecords:
+    """Stage 1 on an executor: run one spill task into the executor's own scratch directory
+    and emit its batches as ``((target partition, table, source file, batch), IPC bytes)``."""
+
+    keep: set[int]
+
+    def __call__(self, item: tuple[int, SpillTask]) -> Iterator[tuple[tuple, bytes]]:
+        t_index, task = item
+        scratch = tempfile.mkdtemp(prefix="statectl-spill-")
+        try:
+            task.directory = scratch
+            try:
+                task()
+            except StatectlError as e:
+                raise _marked(e) from None
+            d = os.path.join(scratch, f"f{task.file_index:06d}")
+            for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+                p = int(name.removesuffix(".arrow"))
+                if p not in self.keep:  # one-partition operators: Spark never creates the rest
+                    continue
+                with pa.OSFile(os.path.join(d, name), "rb") as f:
+                    for b, batch in enumerate(pa.ipc.open_stream(f)):
+                        yield (p, t_index, task.file_index, b), _to_ipc(batch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+@dataclass
+class _BuildPartition:
+    """Stage 2 on an executor: one (target partition, table)'s shuffled batches, in savepoint
+    order, into a local spill file, then the local engine's build task writes the store."""
+
+    n_tables: int
+    built: list[int]
+    dirs: list[list[str]]  # [table][position in built] -> store directory
+    fmt: StoreFormat
+    io: FileIO
+    budget: int
+
+    def __call__(self, index: int, records: Iterator[tuple[tuple, bytes]]) -> Iterator[tuple]:
+        position, t_index = divmod(index, self.n_tables)
+        p = self.built[position]
+        scratch = tempfile.mkdtemp(prefix="statectl-build-")
+        try:
+            os.makedirs(os.path.join(scratch, "f000000"))
+            f = w = None
+            try:
+                for _key, data in records:
+                    batch = _from_ipc(data)
+                    if w is None:
+                        f = pa.OSFile(os.path.join(scratch, "f000000", f"{p}.arrow"), "wb")
+                        w = pa.ipc.new_stream(f, batch.schema)
+                    w.write_batch(batch)
+            finally:
+                if w is not None:
+                    w.close()
+                if f is not None:
+                    f.close()
+            task = BuildTask(
+                scratch, 1, p, self.fmt, self.io, self.dirs[t_index][position], self.budget
+            )
+            try:
+                yield index, task()
+            except StatectlError as e:
+                raise _marked(e) from None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _guarded(fn: Callable[[Any], Any]) -> Callable[[tuple[int, Any]], tuple]:
@@ -153,6 +381,39 @@ def spark_engine(spark: Any = None, confs: dict[str, str] | None = None) -> Spar
     return SparkEngine(spark)
 
 
+def active_session() -> Any:
+    """The SparkSession active in this process, if PySpark is loaded and one is running
+    (PySpark is not imported for the question: a plain CLI run has none)."""
+    if "pyspark.sql" not in sys.modules:
+        return None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+def auto_threshold() -> int:
+    """--engine auto's size threshold: $STATECTL_SPARK_THRESHOLD (e.g. 1G), else 1 GiB."""
+    env = os.environ.get(ENV_AUTO_THRESHOLD, "").strip()
+    if not env:
+        return DEFAULT_AUTO_THRESHOLD
+    return parse_memory(int(env)) if env.isdigit() else parse_memory(env)
+
+
+def choose_engine(
+    spark: Any, spark_confs: dict[str, str] | None, state_bytes: Callable[[], int] | None
+) -> str:
+    """``auto``: Spark when a session is at hand (passed, active in this process, or a
+    ``spark.master`` given with --spark-conf) and the state's files are at least
+    :func:`auto_threshold` bytes; else local (small state is faster without a cluster's
+    start-up and task overheads)."""
+    at_hand = spark is not None or active_session() is not None
+    if not at_hand and "spark.master" not in (spark_confs or {}):
+        return "local"
+    if state_bytes is None or state_bytes() < auto_threshold():
+        return "local"
+    return "spark"
+
+
 def engine_for(
     engine: str | Any = "local",
     *,
@@ -160,15 +421,25 @@ def engine_for(
     workers: int | None = None,
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
+    state_bytes: Callable[[], int] | None = None,
 ) -> Engine | SparkEngine:
     """An engine from the CLI/API arguments: ``"local"`` (bounded by ``memory``, ``workers``
-    tasks at once), ``"spark"``, a SparkSession (the Spark engine on it), or an engine."""
+    tasks at once), ``"spark"`` (on ``spark``, the active session, or one built from
+    ``spark_confs``; ``memory`` is each Spark task's budget), ``"auto"`` (:func:`choose_engine`
+    over ``state_bytes()``, the state's size), a SparkSession (the Spark engine on it), or an
+    engine. ``spark`` given with ``"local"`` means the Spark engine (savepoint's ``spark=``)."""
     if isinstance(engine, Engine | SparkEngine):
         return engine
-    if spark is not None or (engine is not None and not isinstance(engine, str)):
-        return spark_engine(spark if spark is not None else engine)
-    if engine == "local":
+    if engine is not None and not isinstance(engine, str):
+        spark, engine = engine, "spark"
+    if engine not in ENGINES:
+        raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "auto":
+        engine = choose_engine(spark, spark_confs, state_bytes)
+        spark = spark if engine == "spark" else None
+    if engine == "local" and spark is None:
         return Engine.of(memory, workers)
-    if engine == "spark":
-        return spark_engine(None, spark_confs)
-    raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    on_spark = spark_engine(spark if spark is not None else active_session(), spark_confs)
+    if memory is not None:
+        on_spark.memory = parse_memory(memory)
+    return on_spark

@@ -98,7 +98,7 @@ def test_task_errors_cross_back_as_the_same_class() -> None:
 def test_cli_refuses_spark_conf_without_the_spark_engine(tmp_path: Path) -> None:
     p = _cli("savepoint", str(FIXTURES / "agg-hdfs"), str(tmp_path), "--spark-conf", "a=b")
     assert p.returncode == 2, p.stderr
-    assert p.stderr.strip() == "statectl: error: --spark-conf needs --engine spark"
+    assert p.stderr.strip() == "statectl: error: --spark-conf needs --engine spark (or auto)"
     p = _cli("savepoint", str(FIXTURES / "agg-hdfs"), str(tmp_path), "--engine", "dask")
     assert p.returncode == 2 and "--engine must be one of local, spark" in p.stderr
 
@@ -171,3 +171,160 @@ def test_executors_without_statectl_fail_fast_with_one_line(tmp_path: Path) -> N
     assert "a Spark executor cannot import statectl" in lines[0]
     assert "spark.archives" in lines[0]
     assert not out.exists() or not list(out.rglob("_metadata"))
+
+
+# -- --engine auto -------------------------------------------------------------------------------
+
+
+def test_auto_picks_spark_only_for_large_state_with_a_session_at_hand(monkeypatch) -> None:
+    from statectl.spark_engine import DEFAULT_AUTO_THRESHOLD, choose_engine
+
+    huge, small = (lambda: 1 << 40), (lambda: 1 << 20)
+    assert choose_engine(None, {}, huge) == "local"  # no session, no master: nothing to run on
+    master = {"spark.master": "local-cluster[2,1,1024]"}
+    assert choose_engine(None, master, small) == "local"  # small: a cluster's start-up costs more
+    assert choose_engine(None, master, huge) == "spark"
+    assert choose_engine(object(), {}, lambda: DEFAULT_AUTO_THRESHOLD) == "spark"
+    monkeypatch.setenv("STATECTL_SPARK_THRESHOLD", "1000000")  # bytes
+    assert choose_engine(None, master, small) == "spark"
+    assert isinstance(engine_for("auto", state_bytes=huge), Engine)  # no session: local
+
+
+def test_cli_auto_without_a_session_runs_locally_and_says_so(tmp_path: Path) -> None:
+    sp = _cli("savepoint", str(FIXTURES / "agg-hdfs"), str(tmp_path / "sp"), "--json")
+    assert sp.returncode == 0, sp.stderr
+    url = json.loads(sp.stdout)["path"]
+    assert json.loads(sp.stdout)["engine"] == "local"
+    p = _cli("restore", str(tmp_path / "ck"), "-s", url, "--engine", "auto", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["engine"] == "local"
+    out = tmp_path / "x.parquet"
+    p = _cli("export", url, "-o", str(out), "--operator", "0", "--engine", "auto", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["engine"] == "local", p.stderr
+    p = _cli("migrate", str(FIXTURES / "agg-hdfs"), str(tmp_path / "m"), "--spark-conf", "a=b")
+    assert p.returncode == 2
+    assert p.stderr.strip() == "statectl: error: --spark-conf needs --engine spark (or auto)"
+
+
+# -- Spark: restore, migrate and export equal the local engine's -----------------------------------
+
+CLUSTER = [
+    "--spark-conf",
+    "spark.master=local-cluster[2,1,1024]",
+    "--spark-conf",
+    "spark.ui.enabled=false",
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("name", "backend", "changelog", "partitions"),
+    [
+        ("agg-hdfs", "hdfs", False, 3),
+        ("multi-hdfs", "rocksdb", True, 4),
+        ("agg-ckptv2-rocksdb-changelog", "rocksdb", False, 3),
+        ("join-hdfs", "rocksdb", False, 3),
+        ("tws-rocksdb", "rocksdb", False, 3),  # a whole partition per encoding: the driver
+    ],
+)
+def test_spark_engine_restore_equals_local(spark, tmp_path, name, backend, changelog, partitions):
+    from tests.test_engine import assert_same_checkpoint
+
+    sp = statectl.savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
+    args = {"backend": backend, "partitions": partitions, "changelog": changelog}
+    local = statectl.restore(sp, str(tmp_path / "local"), **args)
+    on_spark = statectl.restore(sp, str(tmp_path / "spark"), **args, engine="spark", spark=spark)
+    assert local.to_dict()["engine"] == "local" and on_spark.to_dict()["engine"] == "spark"
+    assert_same_checkpoint(tmp_path / "local", tmp_path / "spark", tmp_path)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("name", "selection"),
+    [("agg-hdfs", {}), ("join-rocksdb", {"join_side": "right"}), ("tws-rocksdb", {"timers": True})],
+)
+def test_spark_engine_export_equals_local(spark, tmp_path, name, selection) -> None:
+    import pyarrow.parquet as pq
+
+    sp = statectl.savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
+    for i, src in enumerate((str(FIXTURES / name), sp.path)):
+        a = statectl.api.export(src, str(tmp_path / f"l{i}.parquet"), **selection)
+        b = statectl.api.export(src, str(tmp_path / f"s{i}.parquet"), **selection, spark=spark)
+        assert (a["engine"], b["engine"]) == ("local", "spark") and a["rows"] > 0
+        assert pq.read_table(tmp_path / f"s{i}.parquet").equals(
+            pq.read_table(tmp_path / f"l{i}.parquet")
+        )
+
+
+@pytest.mark.spark
+def test_spark_engine_restore_on_a_local_cluster_continues_exactly(spark, tmp_path: Path) -> None:
+    """Separate executors spill, shuffle and build the stores (HDFS -> RocksDB, 2 -> 3
+    partitions); the checkpoint equals the local engine's, and the query continues on it as
+    if never stopped. Migrate runs its savepoint and restore on the cluster too."""
+    from tests.test_engine import assert_same_checkpoint
+    from tests.test_restore import assert_exactly_once, run, write_input
+
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    first = run(spark, "agg", d, tmp_path / "ck1", "hdfs")
+    sp = statectl.savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    statectl.restore(sp, str(tmp_path / "local"), backend="rocksdb", partitions=3)
+    target = ["--backend", "rocksdb", "--partitions", "3", "--engine", "spark", *CLUSTER]
+    p = _cli("restore", str(tmp_path / "ck2"), "-s", sp.path, *target, "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["engine"] == "spark"
+    assert_same_checkpoint(tmp_path / "local", tmp_path / "ck2", tmp_path)
+    m = _cli("migrate", str(tmp_path / "ck1"), str(tmp_path / "mig"), *target, "--json")
+    assert m.returncode == 0, m.stderr
+    assert json.loads(m.stdout)["engine"] == "spark"
+    assert_same_checkpoint(tmp_path / "local", tmp_path / "mig", tmp_path)
+
+    write_input(d, 3, 2)
+    continued = run(spark, "agg", d, tmp_path / "ck2")
+    full = run(spark, "agg", d, tmp_path / "ck3", "hdfs")
+    assert any(continued.values())
+    assert_exactly_once(first, continued, full)
+
+
+@pytest.mark.spark
+def test_killed_spark_engine_restore_leaves_nothing_complete(tmp_path: Path) -> None:
+    """SIGKILL to the CLI's process group (the driver, its JVM, the cluster) while the build
+    stage writes the stores: the target is marked unfinished (Spark refuses to start on it), a
+    plain re-run refuses it, and a re-run with --overwrite restores what the local engine does."""
+    import signal
+    import time
+
+    from statectl.in_progress import read_in_progress
+    from tests.test_engine import _synthetic_savepoint, assert_same_checkpoint
+
+    sp = _synthetic_savepoint(tmp_path / "src", 200_000)
+    target = tmp_path / "ck"
+    argv = ["restore", str(target), "-s", sp, "--backend", "rocksdb", "--partitions", "4"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statectl", *argv, "--engine", "spark", *CLUSTER],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, as bench/fuzz.py's kill family
+    )
+    deadline = time.monotonic() + 600
+    try:
+        # Mid-way: the target is marked and the executors have started writing state files.
+        while time.monotonic() < deadline and proc.poll() is None:
+            state = target / "state"
+            if state.is_dir() and any(p.is_file() for p in state.rglob("*")):
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the restore finished before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert read_in_progress(statectl.io.FileIO.for_url(str(target))[0], str(target)) is not None
+    assert not (target / "commits").exists() or not any((target / "commits").iterdir())
+    again = _cli(*argv, "--engine", "spark", *CLUSTER)
+    assert again.returncode == 2 and "unfinished restore" in again.stderr, again.stderr
+    again = _cli(*argv, "--engine", "spark", *CLUSTER, "--overwrite", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["engine"] == "spark"
+    local = _cli("restore", str(tmp_path / "local"), *argv[2:])
+    assert local.returncode == 0, local.stderr
+    assert_same_checkpoint(tmp_path / "local", target, tmp_path)

@@ -192,7 +192,8 @@ class StateHandle:
     ) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows)`` of ``table``, or of one join side (which ``table`` then names)
         as Spark's ``joinSide`` option shows it."""
-        raise NotImplementedError
+        for p in range(op.partitions):
+            yield p, self._partition(op, table, p, join_side)
 
     def partitions(
         self,
@@ -204,6 +205,27 @@ class StateHandle:
         """``(partition, rows)`` for every state partition, one at a time (bounded memory)."""
         info, t = self._select(op, table, join_side)
         yield from self._partitions(info, t, join_side)
+
+    def partition(
+        self,
+        op: str | int | OperatorInfo,
+        p: int,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+    ) -> pa.Table:
+        """State partition ``p``'s rows alone (what :meth:`partitions` yields for it): the unit
+        of one export task on the Spark engine."""
+        info, t = self._select(op, table, join_side)
+        if not 0 <= p < info.partitions:
+            raise StatectlError(f"operator {info.id} has no partition {p}", self.path)
+        return self._partition(info, t, p, join_side)
+
+    def _partition(
+        self, op: OperatorInfo, table: TableInfo, p: int, join_side: str | None
+    ) -> pa.Table:
+        """Partition ``p`` of ``table``, or of one join side (see :meth:`_partitions`)."""
+        raise NotImplementedError
 
     def schema(
         self,
@@ -380,16 +402,14 @@ class CheckpointHandle(StateHandle):
             return Selection(op.id, store=table.name, batch=self.batch)
         return Selection(op.id, state_var=table.name, batch=self.batch)
 
-    def _partitions(
-        self, op: OperatorInfo, table: TableInfo, join_side: str | None
-    ) -> Iterator[tuple[int, pa.Table]]:
+    def _partition(
+        self, op: OperatorInfo, table: TableInfo, p: int, join_side: str | None
+    ) -> pa.Table:
         from statectl.state import StoreEncoding, read_partition
 
-        operator = self._ops[op.id]
-        enc = StoreEncoding.of(self.ckpt, self.batch)
         sel = self._selection(op, table, join_side)
-        for p in range(operator.num_partitions):
-            yield p, read_partition(self.ckpt, operator, sel, p, self.batch, enc)
+        enc = StoreEncoding.of(self.ckpt, self.batch)
+        return read_partition(self.ckpt, self._ops[op.id], sel, p, self.batch, enc)
 
     def to_spark(
         self,
@@ -460,15 +480,14 @@ class SavepointHandle(StateHandle):
                 return t
         raise AssertionError(table.name)  # _select found it
 
-    def _partitions(
-        self, op: OperatorInfo, table: TableInfo, join_side: str | None
-    ) -> Iterator[tuple[int, pa.Table]]:
+    def _partition(
+        self, op: OperatorInfo, table: TableInfo, p: int, join_side: str | None
+    ) -> pa.Table:
         from statectl.state import join_side_view
 
         st = self.state_table(op, table)
-        for p, f in enumerate(st.files):  # the canonical writer writes part-<p> in order
-            part = self.sp.read_part(st, f)
-            yield p, join_side_view(part) if join_side else part
+        part = self.sp.read_part(st, st.files[p])
+        return join_side_view(part) if join_side else part
 
     def to_spark(
         self,
