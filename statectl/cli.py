@@ -527,6 +527,8 @@ def restore(
             print(f"  {uid} -> operator {op_id}")
         for note in info.get("conversions", []):
             print(f"  {note}")
+        for note in info.get("evolved", []):
+            print(f"  evolved: {note}")
         for uid in info["dropped"]:
             print(f"  {uid} dropped (-n)")
             sys.stderr.write(f"statectl: warning: the state of uid {uid} is not restored (-n)\n")

@@ -9,6 +9,7 @@ so an interrupted restore never looks like a finished checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -50,9 +51,10 @@ from statectl.codecs.compression import normalize_codec
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.engine import Engine, StoreFormat, partition_tables, restore_stores
 from statectl.errors import StatectlError
+from statectl.evolution import Refused, TableEvolution, evolve_table
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.operators import OperatorKind
+from statectl.operators import AGGREGATION, OperatorKind
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -111,6 +113,10 @@ class RestorePlan:
     join_state_format: int | None = None
     conversions: list[str] = field(default_factory=list)
     interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
+    # Schema evolution (statectl/evolution.py): uid -> store name -> how its rows change, and
+    # one line per evolved field for the plan.
+    evolutions: dict[str, dict[str, TableEvolution]] = field(default_factory=dict)
+    evolved: list[str] = field(default_factory=list)
     # What write_restore needs: the open savepoint and the target's filesystem and root.
     sp: Savepoint | None = field(default=None, repr=False, compare=False)
     io: FileIO | None = field(default=None, repr=False, compare=False)
@@ -132,6 +138,7 @@ class RestorePlan:
             "started_empty": {str(k): v for k, v in self.started_empty.items()},
             "join_state_format": self.join_state_format,
             "conversions": self.conversions,
+            "evolved": self.evolved,
             "problems": self.problems,
             "ok": not self.problems,
         }
@@ -169,6 +176,59 @@ def _dedupe(names: list[tuple[int, str]]) -> dict[int, str]:
         seen[name] = seen.get(name, 0) + 1
         out[op_id] = name if seen[name] == 1 else f"{name}-{seen[name]}"
     return out
+
+
+def _evolve(
+    plan: RestorePlan,
+    uid: str,
+    op: OperatorState,
+    target: Operator,
+    query: PlannedQuery,
+    native: bool,
+) -> list[str]:
+    """The savepoint operator ``op`` restored into the query's ``target``: Spark's own schema
+    rule first; where it refuses, schema evolution (recorded in the plan) or its field-level
+    reason."""
+    problems = _schema_problems(uid, op, target)
+    if not problems or op.name not in (target.name, UNKNOWN_OPERATOR):
+        return problems
+    where = f"uid {uid} -> operator {target.operator_id} ({target.name})"
+    if native:
+        return [
+            f"{where}: the query changed the state schema; a native savepoint is restored as "
+            "it is: convert it first with statectl savepoint --type canonical SAVEPOINT"
+        ]
+    if op.column_families or any(t.kind not in ("store", "join-store") for t in op.tables):
+        return problems  # transformWithState state is re-encoded per column family: not yet
+    schemas = {s.name: s for s in logical_stores(target)[1]}
+    evolutions: dict[str, TableEvolution] = {}
+    notes = []
+    for table in op.tables:
+        desc = schemas.get(table.name)
+        if desc is None:
+            return problems
+        store = "" if table.name == "default" else f" store {table.name!r}"
+        try:
+            evo = evolve_table(
+                table.key_schema,
+                table.value_schema,
+                desc.key_schema,
+                desc.value_schema,
+                query.aggregates.get(target.operator_id),
+                aggregation=op.kind is AGGREGATION,
+            )
+        except Refused as e:
+            return [
+                f"{where}{store}: cannot evolve the state schema, {e}; keep the schema, "
+                f"give --transform {uid}=FILE.py:FUNCTION, or discard the state with "
+                f"--drop {uid} -n"
+            ]
+        if evo.key is not None or evo.value is not None:
+            evolutions[table.name] = evo
+        notes += [f"uid {uid}{store}: {n}" for n in evo.notes]
+    plan.evolutions[uid] = evolutions
+    plan.evolved += notes
+    return []
 
 
 def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]:
@@ -526,7 +586,14 @@ def plan_restore(
             qop = _schema_changed(by_uid[uid], plan.query_operators, taken)
             if qop is None:
                 continue
-            reasons = _schema_problems(uid, by_uid[uid], qop) or [
+            native = m.savepoint_type == "native"
+            reasons = _evolve(plan, uid, by_uid[uid], qop, query, native)
+            if not reasons and uid in plan.evolutions:
+                plan.restored[uid] = qop.operator_id  # evolved: restored, not refused
+                taken.add(qop.operator_id)
+                unmatched.remove(uid)
+                continue
+            reasons = reasons or [
                 f"uid {uid} -> operator {qop.operator_id} ({qop.name}): the state's stores or "
                 "schemas differ from the query's"
             ]
@@ -558,8 +625,9 @@ def plan_restore(
                     f"uid {uid} maps to operator {op_id}, which the query does not have "
                     f"(its operators: {', '.join(f'{i} {o.name}' for i, o in sorted(plan.query_operators.items()))})"
                 )
-            elif m.savepoint_type != "native":
-                plan.problems += _schema_problems(uid, by_uid[uid], plan.query_operators[op_id])
+            elif uid not in plan.evolutions and m.savepoint_type != "native":
+                target_op = plan.query_operators[op_id]
+                plan.problems += _evolve(plan, uid, by_uid[uid], target_op, query, False)
         for op_id, qop in sorted(plan.query_operators.items()):
             if op_id not in ids and op_id not in changed:
                 plan.started_empty[op_id] = qop.name
@@ -781,6 +849,46 @@ def _encode_store(
     return concat_binary(VERSION, k), concat_binary(VERSION, v)
 
 
+def _evolved_place(
+    evolutions: dict[str, TableEvolution],
+    kind: OperatorKind,
+    table: str,
+    key: pa.StructArray,
+    n: int,
+) -> Any:
+    """Placement by the key the query will look up: a widened key hashes differently."""
+    evo = evolutions.get(table)
+    if evo is not None and evo.key is not None:
+        key = evo.key.convert(key)
+    return kind.partitions_of(table, key, n)
+
+
+def _evolved_encode(
+    evolutions: dict[str, TableEvolution],
+    backend: str,
+    kind: OperatorKind,
+    key: pa.StructArray,
+    value: pa.StructArray,
+    table: Any,
+) -> tuple[pa.Array, pa.Array]:
+    evo = evolutions.get(table.name)
+    if evo is not None:
+        if evo.key is not None:
+            key = evo.key.convert(key)
+            table = dataclasses.replace(table, key_schema=evo.key.new_schema)
+        if evo.value is not None:
+            value = evo.value.convert(value)
+            table = dataclasses.replace(table, value_schema=evo.value.new_schema)
+    return _encode_store(backend, kind, key, value, table)
+
+
+def _evolved_schemas(evolutions: dict[str, TableEvolution], table: Any) -> tuple[str, str]:
+    evo = evolutions.get(table.name)
+    key = evo.key.new_schema if evo and evo.key else table.key_schema
+    value = evo.value.new_schema if evo and evo.value else table.value_schema
+    return key, value
+
+
 def _record_unique_id(plan: RestorePlan, op_id: int, partition: int, uid: str | None) -> None:
     if uid is not None:
         parts = plan.unique_ids.setdefault(op_id, [[] for _ in range(plan.partitions)])
@@ -810,28 +918,30 @@ def _write_operator(
 
     # The local engine: bounded memory, every core (statectl/engine.py). Keys go where the
     # operator kind places them, encoded as the backend keeps them (:func:`_encode_store`).
+    evolutions = plan.evolutions.get(op.uid, {})
     built = restore_stores(
         sp,
         op.tables,
-        kind.partitions_of,
+        functools.partial(_evolved_place, evolutions, kind) if evolutions else kind.partitions_of,
         plan.partitions,
         _store_format(plan, codec),
         io,
         store_dir,
         plan.engine or Engine.of(),
-        encoder=functools.partial(_encode_store, plan.backend, kind),
+        encoder=functools.partial(_evolved_encode, evolutions, plan.backend, kind),
         # Spark runs a single-partition operator in one task and never creates the others.
         only=[0] if kind.single_partition else None,
     )
     for table, ids in zip(op.tables, built, strict=True):
         for p, unique_id in ids:
             _record_unique_id(plan, new_id, p, unique_id)
+        key_schema, value_schema = _evolved_schemas(evolutions, table)
         io.write_atomic(
             posixpath.join(store_dir(table.name, 0), "_metadata", "schema"),
-            write_schema_file_v2(table.key_schema, table.value_schema),
+            write_schema_file_v2(key_schema, value_schema),
         )
         rows_written[table.name] = sum(f.rows for f in table.files)
-        prefix = kind.prefix_columns(table.key_schema)
+        prefix = kind.prefix_columns(key_schema)
         # numPartitions is the shuffle partition count even for a one-task operator (Spark's
         # StatefulOperatorStateInfo.numPartitions), as Spark records it.
         store_infos.append(

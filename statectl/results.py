@@ -144,6 +144,7 @@ class RestoreResult(_Result):
     dry_run: bool = False
     join_state_format: int | None = None  # stream-stream joins: the format written
     conversions: tuple[str, ...] = ()  # what the restore converts (join state formats)
+    evolved: tuple[str, ...] = ()  # schema evolution: one line per evolved field
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> RestoreResult:
@@ -163,6 +164,7 @@ class RestoreResult(_Result):
             dry_run=doc.get("dry_run", False),
             join_state_format=doc.get("join_state_format"),
             conversions=tuple(doc.get("conversions", ())),
+            evolved=tuple(doc.get("evolved", ())),
         )
 
 
