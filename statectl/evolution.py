@@ -159,15 +159,23 @@ def aggregation_values(
     stored: str, new: str, buffers: list[AggregateBuffer] | None
 ) -> tuple[PartEvolution | None, list[str]]:
     """The query's aggregation buffers from the stored ones, matched by owning aggregate."""
-    if difference(json.loads(stored), json.loads(new)) is None:
-        return None, []
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    # Spark's own rule ignores names, but here the names say which aggregate owns a buffer:
+    # (count, sum) -> (max, count) has the same types and another meaning.
+    if difference(json.loads(stored), json.loads(new)) is None and [f["name"] for f in a] == [
+        f["name"] for f in b
+    ]:
+        return None, []
     if buffers is None:
         raise Refused(
             "value: Spark's planned aggregation did not say which aggregate owns which buffer, "
             "so added or removed aggregates cannot be told apart"
         )
-    if [f for buf in buffers for f in buf.fields] != b:
+    planned = [f for buf in buffers for f in buf.fields]
+    # Spark's state schema marks every buffer nullable; the attributes may not be.
+    if [(f["name"], canonical(f["type"])) for f in planned] != [
+        (f["name"], canonical(f["type"])) for f in b
+    ]:
         raise Refused("value: the planned aggregates' buffers are not the state value schema")
     sources: list[Source] = []
     notes: list[str] = []
@@ -202,7 +210,8 @@ def aggregation_values(
                     f"{buf.expression}; which one owns it is ambiguous"
                 )
             used[i] = buf.expression
-        for j, f in enumerate(buf.fields):
+        # Nullability as the state schema records it (buffer attributes may say not null).
+        for j, f in enumerate(b[len(sources) : len(sources) + len(buf.fields)]):
             notes += _field_change(
                 a[at + j], f, f"value field {a[at + j]['name']} of {buf.expression}"
             )

@@ -359,6 +359,9 @@ def _java_value(v: Any) -> Any:
 
 
 def _buffers_of(agg_exec: Any) -> list[AggregateBuffer]:
+    # Whole-stage code generation wraps the aggregate node StateStoreSaveExec saves.
+    while agg_exec.getClass().getSimpleName() in ("WholeStageCodegenExec", "InputAdapter"):
+        agg_exec = agg_exec.child()
     out = []
     for expr in _seq(agg_exec.aggregateExpressions()):
         fn = expr.aggregateFunction()

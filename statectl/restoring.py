@@ -218,11 +218,8 @@ def _evolve(
                 aggregation=op.kind is AGGREGATION,
             )
         except Refused as e:
-            return [
-                f"{where}{store}: cannot evolve the state schema, {e}; keep the schema, "
-                f"give --transform {uid}=FILE.py:FUNCTION, or discard the state with "
-                f"--drop {uid} -n"
-            ]
+            # Spark's reason first (what the query changed), then why restore cannot bridge it.
+            return [f"{problems[0]}; restore cannot evolve it:{store} {e}", *problems[1:]]
         if evo.key is not None or evo.value is not None:
             evolutions[table.name] = evo
         notes += [f"uid {uid}{store}: {n}" for n in evo.notes]
