@@ -190,16 +190,18 @@ def _evolve(
     rule first; where it refuses, schema evolution (recorded in the plan) or its field-level
     reason."""
     problems = _schema_problems(uid, op, target)
-    if not problems or op.name not in (target.name, UNKNOWN_OPERATOR):
+    if op.name not in (target.name, UNKNOWN_OPERATOR):
         return problems
     where = f"uid {uid} -> operator {target.operator_id} ({target.name})"
     if native:
-        return [
+        return problems and [
             f"{where}: the query changed the state schema; a native savepoint is restored as "
             "it is: convert it first with statectl savepoint --type canonical SAVEPOINT"
         ]
     if op.column_families or any(t.kind not in ("store", "join-store") for t in op.tables):
         return problems  # transformWithState state is re-encoded per column family: not yet
+    # Even where Spark's rule (names ignored) accepts the schema, aggregation buffers may have
+    # changed owners ((count, sum) -> (max, count)), and renames belong in the plan.
     schemas = {s.name: s for s in logical_stores(target)[1]}
     evolutions: dict[str, TableEvolution] = {}
     notes = []
@@ -219,11 +221,14 @@ def _evolve(
             )
         except Refused as e:
             # Spark's reason first (what the query changed), then why restore cannot bridge it.
+            if not problems:
+                return [f"{where}{store}: {e}"]
             return [f"{problems[0]}; restore cannot evolve it:{store} {e}", *problems[1:]]
         if evo.key is not None or evo.value is not None:
             evolutions[table.name] = evo
         notes += [f"uid {uid}{store}: {n}" for n in evo.notes]
-    plan.evolutions[uid] = evolutions
+    if evolutions:
+        plan.evolutions[uid] = evolutions
     plan.evolved += notes
     return []
 
@@ -585,8 +590,8 @@ def plan_restore(
                 continue
             native = m.savepoint_type == "native"
             reasons = _evolve(plan, uid, by_uid[uid], qop, query, native)
-            if not reasons and uid in plan.evolutions:
-                plan.restored[uid] = qop.operator_id  # evolved: restored, not refused
+            if not reasons:
+                plan.restored[uid] = qop.operator_id  # renamed or evolved: restored
                 taken.add(qop.operator_id)
                 unmatched.remove(uid)
                 continue
