@@ -183,6 +183,7 @@ def restore(
     join_state_format: int | None = None,
     memory: str | int | None = None,
     workers: int | None = None,
+    transforms: dict[str, str] | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -193,7 +194,9 @@ def restore(
     converts stream-stream join state to that format (default: the savepoint's where the
     target backend runs it, else 2). ``memory`` (bytes or ``"512M"``) bounds the local
     engine's memory, ``workers`` its parallel tasks (default: a quarter of the machine's
-    memory, a worker per core)."""
+    memory, a worker per core). ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
+    function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
+    columns (checked against the planned schemas)."""
     from statectl.restoring import restore as do_restore
 
     plan = do_restore(
@@ -215,6 +218,7 @@ def restore(
         join_state_format=join_state_format,
         memory=memory,
         workers=workers,
+        transforms=transforms,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:

@@ -442,6 +442,14 @@ def restore(
             "Spark's own rules (default: the first of these Spark accepts for the query).",
         ),
     ] = None,
+    transform: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--transform",
+            help="UID=FILE.py:FUNCTION (repeatable, with --query): FUNCTION(batch, store) turns "
+            "the uid's pyarrow rows (columns key, value) into the query's.",
+        ),
+    ] = None,
     changelog: ChangelogOpt = False,
     checkpoint_format: Annotated[
         int | None,
@@ -511,6 +519,7 @@ def restore(
             join_state_format=join_state_format,
             memory=memory,
             workers=workers,
+            transforms=_parse_pairs(transform or [], "--transform"),
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result

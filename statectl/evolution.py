@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import decimal
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from statectl.codecs.sparktypes import canonical, decimal_of, physical, to_arrow_field
+from statectl.errors import StatectlError
 from statectl.schema_compat import difference, simple_string
 
 # Integral types in widening order: each may be read as any later one.
@@ -87,6 +89,7 @@ class TableEvolution:
     key: PartEvolution | None = None
     value: PartEvolution | None = None
     notes: list[str] = field(default_factory=list)
+    transform: str | None = None  # --transform FILE.py:FUNCTION makes the rows instead
 
 
 def widens(stored: Any, new: Any) -> bool:
@@ -242,3 +245,59 @@ def evolve_table(
     else:
         value, value_notes = positional(stored_value, new_value, "value")
     return TableEvolution(key, value, key_notes + value_notes)
+
+
+_TRANSFORMS: dict[str, Callable[..., Any]] = {}
+
+
+def load_transform(spec: str) -> Callable[..., Any]:
+    """The user's function of ``--transform UID=FILE.py:FUNCTION`` (loaded once per process)."""
+    if spec not in _TRANSFORMS:
+        from statectl.query_plan import load_query_function
+
+        try:
+            _TRANSFORMS[spec] = load_query_function(spec)
+        except StatectlError as e:
+            raise StatectlError(str(e).replace("--query", "--transform")) from None
+    return _TRANSFORMS[spec]
+
+
+def apply_transform(evo: TableEvolution, store: str, rows: pa.Table) -> pa.Table:
+    """``fn(batch: pa.RecordBatch, store: str) -> RecordBatch | Table`` with columns key and
+    value; checked against the query's schemas (a lossy or mistyped column is refused)."""
+    from statectl.query_plan import user_errors  # query_plan imports this module
+
+    assert evo.transform and evo.key and evo.value
+    fn = load_transform(evo.transform)
+    batch = pa.RecordBatch.from_arrays(
+        [rows.column("key").combine_chunks(), rows.column("value").combine_chunks()],
+        ["key", "value"],
+    )
+    with user_errors(evo.transform, None):
+        out = fn(batch, store)
+    if not isinstance(out, (pa.RecordBatch, pa.Table)) or out.schema.names != ["key", "value"]:
+        raise StatectlError(
+            f"--transform {evo.transform} must return a pyarrow RecordBatch or Table with "
+            f"columns key and value, got {type(out).__name__}"
+        )
+    columns = []
+    for name, part in (("key", evo.key), ("value", evo.value)):
+        want = pa.struct([to_arrow_field(f) for f in json.loads(part.new_schema)["fields"]])
+        col = out.column(name)
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if (
+            [f.name for f in col.type] != [f.name for f in want]
+            if pa.types.is_struct(col.type)
+            else True
+        ):
+            raise StatectlError(
+                f"--transform {evo.transform} returned {name} {col.type}, the query plans {want}"
+            )
+        try:
+            columns.append(col.cast(want))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise StatectlError(
+                f"--transform {evo.transform} returned {name} {col.type}, the query plans "
+                f"{want}: {e}"
+            ) from None
+    return pa.table({"key": columns[0], "value": columns[1]})

@@ -51,7 +51,14 @@ from statectl.codecs.compression import normalize_codec
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.engine import Engine, StoreFormat, partition_tables, restore_stores
 from statectl.errors import StatectlError
-from statectl.evolution import Refused, TableEvolution, evolve_table
+from statectl.evolution import (
+    PartEvolution,
+    Refused,
+    TableEvolution,
+    apply_transform,
+    evolve_table,
+    load_transform,
+)
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
 from statectl.operators import AGGREGATION, OperatorKind
@@ -63,7 +70,7 @@ from statectl.savepoints.format import (
     operator_fingerprint,
 )
 from statectl.savepoints.store import Savepoint, is_savepoint_dir
-from statectl.schema_compat import difference
+from statectl.schema_compat import difference, simple_string
 from statectl.state import read_le_int
 from statectl.tws_encode import (
     VERSION,
@@ -117,6 +124,7 @@ class RestorePlan:
     # one line per evolved field for the plan.
     evolutions: dict[str, dict[str, TableEvolution]] = field(default_factory=dict)
     evolved: list[str] = field(default_factory=list)
+    transforms: dict[str, str] = field(default_factory=dict)  # uid -> FILE.py:FUNCTION
     # What write_restore needs: the open savepoint and the target's filesystem and root.
     sp: Savepoint | None = field(default=None, repr=False, compare=False)
     io: FileIO | None = field(default=None, repr=False, compare=False)
@@ -193,6 +201,8 @@ def _evolve(
     if op.name not in (target.name, UNKNOWN_OPERATOR):
         return problems
     where = f"uid {uid} -> operator {target.operator_id} ({target.name})"
+    if uid in plan.transforms:
+        return _plan_transform(plan, uid, op, target, where, native)
     if native:
         return problems and [
             f"{where}: the query changed the state schema; a native savepoint is restored as "
@@ -230,6 +240,42 @@ def _evolve(
     if evolutions:
         plan.evolutions[uid] = evolutions
     plan.evolved += notes
+    return []
+
+
+def _plan_transform(
+    plan: RestorePlan, uid: str, op: OperatorState, target: Operator, where: str, native: bool
+) -> list[str]:
+    """``--transform UID=FILE.py:FUNCTION``: the user's function makes the query's rows."""
+    spec = plan.transforms[uid]
+    if (
+        native
+        or op.column_families
+        or any(t.kind not in ("store", "join-store") for t in op.tables)
+    ):
+        return [f"{where}: --transform works on canonical savepoints of store operators only"]
+    try:
+        load_transform(spec)
+    except StatectlError as e:
+        return [f"{where}: {e}"]
+    schemas = {s.name: s for s in logical_stores(target)[1]}
+    evolutions = {}
+    for table in op.tables:
+        desc = schemas.get(table.name)
+        if desc is None:
+            return [f"{where}: the query has no store {table.name!r}"]
+        evolutions[table.name] = TableEvolution(
+            PartEvolution(desc.key_schema, []),
+            PartEvolution(desc.value_schema, []),
+            transform=spec,
+        )
+        store = "" if table.name == "default" else f" store {table.name!r}"
+        plan.evolved.append(
+            f"uid {uid}{store}: rows transformed by {spec}, checked against the query's "
+            f"{simple_string(json.loads(desc.key_schema))} / "
+            f"{simple_string(json.loads(desc.value_schema))}"
+        )
+    plan.evolutions[uid] = evolutions
     return []
 
 
@@ -471,6 +517,7 @@ def plan_restore(
     source: str | None = None,
     own_target: bool = False,
     join_state_format: int | None = None,
+    transforms: dict[str, str] | None = None,
 ) -> RestorePlan:
     """Every check the restore makes, nothing written: which uid goes to which operator id,
     what is dropped or started empty, and what is wrong (``problems``; empty means
@@ -502,7 +549,10 @@ def plan_restore(
         io=io,
         root=root,
         started=own_target,
+        transforms=dict(transforms or {}),
     )
+    if plan.transforms and query is None:
+        plan.problems.append("--transform needs --query: it is checked against the query's schemas")
     if not own_target:
         inside = [("savepoint", sp.io, sp.root)]
         recorded = (
@@ -525,7 +575,11 @@ def plan_restore(
         wanted = 1
     plan.checkpoint_format = wanted
     uids = {op.uid for op in m.operators}
-    for flag, names in (("--map", sorted(mapping)), ("--drop", sorted(drop or []))):
+    for flag, names in (
+        ("--map", sorted(mapping)),
+        ("--drop", sorted(drop or [])),
+        ("--transform", sorted(plan.transforms)),
+    ):
         unknown = [u for u in names if u not in uids]
         if unknown:
             plan.problems.append(
@@ -851,18 +905,20 @@ def _encode_store(
     return concat_binary(VERSION, k), concat_binary(VERSION, v)
 
 
-def _evolved_place(
-    evolutions: dict[str, TableEvolution],
-    kind: OperatorKind,
-    table: str,
-    key: pa.StructArray,
-    n: int,
-) -> Any:
-    """Placement by the key the query will look up: a widened key hashes differently."""
-    evo = evolutions.get(table)
-    if evo is not None and evo.key is not None:
+def _evolved_rows(evolutions: dict[str, TableEvolution], table: Any, rows: pa.Table) -> pa.Table:
+    """A savepoint chunk as the query keeps it, before placement: a widened key hashes
+    differently, so it is placed by the new key."""
+    evo = evolutions.get(table.name)
+    if evo is None:
+        return rows
+    if evo.transform is not None:
+        return apply_transform(evo, table.name, rows)
+    key, value = rows.column("key").combine_chunks(), rows.column("value").combine_chunks()
+    if evo.key is not None:
         key = evo.key.convert(key)
-    return kind.partitions_of(table, key, n)
+    if evo.value is not None:
+        value = evo.value.convert(value)
+    return pa.table({"key": key, "value": value})
 
 
 def _evolved_encode(
@@ -873,14 +929,9 @@ def _evolved_encode(
     value: pa.StructArray,
     table: Any,
 ) -> tuple[pa.Array, pa.Array]:
-    evo = evolutions.get(table.name)
-    if evo is not None:
-        if evo.key is not None:
-            key = evo.key.convert(key)
-            table = dataclasses.replace(table, key_schema=evo.key.new_schema)
-        if evo.value is not None:
-            value = evo.value.convert(value)
-            table = dataclasses.replace(table, value_schema=evo.value.new_schema)
+    """Encoded with the query's schemas (the rows were converted by :func:`_evolved_rows`)."""
+    key_schema, value_schema = _evolved_schemas(evolutions, table)
+    table = dataclasses.replace(table, key_schema=key_schema, value_schema=value_schema)
     return _encode_store(backend, kind, key, value, table)
 
 
@@ -924,7 +975,7 @@ def _write_operator(
     built = restore_stores(
         sp,
         op.tables,
-        functools.partial(_evolved_place, evolutions, kind) if evolutions else kind.partitions_of,
+        kind.partitions_of,
         plan.partitions,
         _store_format(plan, codec),
         io,
@@ -933,6 +984,7 @@ def _write_operator(
         encoder=functools.partial(_evolved_encode, evolutions, plan.backend, kind),
         # Spark runs a single-partition operator in one task and never creates the others.
         only=[0] if kind.single_partition else None,
+        convert=functools.partial(_evolved_rows, evolutions) if evolutions else None,
     )
     for table, ids in zip(op.tables, built, strict=True):
         for p, unique_id in ids:
@@ -1338,6 +1390,7 @@ def restore(
     join_state_format: int | None = None,
     memory: str | int | None = None,
     workers: int | None = None,
+    transforms: dict[str, str] | None = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
@@ -1370,6 +1423,7 @@ def restore(
         checkpoint_format,
         overwrite=overwrite,
         join_state_format=join_state_format,
+        transforms=transforms,
     )
     plan.engine = engine
     if not plan.problems and not dry_run:

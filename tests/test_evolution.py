@@ -6,12 +6,23 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pyarrow as pa
 import pytest
 
-from statectl.evolution import AggregateBuffer, Refused, aggregation_values, evolve_table
+from statectl.errors import StatectlError
+from statectl.evolution import (
+    AggregateBuffer,
+    PartEvolution,
+    Refused,
+    TableEvolution,
+    aggregation_values,
+    apply_transform,
+    evolve_table,
+)
 from statectl.restoring import restore
 from statectl.savepoints.create import take_savepoint
 from tests.test_restore import run, write_input  # the continuation helpers
@@ -116,6 +127,33 @@ def test_widening_renaming_and_refusals_in_keys_and_values():
         )
 
 
+def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
+    (tmp_path / "t.py").write_text(
+        "import pyarrow as pa\n"
+        "def same(batch, store):\n    return batch\n"
+        "def bad(batch, store):\n    return {'key': 1}\n"
+    )
+    rows = pa.table(
+        {
+            "key": pa.StructArray.from_arrays([pa.array([1], pa.int32())], ["k"]),
+            "value": pa.StructArray.from_arrays([pa.array(["x"])], ["s"]),
+        }
+    )
+    evo = TableEvolution(
+        PartEvolution(struct(("k", "long")), []),
+        PartEvolution(struct(("s", "string")), []),
+        transform=f"{tmp_path / 't.py'}:same",
+    )
+    out = apply_transform(evo, "default", rows)  # int -> long: a safe cast
+    assert out.column("key").type.field(0).type == pa.int64()
+    evo.value = PartEvolution(struct(("n", "long")), [])
+    with pytest.raises(StatectlError, match="returned value"):
+        apply_transform(evo, "default", rows)
+    evo.transform = f"{tmp_path / 't.py'}:bad"
+    with pytest.raises(StatectlError, match="must return a pyarrow RecordBatch"):
+        apply_transform(evo, "default", rows)
+
+
 EVOLVING_QUERIES = '''
 import pyspark.sql.functions as F
 
@@ -202,19 +240,69 @@ def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend):
     now = time.time()
     for b in range(3, 6):  # the file source takes files in modification time order
         os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
-    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
-    assert continued and all(b > meta.batch_id for b in continued)
+    want = _reference(d)
+    assert _continue(spark, mod, d, tmp_path / "ck2", meta.batch_id) == want
+    assert max(r["v"] for r in _rows(d, range(3))) > max(top for top, _ in want.values())
+    if backend != "hdfs":
+        return
+    # --transform, once end to end through the CLI: the user's function does the same by hand.
+    (tmp_path / "fix.py").write_text(TRANSFORM)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statectl.cli",
+            "restore",
+            "-s",
+            sp_url,
+            str(tmp_path / "ck3"),
+            "--query",
+            f"{queries}:after",
+            "--partitions",
+            "3",
+            "--transform",
+            f"{uid}={tmp_path / 'fix.py'}:fix",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any("rows transformed by" in n for n in json.loads(proc.stdout)["evolved"])
+    assert _continue(spark, mod, d, tmp_path / "ck3", meta.batch_id) == want
+
+
+TRANSFORM = """
+import pyarrow as pa
+
+
+def fix(batch, store):
+    key = pa.StructArray.from_arrays([batch.column("key").field(0).cast(pa.int64())], ["id"])
+    count = batch.column("value").field("count")
+    value = pa.StructArray.from_arrays([pa.nulls(len(batch), pa.int64()), count], ["max", "count"])
+    return pa.RecordBatch.from_arrays([key, value], ["key", "value"])
+"""
+
+
+def _continue(spark, mod, d, ckpt, last_batch):
+    """Run the changed query on to the end; each id's last emitted (top, cnt)."""
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, ckpt)
+    assert continued and all(b > last_batch for b in continued)
     last: dict[int, tuple] = {}
     for b in sorted(continued):
         for id_, top, cnt in continued[b]:
             last[id_] = (top, cnt)
-    # The reference, from the inputs: counts over everything, max over the new data only.
+    return last
+
+
+def _reference(d):
+    """From the inputs alone: counts over all the data, max over the new data only."""
     old, new = _rows(d, range(3)), _rows(d, range(3, 6))
-    want = {}
-    for id_ in {r["id"] for r in new}:
-        want[id_] = (
+    return {
+        id_: (
             max(r["v"] for r in new if r["id"] == id_),
             sum(1 for r in old + new if r["id"] == id_),
         )
-    assert last == want
-    assert max(r["v"] for r in old) > max(top for top, _ in want.values())
+        for id_ in {r["id"] for r in new}
+    }
