@@ -230,6 +230,24 @@ def aggregation_values(
     return PartEvolution(new, sources), notes
 
 
+def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
+    """A state value struct (transformWithState, UnsafeRow encoding) with fields added at
+    the end: the stored fields by position (renamed or widened), the new ones null."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    if len(b) <= len(a):
+        return positional(stored, new, part)
+    _, notes = positional(stored, json.dumps({"type": "struct", "fields": b[: len(a)]}), part)
+    for i, f in enumerate(b[len(a) :], len(a)):
+        if not f.get("nullable", True):
+            raise Refused(
+                f"{part} field {i} ({f['name']}) is added and not nullable: no value to start from"
+            )
+        notes.append(f"{part} field {i} ({f['name']}): added, starts null")
+    return PartEvolution(
+        new, [Source(i) for i in range(len(a))] + [Source(None)] * (len(b) - len(a))
+    ), notes
+
+
 def evolve_table(
     stored_key: str,
     stored_value: str,

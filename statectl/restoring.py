@@ -18,7 +18,7 @@ import posixpath
 import re
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ from statectl.evolution import (
     PartEvolution,
     Refused,
     TableEvolution,
+    added_fields,
     apply_transform,
     evolve_table,
     load_transform,
@@ -73,6 +74,7 @@ from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.schema_compat import difference, simple_string
 from statectl.state import read_le_int
 from statectl.tws_encode import (
+    TTL_INDEX,
     VERSION,
     assign_cf_ids,
     concat_binary,
@@ -209,7 +211,7 @@ def _evolve(
             "it is: convert it first with statectl savepoint --type canonical SAVEPOINT"
         ]
     if op.column_families or any(t.kind not in ("store", "join-store") for t in op.tables):
-        return problems  # transformWithState state is re-encoded per column family: not yet
+        return _evolve_state_variables(plan, uid, op, target, problems, where)
     # Even where Spark's rule (names ignored) accepts the schema, aggregation buffers may have
     # changed owners ((count, sum) -> (max, count)), and renames belong in the plan.
     schemas = {s.name: s for s in logical_stores(target)[1]}
@@ -241,6 +243,75 @@ def _evolve(
         plan.evolutions[uid] = evolutions
     plan.evolved += notes
     return []
+
+
+# The column of a savepoint table that holds a state variable's value struct, by kind.
+VALUE_COLUMNS = {"ValueState": "value", "ListState": "list_element", "MapState": "user_map_value"}
+
+
+def _evolve_state_variables(
+    plan: RestorePlan,
+    uid: str,
+    op: OperatorState,
+    target: Operator,
+    problems: list[str],
+    where: str,
+) -> list[str]:
+    """transformWithState: a state variable's value struct may gain fields (null), with the
+    UnsafeRow encoding; keys and everything else stay as Spark's rule wants them."""
+    if not problems or not op.column_families:
+        return problems
+    sp = plan.sp
+    avro = sp is not None and sp.metadata.pinned_confs.get(ENCODING_CONF) == "avro"
+    ttl = any(cf["name"].startswith(TTL_INDEX) for cf in op.column_families)
+    schemas = {s.name: s for s in logical_stores(target)[1]}
+    evolutions = {}
+    notes = []
+    for table in op.tables:
+        desc = schemas.get(table.name)
+        if desc is None or table.kind not in VALUE_COLUMNS:
+            if table.kind == "timers":
+                continue
+            return problems
+        what = f"{where} state variable {table.name!r}"
+        if difference(json.loads(table.key_schema), json.loads(desc.key_schema)):
+            return problems
+        try:
+            value, changes = added_fields(table.value_schema, desc.value_schema, "value")
+        except Refused as e:
+            return [f"{problems[0]}; restore cannot evolve it: {what}: {e}", *problems[1:]]
+        if value is not None and (avro or ttl):
+            return [
+                f"{problems[0]}; restore evolves state variables only with the UnsafeRow "
+                f"encoding and without TTL ({what})",
+                *problems[1:],
+            ]
+        if value is not None:
+            evolutions[table.name] = TableEvolution(value=value)
+        notes += [f"uid {uid} state variable {table.name!r}: {n}" for n in changes]
+    if evolutions:
+        plan.evolutions[uid] = evolutions
+    plan.evolved += notes
+    return []
+
+
+def _evolved_tables(
+    evolutions: dict[str, TableEvolution],
+    kinds: dict[str, str],
+    parts: Iterable[tuple[int, dict[str, pa.Table]]],
+) -> Iterator[tuple[int, dict[str, pa.Table]]]:
+    """transformWithState partitions with evolved value structs."""
+    for p, tables in parts:
+        out = dict(tables)
+        for name, evo in evolutions.items():
+            if name in out and evo.value is not None:
+                t = out[name]
+                column = VALUE_COLUMNS[kinds[name]]
+                i = t.schema.get_field_index(column)
+                out[name] = t.set_column(
+                    i, column, evo.value.convert(t.column(column).combine_chunks())
+                )
+        yield p, out
 
 
 def _plan_transform(
@@ -1021,12 +1092,22 @@ def _write_cf_operator(
     sp: Savepoint, op: OperatorState, new_id: int, plan: RestorePlan, io: FileIO, root: str
 ) -> dict[str, int]:
     """transformWithState from the savepoint: its tables and its column families verbatim."""
-    families = [ColumnFamilySchema(**cf) for cf in op.column_families or []]
+    evolutions = plan.evolutions.get(op.uid, {})
+    families = [
+        dataclasses.replace(
+            ColumnFamilySchema(**cf), value_schema=evolutions[cf["name"]].value.new_schema
+        )
+        if cf["name"] in evolutions and evolutions[cf["name"]].value is not None
+        else ColumnFamilySchema(**cf)
+        for cf in op.column_families or []
+    ]
     kinds = {t.name: t.kind for t in op.tables}
     # One target partition in memory at a time (statectl/engine.py).
     parts = partition_tables(
         sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
     )
+    if evolutions:
+        parts = _evolved_tables(evolutions, kinds, parts)
     _write_cf_state(sp, new_id, op.name, op.properties, families, parts, kinds, plan, io, root)
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 

@@ -25,7 +25,7 @@ from statectl.evolution import (
 )
 from statectl.restoring import restore
 from statectl.savepoints.create import take_savepoint
-from tests.test_restore import run, write_input  # the continuation helpers
+from tests.test_restore import PROVIDERS, run, write_input  # the continuation helpers
 
 
 def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
@@ -306,3 +306,93 @@ def _reference(d):
         )
         for id_ in {r["id"] for r in new}
     }
+
+
+TWS_QUERIES = '''
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+class Counter(StatefulProcessor):
+    SCHEMA = "c long"
+
+    def init(self, handle):
+        self.cnt = handle.getValueState("cnt", self.SCHEMA)
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = sum(len(pdf) for pdf in rows)
+        old = self.cnt.get() if self.cnt.exists() else None
+        c = (old[0] if old else 0) + n
+        tag = old[1] if old is not None and len(old) > 1 else None
+        self.cnt.update((c, "new") if len(self.SCHEMA.split(",")) > 1 else (c,))
+        yield pd.DataFrame({{"k": [key[0]], "c": [c], "tag": [tag]}})
+
+    def close(self):
+        pass
+
+
+class TaggedCounter(Counter):
+    SCHEMA = "c long, tag string"
+
+
+def build(spark, processor):
+    return src(spark).groupBy("k").transformWithStateInPandas(
+        processor(), outputStructType="k string, c long, tag string", outputMode="Update",
+        timeMode="None",
+    )
+
+
+def before(spark):
+    return build(spark, Counter)
+
+
+def after(spark):
+    """The value state gains a field: old keys read it as null, then write "new"."""
+    return build(spark, TaggedCounter)
+'''
+
+
+@pytest.mark.spark
+def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path):
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "tws_queries.py"
+    queries.write_text(TWS_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
+
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    assert continued and all(b > meta.batch_id for b in continued)
+    rows = [r for b in sorted(continued) for r in continued[b]]
+    firsts: dict[str, tuple] = {}
+    lasts: dict[str, tuple] = {}
+    for k, c, tag in rows:
+        firsts.setdefault(k, (c, tag))
+        lasts[k] = (c, tag)
+    old, all_rows = _rows(d, range(3)), _rows(d, range(5))
+    for k, (c, _tag) in lasts.items():
+        assert c == sum(1 for r in all_rows if r["k"] == k), k  # the old counts continued
+    old_keys = {r["k"] for r in old}
+    # A key's first update after the restore reads the added field as null.
+    assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
