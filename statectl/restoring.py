@@ -775,6 +775,13 @@ def plan_restore(
         plan.problems += _native_problems(plan, m)
         return plan
     _plan_join_format(plan, m, join_state_format)
+    if plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
+        for op in m.operators:
+            if op.name == join_state.NAME and op.uid in plan.evolutions:
+                plan.problems.append(
+                    f"uid {op.uid} ({op.name}): schema evolution writes join state format 2 "
+                    f"only, not {plan.join_state_format}; pass --join-state-format 2"
+                )
     for op in m.operators:
         if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
             continue
