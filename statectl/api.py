@@ -267,6 +267,7 @@ def restore(
     source_offsets: dict[Any, Any] | None = None,
     engine: Any = "local",
     spark_confs: dict[str, str] | None = None,
+    transforms: dict[str, str] | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -282,7 +283,9 @@ def restore(
     ``None`` or ``"-"``: the source's configured start). ``engine`` is ``"local"``, ``"spark"``
     (the stores are built by Spark tasks on ``spark``, the active session, or one from
     ``spark_confs``; ``memory`` is then each task's budget), ``"auto"`` or a SparkSession; the
-    result's ``engine`` says which ran."""
+    result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
+    function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
+    columns (checked against the planned schemas)."""
     from statectl.restoring import restore as do_restore
     from statectl.source_positions import normalize_offset
 
@@ -318,6 +321,7 @@ def restore(
         join_state_format=join_state_format,
         source_offsets=given,
         engine=runner,
+        transforms=transforms,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:

@@ -456,6 +456,14 @@ def restore(
             "Spark's own rules (default: the first of these Spark accepts for the query).",
         ),
     ] = None,
+    transform: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--transform",
+            help="UID=FILE.py:FUNCTION (repeatable, with --query): FUNCTION(batch, store) turns "
+            "the uid's pyarrow rows (columns key, value) into the query's.",
+        ),
+    ] = None,
     changelog: ChangelogOpt = False,
     checkpoint_format: Annotated[
         int | None,
@@ -541,6 +549,7 @@ def restore(
             workers=workers,
             source_offsets=parse_source_offsets(source_offsets or []),
             **engine_args,
+            transforms=_parse_pairs(transform or [], "--transform"),
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
@@ -557,6 +566,8 @@ def restore(
             print(f"  {uid} -> operator {op_id}")
         for note in info.get("conversions", []):
             print(f"  {note}")
+        for note in info.get("evolved", []):
+            print(f"  evolved: {note}")
         for uid in info["dropped"]:
             print(f"  {uid} dropped (-n)")
             sys.stderr.write(f"statectl: warning: the state of uid {uid} is not restored (-n)\n")

@@ -448,6 +448,8 @@ class SpillTask:
     budget: int
     # (key, value, table) -> the backend's key and value bytes; None keeps the table's columns
     encoder: Encoder | None
+    # (table, rows) -> the rows the target keeps (schema evolution, --transform), before placement
+    convert: Callable[[Any, pa.Table], pa.Table] | None = None
 
     def __call__(self) -> int:
         f = self.table.files[self.file_index]
@@ -461,6 +463,8 @@ class SpillTask:
         try:
             chunks = self.sp.iter_file(self.table, f, batch_rows(self.budget), self.directory)
             for chunk in chunks:
+                if self.convert is not None:
+                    chunk = self.convert(self.table, chunk)
                 key = chunk.column("key").combine_chunks()
                 pids = np.asarray(self.place(self.table.name, key, self.partitions), dtype=np.int64)
                 if self.encoder is not None:
@@ -518,11 +522,12 @@ def spill_tables(
     *,
     encoder: Encoder | None,
     threads: bool,
+    convert: Callable[[Any, pa.Table], pa.Table] | None = None,
 ) -> list[str]:
     """Phase 1 for ``tables``: returns each table's spill directory."""
     dirs = [os.path.join(directory, f"t{i:04d}") for i in range(len(tables))]
     jobs = [
-        SpillTask(sp, t, i, place, partitions, d, engine.per_task, encoder)
+        SpillTask(sp, t, i, place, partitions, d, engine.per_task, encoder, convert)
         for t, d in zip(tables, dirs, strict=True)
         for i in range(len(t.files))
     ]
@@ -542,6 +547,7 @@ def restore_stores(
     *,
     encoder: Encoder,
     only: list[int] | None = None,
+    convert: Callable[[Any, pa.Table], pa.Table] | None = None,
 ) -> list[list[tuple[int, str | None]]]:
     """Write the target partitions (all, or ``only`` these) of every store table; returns
     [table] -> [(partition, unique id)]. The Spark engine runs the same two phases as Spark
@@ -554,7 +560,15 @@ def restore_stores(
     built = list(range(partitions)) if only is None else only
     with spill_dir() as directory:
         dirs = spill_tables(
-            sp, tables, place, partitions, directory, engine, encoder=encoder, threads=threads
+            sp,
+            tables,
+            place,
+            partitions,
+            directory,
+            engine,
+            encoder=encoder,
+            threads=threads,
+            convert=convert,
         )
         jobs = [
             BuildTask(d, len(t.files), p, fmt, io, store_dir(t.name, p), engine.per_task)

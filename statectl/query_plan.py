@@ -24,6 +24,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import shutil
@@ -43,6 +44,7 @@ from statectl.checkpoint.model import (
     load_operator,
 )
 from statectl.errors import StatectlError, UnsupportedError
+from statectl.evolution import AggregateBuffer
 from statectl.spark_session import quiet_session, spark_message
 
 INCREMENTAL_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.IncrementalExecution"
@@ -59,6 +61,8 @@ class PlannedQuery:
     stand_ins: list[str] = field(default_factory=list)
     # The query's sources in Spark's order (the lines of offsets/N), as a restart numbers them.
     sources: list[PlannedSource] = field(default_factory=list)
+    # Streaming aggregations: operator id -> its aggregates' buffers, from the physical plan.
+    aggregates: dict[int, list[AggregateBuffer]] = field(default_factory=dict)
 
 
 @dataclass
@@ -336,13 +340,15 @@ def plan_query(
                     ie = _incremental_execution(
                         spark, df._jdf.logicalPlan(), mode, os.path.join(tmp, "state"), confs
                     )
-                    ie.executedPlan()  # planning writes state/<op>/_metadata and schema files
+                    # Planning writes state/<op>/_metadata and schema files.
+                    executed = ie.executedPlan()
                 except StatectlError:
                     raise
                 except Exception as e:
                     raise StatectlError(
                         f"--query {spec}: Spark cannot plan the query: {spark_message(e)}"
                     ) from None
+                aggregates = aggregate_buffers(executed)
                 ckpt = Checkpoint.open(tmp)
                 ids = sorted(
                     int(f.name)
@@ -360,7 +366,7 @@ def plan_query(
     for op in operators:
         if partitions:
             op.num_partitions = partitions
-    return PlannedQuery(spec, mode, operators, stand_ins, sources)
+    return PlannedQuery(spec, mode, operators, stand_ins, sources, aggregates)
 
 
 FILE_SOURCE = re.compile(r"^FileSource\[(.*)\]$", re.S)
@@ -416,6 +422,67 @@ def _v2_offset_parser(spark: Any, leaf: Any) -> Callable[[str], str | None]:
                     stream.stop()
 
     return parse
+
+
+def _seq(jseq: Any) -> list[Any]:
+    return [jseq.apply(i) for i in range(jseq.size())]
+
+
+def _java_value(v: Any) -> Any:
+    """A Catalyst literal's value as JSON-able Python (py4j converts numbers and booleans)."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    name = v.getClass().getSimpleName()
+    if name == "Decimal":
+        return v.toJavaBigDecimal().toPlainString()
+    if name == "UTF8String":
+        return v.toString()
+    raise ValueError(name)
+
+
+def _buffers_of(agg_exec: Any) -> list[AggregateBuffer]:
+    # Whole-stage code generation wraps the aggregate node StateStoreSaveExec saves.
+    while agg_exec.getClass().getSimpleName() in ("WholeStageCodegenExec", "InputAdapter"):
+        agg_exec = agg_exec.child()
+    out = []
+    for expr in _seq(agg_exec.aggregateExpressions()):
+        fn = expr.aggregateFunction()
+        fields = [
+            {
+                "name": a.name(),
+                "type": json.loads(a.dataType().json()),
+                "nullable": a.nullable(),
+                "metadata": {},
+            }
+            for a in _seq(fn.aggBufferAttributes())
+        ]
+        initial: list[Any] | None
+        try:
+            # A DeclarativeAggregate's own initial values, evaluated by Spark (foldable).
+            initial = [_java_value(e.eval(None)) for e in _seq(fn.initialValues())]
+        except Exception:
+            initial = None  # an imperative aggregate: no declarative start
+        out.append(AggregateBuffer(fn.sql(bool(expr.isDistinct())), fields, initial))
+    return out
+
+
+def aggregate_buffers(plan: Any) -> dict[int, list[AggregateBuffer]]:
+    """Operator id -> the aggregates whose buffers a StateStoreSaveExec keeps: the aggregate
+    node it saves (its child), as planned. Empty where the plan has other shapes."""
+    found: dict[int, list[AggregateBuffer]] = {}
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        stack += _seq(node.children())
+        if node.getClass().getSimpleName() != "StateStoreSaveExec":
+            continue
+        try:
+            info = node.stateInfo()
+            if info.isDefined():
+                found[int(info.get().operatorId())] = _buffers_of(node.child())
+        except Exception:
+            continue  # not an aggregate below: evolution refuses with its reason
+    return found
 
 
 def planning_confs(pinned: dict[str, str], backend: str, partitions: int) -> dict[str, str]:

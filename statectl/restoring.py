@@ -9,6 +9,7 @@ so an interrupted restore never looks like a finished checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -17,7 +18,7 @@ import posixpath
 import re
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,9 +51,18 @@ from statectl.codecs.compression import normalize_codec
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.engine import Engine, StoreFormat, partition_tables, restore_stores
 from statectl.errors import StatectlError
+from statectl.evolution import (
+    PartEvolution,
+    Refused,
+    TableEvolution,
+    added_fields,
+    apply_transform,
+    evolve_table,
+    load_transform,
+)
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.operators import OperatorKind
+from statectl.operators import AGGREGATION, OperatorKind
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -61,10 +71,11 @@ from statectl.savepoints.format import (
     operator_fingerprint,
 )
 from statectl.savepoints.store import Savepoint, is_savepoint_dir
-from statectl.schema_compat import difference
+from statectl.schema_compat import difference, simple_string
 from statectl.source_positions import SourcePositions, plan_positions
 from statectl.state import read_le_int
 from statectl.tws_encode import (
+    TTL_INDEX,
     VERSION,
     assign_cf_ids,
     concat_binary,
@@ -116,6 +127,11 @@ class RestorePlan:
     # and the offset log and source logs written for them (None: the savepoint's as they are).
     sources: list[dict[str, Any]] = field(default_factory=list)
     positions: SourcePositions | None = field(default=None, repr=False, compare=False)
+    # Schema evolution (statectl/evolution.py): uid -> store name -> how its rows change, and
+    # one line per evolved field for the plan.
+    evolutions: dict[str, dict[str, TableEvolution]] = field(default_factory=dict)
+    evolved: list[str] = field(default_factory=list)
+    transforms: dict[str, str] = field(default_factory=dict)  # uid -> FILE.py:FUNCTION
     # What write_restore needs: the open savepoint and the target's filesystem and root.
     sp: Savepoint | None = field(default=None, repr=False, compare=False)
     io: FileIO | None = field(default=None, repr=False, compare=False)
@@ -140,6 +156,7 @@ class RestorePlan:
             "conversions": self.conversions,
             "sources": self.sources,
             "engine": getattr(self.engine, "name", "local"),
+            "evolved": self.evolved,
             "problems": self.problems,
             "ok": not self.problems,
         }
@@ -177,6 +194,168 @@ def _dedupe(names: list[tuple[int, str]]) -> dict[int, str]:
         seen[name] = seen.get(name, 0) + 1
         out[op_id] = name if seen[name] == 1 else f"{name}-{seen[name]}"
     return out
+
+
+def _evolve(
+    plan: RestorePlan,
+    uid: str,
+    op: OperatorState,
+    target: Operator,
+    query: PlannedQuery,
+    native: bool,
+) -> list[str]:
+    """The savepoint operator ``op`` restored into the query's ``target``: Spark's own schema
+    rule first; where it refuses, schema evolution (recorded in the plan) or its field-level
+    reason."""
+    problems = _schema_problems(uid, op, target)
+    if op.name not in (target.name, UNKNOWN_OPERATOR):
+        return problems
+    where = f"uid {uid} -> operator {target.operator_id} ({target.name})"
+    if uid in plan.transforms:
+        return _plan_transform(plan, uid, op, target, where, native)
+    if native:
+        return problems and [
+            f"{where}: the query changed the state schema; a native savepoint is restored as "
+            "it is: convert it first with statectl savepoint --type canonical SAVEPOINT"
+        ]
+    if op.column_families or any(t.kind not in ("store", "join-store") for t in op.tables):
+        return _evolve_state_variables(plan, uid, op, target, problems, where)
+    # Even where Spark's rule (names ignored) accepts the schema, aggregation buffers may have
+    # changed owners ((count, sum) -> (max, count)), and renames belong in the plan.
+    schemas = {s.name: s for s in logical_stores(target)[1]}
+    evolutions: dict[str, TableEvolution] = {}
+    notes = []
+    for table in op.tables:
+        desc = schemas.get(table.name)
+        if desc is None:
+            return problems
+        store = "" if table.name == "default" else f" store {table.name!r}"
+        try:
+            evo = evolve_table(
+                table.key_schema,
+                table.value_schema,
+                desc.key_schema,
+                desc.value_schema,
+                query.aggregates.get(target.operator_id),
+                aggregation=op.kind is AGGREGATION,
+            )
+        except Refused as e:
+            # Spark's reason first (what the query changed), then why restore cannot bridge it.
+            if not problems:
+                return [f"{where}{store}: {e}"]
+            return [f"{problems[0]}; restore cannot evolve it:{store} {e}", *problems[1:]]
+        if evo.key is not None or evo.value is not None:
+            evolutions[table.name] = evo
+        notes += [f"uid {uid}{store}: {n}" for n in evo.notes]
+    if evolutions:
+        plan.evolutions[uid] = evolutions
+    plan.evolved += notes
+    return []
+
+
+# The column of a savepoint table that holds a state variable's value struct, by kind.
+VALUE_COLUMNS = {"ValueState": "value", "ListState": "list_element", "MapState": "user_map_value"}
+
+
+def _evolve_state_variables(
+    plan: RestorePlan,
+    uid: str,
+    op: OperatorState,
+    target: Operator,
+    problems: list[str],
+    where: str,
+) -> list[str]:
+    """transformWithState: a state variable's value struct may gain fields (null), with the
+    UnsafeRow encoding; keys and everything else stay as Spark's rule wants them."""
+    if not problems or not op.column_families:
+        return problems
+    sp = plan.sp
+    avro = sp is not None and sp.metadata.pinned_confs.get(ENCODING_CONF) == "avro"
+    ttl = any(cf["name"].startswith(TTL_INDEX) for cf in op.column_families)
+    schemas = {s.name: s for s in logical_stores(target)[1]}
+    evolutions = {}
+    notes = []
+    for table in op.tables:
+        desc = schemas.get(table.name)
+        if desc is None or table.kind not in VALUE_COLUMNS:
+            if table.kind == "timers":
+                continue
+            return problems
+        what = f"{where} state variable {table.name!r}"
+        if difference(json.loads(table.key_schema), json.loads(desc.key_schema)):
+            return problems
+        try:
+            value, changes = added_fields(table.value_schema, desc.value_schema, "value")
+        except Refused as e:
+            return [f"{problems[0]}; restore cannot evolve it: {what}: {e}", *problems[1:]]
+        if value is not None and (avro or ttl):
+            return [
+                f"{problems[0]}; restore evolves state variables only with the UnsafeRow "
+                f"encoding and without TTL ({what})",
+                *problems[1:],
+            ]
+        if value is not None:
+            evolutions[table.name] = TableEvolution(value=value)
+        notes += [f"uid {uid} state variable {table.name!r}: {n}" for n in changes]
+    if evolutions:
+        plan.evolutions[uid] = evolutions
+    plan.evolved += notes
+    return []
+
+
+def _evolved_tables(
+    evolutions: dict[str, TableEvolution],
+    kinds: dict[str, str],
+    parts: Iterable[tuple[int, dict[str, pa.Table]]],
+) -> Iterator[tuple[int, dict[str, pa.Table]]]:
+    """transformWithState partitions with evolved value structs."""
+    for p, tables in parts:
+        out = dict(tables)
+        for name, evo in evolutions.items():
+            if name in out and evo.value is not None:
+                t = out[name]
+                column = VALUE_COLUMNS[kinds[name]]
+                i = t.schema.get_field_index(column)
+                out[name] = t.set_column(
+                    i, column, evo.value.convert(t.column(column).combine_chunks())
+                )
+        yield p, out
+
+
+def _plan_transform(
+    plan: RestorePlan, uid: str, op: OperatorState, target: Operator, where: str, native: bool
+) -> list[str]:
+    """``--transform UID=FILE.py:FUNCTION``: the user's function makes the query's rows."""
+    spec = plan.transforms[uid]
+    if (
+        native
+        or op.column_families
+        or any(t.kind not in ("store", "join-store") for t in op.tables)
+    ):
+        return [f"{where}: --transform works on canonical savepoints of store operators only"]
+    try:
+        load_transform(spec)
+    except StatectlError as e:
+        return [f"{where}: {e}"]
+    schemas = {s.name: s for s in logical_stores(target)[1]}
+    evolutions = {}
+    for table in op.tables:
+        desc = schemas.get(table.name)
+        if desc is None:
+            return [f"{where}: the query has no store {table.name!r}"]
+        evolutions[table.name] = TableEvolution(
+            PartEvolution(desc.key_schema, []),
+            PartEvolution(desc.value_schema, []),
+            transform=spec,
+        )
+        store = "" if table.name == "default" else f" store {table.name!r}"
+        plan.evolved.append(
+            f"uid {uid}{store}: rows transformed by {spec}, checked against the query's "
+            f"{simple_string(json.loads(desc.key_schema))} / "
+            f"{simple_string(json.loads(desc.value_schema))}"
+        )
+    plan.evolutions[uid] = evolutions
+    return []
 
 
 def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]:
@@ -418,6 +597,7 @@ def plan_restore(
     own_target: bool = False,
     join_state_format: int | None = None,
     source_offsets: dict[str, str] | None = None,
+    transforms: dict[str, str] | None = None,
 ) -> RestorePlan:
     """Every check the restore makes, nothing written: which uid goes to which operator id,
     what is dropped or started empty, and what is wrong (``problems``; empty means
@@ -451,7 +631,10 @@ def plan_restore(
         io=io,
         root=root,
         started=own_target,
+        transforms=dict(transforms or {}),
     )
+    if plan.transforms and query is None:
+        plan.problems.append("--transform needs --query: it is checked against the query's schemas")
     if not own_target:
         inside = [("savepoint", sp.io, sp.root)]
         recorded = (
@@ -474,7 +657,11 @@ def plan_restore(
         wanted = 1
     plan.checkpoint_format = wanted
     uids = {op.uid for op in m.operators}
-    for flag, names in (("--map", sorted(mapping)), ("--drop", sorted(drop or []))):
+    for flag, names in (
+        ("--map", sorted(mapping)),
+        ("--drop", sorted(drop or [])),
+        ("--transform", sorted(plan.transforms)),
+    ):
         unknown = [u for u in names if u not in uids]
         if unknown:
             plan.problems.append(
@@ -537,7 +724,14 @@ def plan_restore(
             qop = _schema_changed(by_uid[uid], plan.query_operators, taken)
             if qop is None:
                 continue
-            reasons = _schema_problems(uid, by_uid[uid], qop) or [
+            native = m.savepoint_type == "native"
+            reasons = _evolve(plan, uid, by_uid[uid], qop, query, native)
+            if not reasons:
+                plan.restored[uid] = qop.operator_id  # renamed or evolved: restored
+                taken.add(qop.operator_id)
+                unmatched.remove(uid)
+                continue
+            reasons = reasons or [
                 f"uid {uid} -> operator {qop.operator_id} ({qop.name}): the state's stores or "
                 "schemas differ from the query's"
             ]
@@ -569,8 +763,9 @@ def plan_restore(
                     f"uid {uid} maps to operator {op_id}, which the query does not have "
                     f"(its operators: {', '.join(f'{i} {o.name}' for i, o in sorted(plan.query_operators.items()))})"
                 )
-            elif m.savepoint_type != "native":
-                plan.problems += _schema_problems(uid, by_uid[uid], plan.query_operators[op_id])
+            elif uid not in plan.evolutions and m.savepoint_type != "native":
+                target_op = plan.query_operators[op_id]
+                plan.problems += _evolve(plan, uid, by_uid[uid], target_op, query, False)
         for op_id, qop in sorted(plan.query_operators.items()):
             if op_id not in ids and op_id not in changed:
                 plan.started_empty[op_id] = qop.name
@@ -605,6 +800,13 @@ def plan_restore(
         plan.problems += _native_problems(plan, m)
         return plan
     _plan_join_format(plan, m, join_state_format)
+    if plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
+        for op in m.operators:
+            if op.name == join_state.NAME and op.uid in plan.evolutions:
+                plan.problems.append(
+                    f"uid {op.uid} ({op.name}): schema evolution writes join state format 2 "
+                    f"only, not {plan.join_state_format}; pass --join-state-format 2"
+                )
     for op in m.operators:
         if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
             continue
@@ -806,6 +1008,43 @@ def _encode_store(
     return concat_binary(VERSION, k), concat_binary(VERSION, v)
 
 
+def _evolved_rows(evolutions: dict[str, TableEvolution], table: Any, rows: pa.Table) -> pa.Table:
+    """A savepoint chunk as the query keeps it, before placement: a widened key hashes
+    differently, so it is placed by the new key."""
+    evo = evolutions.get(table.name)
+    if evo is None:
+        return rows
+    if evo.transform is not None:
+        return apply_transform(evo, table.name, rows)
+    key, value = rows.column("key").combine_chunks(), rows.column("value").combine_chunks()
+    if evo.key is not None:
+        key = evo.key.convert(key)
+    if evo.value is not None:
+        value = evo.value.convert(value)
+    return pa.table({"key": key, "value": value})
+
+
+def _evolved_encode(
+    evolutions: dict[str, TableEvolution],
+    backend: str,
+    kind: OperatorKind,
+    key: pa.StructArray,
+    value: pa.StructArray,
+    table: Any,
+) -> tuple[pa.Array, pa.Array]:
+    """Encoded with the query's schemas (the rows were converted by :func:`_evolved_rows`)."""
+    key_schema, value_schema = _evolved_schemas(evolutions, table)
+    table = dataclasses.replace(table, key_schema=key_schema, value_schema=value_schema)
+    return _encode_store(backend, kind, key, value, table)
+
+
+def _evolved_schemas(evolutions: dict[str, TableEvolution], table: Any) -> tuple[str, str]:
+    evo = evolutions.get(table.name)
+    key = evo.key.new_schema if evo and evo.key else table.key_schema
+    value = evo.value.new_schema if evo and evo.value else table.value_schema
+    return key, value
+
+
 def _record_unique_id(plan: RestorePlan, op_id: int, partition: int, uid: str | None) -> None:
     if uid is not None:
         parts = plan.unique_ids.setdefault(op_id, [[] for _ in range(plan.partitions)])
@@ -835,6 +1074,7 @@ def _write_operator(
 
     # The local engine: bounded memory, every core (statectl/engine.py). Keys go where the
     # operator kind places them, encoded as the backend keeps them (:func:`_encode_store`).
+    evolutions = plan.evolutions.get(op.uid, {})
     built = restore_stores(
         sp,
         op.tables,
@@ -844,19 +1084,21 @@ def _write_operator(
         io,
         store_dir,
         plan.engine or Engine.of(),
-        encoder=functools.partial(_encode_store, plan.backend, kind),
+        encoder=functools.partial(_evolved_encode, evolutions, plan.backend, kind),
         # Spark runs a single-partition operator in one task and never creates the others.
         only=[0] if kind.single_partition else None,
+        convert=functools.partial(_evolved_rows, evolutions) if evolutions else None,
     )
     for table, ids in zip(op.tables, built, strict=True):
         for p, unique_id in ids:
             _record_unique_id(plan, new_id, p, unique_id)
+        key_schema, value_schema = _evolved_schemas(evolutions, table)
         io.write_atomic(
             posixpath.join(store_dir(table.name, 0), "_metadata", "schema"),
-            write_schema_file_v2(table.key_schema, table.value_schema),
+            write_schema_file_v2(key_schema, value_schema),
         )
         rows_written[table.name] = sum(f.rows for f in table.files)
-        prefix = kind.prefix_columns(table.key_schema)
+        prefix = kind.prefix_columns(key_schema)
         # numPartitions is the shuffle partition count even for a one-task operator (Spark's
         # StatefulOperatorStateInfo.numPartitions), as Spark records it.
         store_infos.append(
@@ -882,12 +1124,22 @@ def _write_cf_operator(
     sp: Savepoint, op: OperatorState, new_id: int, plan: RestorePlan, io: FileIO, root: str
 ) -> dict[str, int]:
     """transformWithState from the savepoint: its tables and its column families verbatim."""
-    families = [ColumnFamilySchema(**cf) for cf in op.column_families or []]
+    evolutions = plan.evolutions.get(op.uid, {})
+    families = [
+        dataclasses.replace(
+            ColumnFamilySchema(**cf), value_schema=evolutions[cf["name"]].value.new_schema
+        )
+        if cf["name"] in evolutions and evolutions[cf["name"]].value is not None
+        else ColumnFamilySchema(**cf)
+        for cf in op.column_families or []
+    ]
     kinds = {t.name: t.kind for t in op.tables}
     # One target partition in memory at a time (statectl/engine.py).
     parts = partition_tables(
         sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
     )
+    if evolutions:
+        parts = _evolved_tables(evolutions, kinds, parts)
     _write_cf_state(sp, new_id, op.name, op.properties, families, parts, kinds, plan, io, root)
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
@@ -1259,6 +1511,7 @@ def restore(
     workers: int | None = None,
     source_offsets: dict[str, str] | None = None,
     engine: Any = None,
+    transforms: dict[str, str] | None = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
@@ -1293,6 +1546,7 @@ def restore(
         overwrite=overwrite,
         join_state_format=join_state_format,
         source_offsets=source_offsets,
+        transforms=transforms,
     )
     plan.engine = engine
     if not plan.problems and not dry_run:

@@ -146,6 +146,7 @@ class RestoreResult(_Result):
     conversions: tuple[str, ...] = ()  # what the restore converts (join state formats)
     # every source's position: index, description, position (kept/new/given/dropped), offset
     sources: tuple[dict[str, Any], ...] = ()
+    evolved: tuple[str, ...] = ()  # schema evolution: one line per evolved field
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> RestoreResult:
@@ -166,6 +167,7 @@ class RestoreResult(_Result):
             join_state_format=doc.get("join_state_format"),
             conversions=tuple(doc.get("conversions", ())),
             sources=tuple(doc.get("sources", ())),
+            evolved=tuple(doc.get("evolved", ())),
         )
 
 

@@ -1,0 +1,321 @@
+"""Schema evolution on restore: state written by one query, re-encoded for a changed query.
+
+Spark itself reads stored state by position and accepts only renamed fields and widened
+nullability (statectl/schema_compat.py). Restore re-encodes every row anyway, so it can do
+more where the meaning is clear, and refuses (with the field) where it is not:
+
+- numeric widening (byte < short < int < long, float -> double, a decimal whose integer and
+  fraction digits both grow) and nullability widening, in keys and values;
+- renamed fields, matched by position and type (what Spark does; the plan says so);
+- streaming aggregation values: the buffers are matched by the aggregate that owns them.
+  Spark names a buffer after its aggregate function (``count``, ``sum``, ``max``, avg's
+  ``sum, count``), so a query aggregate's buffer run (names and types, from the planned
+  physical plan) is looked up in the stored buffers: found exactly once, it is kept;
+  not found, the aggregate is new and starts at the initial value Spark's own planned
+  aggregate gives (``DeclarativeAggregate.initialValues``, evaluated in the planning JVM);
+  found more than once, or overlapping another match, it is ambiguous and refused. Stored
+  buffers no query aggregate owns are dropped.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from statectl.codecs.sparktypes import canonical, decimal_of, physical, to_arrow_field
+from statectl.errors import StatectlError
+from statectl.schema_compat import difference, simple_string
+
+# Integral types in widening order: each may be read as any later one.
+INTEGRAL = ("byte", "short", "integer", "long")
+_WIDER = {"float": ("double",)}
+
+
+class Refused(Exception):
+    """Evolution is not clear: the field-level reason."""
+
+
+@dataclass
+class AggregateBuffer:
+    """One aggregate of the planned query: its SQL, its buffer fields (Spark struct fields, in
+    the order the state value holds them) and the initial values Spark gives them (None:
+    Spark's aggregate has no declarative initial values, so it cannot start mid-stream)."""
+
+    expression: str
+    fields: list[dict]
+    initial: list[Any] | None
+
+
+@dataclass
+class Source:
+    """Where one field of the new schema comes from: ``index`` of the stored field, or (index
+    None) the constant ``value``."""
+
+    index: int | None
+    value: Any = None
+
+
+@dataclass
+class PartEvolution:
+    """A key or value struct re-shaped from the stored schema to the query's."""
+
+    new_schema: str
+    sources: list[Source]
+
+    def convert(self, arr: pa.StructArray) -> pa.StructArray:
+        fields = [to_arrow_field(f) for f in json.loads(self.new_schema)["fields"]]
+        children = []
+        for f, src in zip(fields, self.sources, strict=True):
+            if src.index is None:
+                value = src.value
+                if value is not None and pa.types.is_decimal(f.type):
+                    value = decimal.Decimal(str(value))
+                children.append(pa.array([value] * len(arr), f.type))
+            else:
+                children.append(arr.field(src.index).cast(f.type))
+        mask = arr.is_null() if arr.null_count else None
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+
+
+@dataclass
+class TableEvolution:
+    """A store's evolution; None for a part that keeps its schema."""
+
+    key: PartEvolution | None = None
+    value: PartEvolution | None = None
+    notes: list[str] = field(default_factory=list)
+    transform: str | None = None  # --transform FILE.py:FUNCTION makes the rows instead
+
+
+def widens(stored: Any, new: Any) -> bool:
+    """A value of Spark type ``stored`` converts to ``new`` without loss."""
+    a, b = canonical(physical(stored)), canonical(physical(new))
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    if a in INTEGRAL and b in INTEGRAL:
+        return INTEGRAL.index(a) < INTEGRAL.index(b)
+    if b in _WIDER.get(a, ()):
+        return True
+    da, db = decimal_of(a), decimal_of(b)
+    if da and db and da != db:
+        return db[0] - db[1] >= da[0] - da[1] and db[1] >= da[1]
+    return False
+
+
+def _field_change(old: dict, new: dict, where: str) -> list[str]:
+    """Notes for reading stored field ``old`` as ``new``; Refused when it cannot be."""
+    notes = []
+    if difference(old["type"], new["type"]) is not None:
+        if not widens(old["type"], new["type"]):
+            raise Refused(
+                f"{where}: {simple_string(old['type'])} in the savepoint, "
+                f"{simple_string(new['type'])} in the query, which is not a widening"
+            )
+        notes.append(
+            f"{where}: widened {simple_string(old['type'])} -> {simple_string(new['type'])}"
+        )
+    if old.get("nullable", True) and not new.get("nullable", True):
+        raise Refused(f"{where} was nullable and is not nullable in the query")
+    if old["name"] != new["name"]:
+        notes.append(f"{where}: renamed {old['name']} -> {new['name']}, matched by position")
+    return notes
+
+
+def positional(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
+    """Field i of the query's struct is stored field i, renamed or widened; None when Spark
+    reads it as it is (the same bytes)."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    if len(a) != len(b):
+        raise Refused(
+            f"{part} has {len(a)} fields in the savepoint ({simple_string(json.loads(stored))}), "
+            f"{len(b)} in the query ({simple_string(json.loads(new))}); only aggregation "
+            "buffers may be added or removed"
+        )
+    notes: list[str] = []
+    bytes_change = False
+    for i, (fa, fb) in enumerate(zip(a, b, strict=True)):
+        changed = _field_change(fa, fb, f"{part} field {i} ({fb['name']})")
+        bytes_change |= any("widened" in n for n in changed)
+        notes += changed
+    if not bytes_change:
+        return None, notes
+    return PartEvolution(new, [Source(i) for i in range(len(b))]), notes
+
+
+def _run_matches(stored: list[dict], buf: AggregateBuffer, at: int) -> bool:
+    run = stored[at : at + len(buf.fields)]
+    if len(run) != len(buf.fields):
+        return False
+    return all(
+        a["name"] == b["name"]
+        and (difference(a["type"], b["type"]) is None or widens(a["type"], b["type"]))
+        for a, b in zip(run, buf.fields, strict=True)
+    )
+
+
+def aggregation_values(
+    stored: str, new: str, buffers: list[AggregateBuffer] | None
+) -> tuple[PartEvolution | None, list[str]]:
+    """The query's aggregation buffers from the stored ones, matched by owning aggregate."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    # Spark's own rule ignores names, but here the names say which aggregate owns a buffer:
+    # (count, sum) -> (max, count) has the same types and another meaning.
+    if difference(json.loads(stored), json.loads(new)) is None and [f["name"] for f in a] == [
+        f["name"] for f in b
+    ]:
+        return None, []
+    if buffers is None:
+        raise Refused(
+            "value: Spark's planned aggregation did not say which aggregate owns which buffer, "
+            "so added or removed aggregates cannot be told apart"
+        )
+    planned = [f for buf in buffers for f in buf.fields]
+    # Spark's state schema marks every buffer nullable; the attributes may not be.
+    if [(f["name"], canonical(f["type"])) for f in planned] != [
+        (f["name"], canonical(f["type"])) for f in b
+    ]:
+        raise Refused("value: the planned aggregates' buffers are not the state value schema")
+    sources: list[Source] = []
+    notes: list[str] = []
+    used: dict[int, str] = {}
+    for buf in buffers:
+        names = ", ".join(f["name"] for f in buf.fields)
+        found = [i for i in range(len(a)) if _run_matches(a, buf, i)]
+        if len(found) > 1:
+            raise Refused(
+                f"value: the buffer ({names}) of {buf.expression} matches stored buffers at "
+                f"fields {', '.join(map(str, found))}; which one it was is ambiguous"
+            )
+        if not found:
+            if buf.initial is None:
+                raise Refused(
+                    f"value: {buf.expression} is added, and Spark gives its buffer ({names}) no "
+                    "declarative initial value to start from"
+                )
+            sources += [Source(None, v) for v in buf.initial]
+            shown = ", ".join(
+                "null" if v is None else json.dumps(v, default=str) for v in buf.initial
+            )
+            notes.append(
+                f"value: {buf.expression} added, starts at {shown} (Spark's initial value)"
+            )
+            continue
+        at = found[0]
+        for i in range(at, at + len(buf.fields)):
+            if i in used:
+                raise Refused(
+                    f"value: stored field {i} ({a[i]['name']}) matches both {used[i]} and "
+                    f"{buf.expression}; which one owns it is ambiguous"
+                )
+            used[i] = buf.expression
+        # Nullability as the state schema records it (buffer attributes may say not null).
+        for j, f in enumerate(b[len(sources) : len(sources) + len(buf.fields)]):
+            notes += _field_change(
+                a[at + j], f, f"value field {a[at + j]['name']} of {buf.expression}"
+            )
+        sources += [Source(at + j) for j in range(len(buf.fields))]
+        if at != len(sources) - len(buf.fields):
+            notes.append(f"value: {buf.expression} kept, moved from field {at}")
+    dropped = [f"{i} ({a[i]['name']})" for i in range(len(a)) if i not in used]
+    if dropped:
+        notes.append(
+            f"value: stored buffer field {', '.join(dropped)} dropped (no aggregate of the "
+            "query owns it)"
+        )
+    return PartEvolution(new, sources), notes
+
+
+def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
+    """A state value struct (transformWithState, UnsafeRow encoding) with fields added at
+    the end: the stored fields by position (renamed or widened), the new ones null."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    if len(b) <= len(a):
+        return positional(stored, new, part)
+    _, notes = positional(stored, json.dumps({"type": "struct", "fields": b[: len(a)]}), part)
+    for i, f in enumerate(b[len(a) :], len(a)):
+        if not f.get("nullable", True):
+            raise Refused(
+                f"{part} field {i} ({f['name']}) is added and not nullable: no value to start from"
+            )
+        notes.append(f"{part} field {i} ({f['name']}): added, starts null")
+    return PartEvolution(
+        new, [Source(i) for i in range(len(a))] + [Source(None)] * (len(b) - len(a))
+    ), notes
+
+
+def evolve_table(
+    stored_key: str,
+    stored_value: str,
+    new_key: str,
+    new_value: str,
+    buffers: list[AggregateBuffer] | None = None,
+    aggregation: bool = False,
+) -> TableEvolution:
+    """How a store's rows become the query's; Refused with the field-level reason."""
+    key, key_notes = positional(stored_key, new_key, "key")
+    if aggregation:
+        value, value_notes = aggregation_values(stored_value, new_value, buffers)
+    else:
+        value, value_notes = positional(stored_value, new_value, "value")
+    return TableEvolution(key, value, key_notes + value_notes)
+
+
+_TRANSFORMS: dict[str, Callable[..., Any]] = {}
+
+
+def load_transform(spec: str) -> Callable[..., Any]:
+    """The user's function of ``--transform UID=FILE.py:FUNCTION`` (loaded once per process)."""
+    if spec not in _TRANSFORMS:
+        from statectl.query_plan import load_query_function
+
+        try:
+            _TRANSFORMS[spec] = load_query_function(spec)
+        except StatectlError as e:
+            raise StatectlError(str(e).replace("--query", "--transform")) from None
+    return _TRANSFORMS[spec]
+
+
+def apply_transform(evo: TableEvolution, store: str, rows: pa.Table) -> pa.Table:
+    """``fn(batch: pa.RecordBatch, store: str) -> RecordBatch | Table`` with columns key and
+    value; checked against the query's schemas (a lossy or mistyped column is refused)."""
+    from statectl.query_plan import user_errors  # query_plan imports this module
+
+    assert evo.transform and evo.key and evo.value
+    fn = load_transform(evo.transform)
+    batch = pa.RecordBatch.from_arrays(
+        [rows.column("key").combine_chunks(), rows.column("value").combine_chunks()],
+        ["key", "value"],
+    )
+    with user_errors(evo.transform, None):
+        out = fn(batch, store)
+    if not isinstance(out, (pa.RecordBatch, pa.Table)) or out.schema.names != ["key", "value"]:
+        raise StatectlError(
+            f"--transform {evo.transform} must return a pyarrow RecordBatch or Table with "
+            f"columns key and value, got {type(out).__name__}"
+        )
+    columns = []
+    for name, part in (("key", evo.key), ("value", evo.value)):
+        want = pa.struct([to_arrow_field(f) for f in json.loads(part.new_schema)["fields"]])
+        col = out.column(name)
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if (
+            [f.name for f in col.type] != [f.name for f in want]
+            if pa.types.is_struct(col.type)
+            else True
+        ):
+            raise StatectlError(
+                f"--transform {evo.transform} returned {name} {col.type}, the query plans {want}"
+            )
+        try:
+            columns.append(col.cast(want))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise StatectlError(
+                f"--transform {evo.transform} returned {name} {col.type}, the query plans "
+                f"{want}: {e}"
+            ) from None
+    return pa.table({"key": columns[0], "value": columns[1]})

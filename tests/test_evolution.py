@@ -1,0 +1,398 @@
+"""Schema evolution on restore (statectl/evolution.py): the matching and refusal rules, and a
+changed aggregation that restores with --query and continues on Spark."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+
+from statectl.errors import StatectlError
+from statectl.evolution import (
+    AggregateBuffer,
+    PartEvolution,
+    Refused,
+    TableEvolution,
+    aggregation_values,
+    apply_transform,
+    evolve_table,
+)
+from statectl.restoring import restore
+from statectl.savepoints.create import take_savepoint
+from tests.test_restore import PROVIDERS, run, write_input  # the continuation helpers
+
+
+def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
+    return json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {
+                    "name": f[0],
+                    "type": f[1],
+                    "nullable": f[2] if len(f) > 2 else True,
+                    "metadata": {},
+                }
+                for f in fields
+            ],
+        }
+    )
+
+
+def fields(schema: str) -> list[dict]:
+    return json.loads(schema)["fields"]
+
+
+COUNT = AggregateBuffer("count(1)", fields(struct(("count", "long", False))), [0])
+MAX = AggregateBuffer("max(v)", fields(struct(("max", "long"))), [None])
+SUM = AggregateBuffer("sum(v)", fields(struct(("sum", "long"))), [None])
+AVG = AggregateBuffer("avg(v)", fields(struct(("sum", "double"), ("count", "long"))), [0.0, 0])
+
+
+def test_aggregates_match_by_owner_drop_removed_and_start_added_at_sparks_initial_value():
+    stored = struct(("count", "long", False), ("sum", "long"))
+    new = struct(("max", "long"), ("count", "long", False))
+    evo, notes = aggregation_values(stored, new, [MAX, COUNT])
+    value = pa.StructArray.from_arrays(
+        [pa.array([3, 5]), pa.array([10, None])],
+        fields=[pa.field("count", pa.int64()), pa.field("sum", pa.int64())],
+    )
+    out = evo.convert(value)
+    assert out.field("max").to_pylist() == [None, None]
+    assert out.field("count").to_pylist() == [3, 5]
+    assert any("max(v) added, starts at null" in n for n in notes)
+    assert any("1 (sum) dropped" in n for n in notes)
+
+
+def test_ambiguous_buffers_are_refused_with_the_field():
+    stored = struct(("count", "long", False), ("count", "long", False))
+    with pytest.raises(Refused, match=r"count\(1\) matches stored buffers at fields 0, 1"):
+        aggregation_values(stored, struct(("count", "long", False)), [COUNT])
+    # avg's (sum, count) and count's (count) overlap in the stored value: refused, not guessed.
+    stored = struct(("sum", "double"), ("count", "long", False))
+    new = struct(("sum", "double"), ("count", "long"), ("count", "long", False))
+    with pytest.raises(Refused, match=r"field 1 \(count\) matches both avg\(v\) and count\(1\)"):
+        aggregation_values(stored, new, [AVG, COUNT])
+    with pytest.raises(Refused, match="no declarative initial value"):
+        aggregation_values(
+            struct(("count", "long", False)),
+            struct(("count", "long", False), ("buf", "binary")),
+            [COUNT, AggregateBuffer("percentile(v)", fields(struct(("buf", "binary"))), None)],
+        )
+    with pytest.raises(Refused, match="did not say which aggregate"):
+        aggregation_values(stored, struct(("count", "long")), None)
+
+
+def test_widening_renaming_and_refusals_in_keys_and_values():
+    evo = evolve_table(
+        struct(("k", "integer", False), ("d", "decimal(5,2)")),
+        struct(("n", "float")),
+        struct(("key", "long", True), ("d", "decimal(10,2)")),
+        struct(("n", "double")),
+    )
+    assert evo.key is not None and evo.value is not None
+    notes = " | ".join(evo.notes)
+    assert "key field 0 (key): widened integer -> long" in notes
+    assert "renamed k -> key, matched by position" in notes
+    assert "key field 1 (d): widened decimal(5,2) -> decimal(10,2)" in notes
+    key = pa.StructArray.from_arrays(
+        [pa.array([1, -2], pa.int32()), pa.array([1, 2], pa.decimal128(5, 2))], names=["k", "d"]
+    )
+    out = evo.key.convert(key)
+    assert out.type.field(0).type == pa.int64() and out.field(0).to_pylist() == [1, -2]
+    # Renamed only: Spark reads the same bytes, nothing is re-encoded.
+    same = evolve_table(
+        struct(("a", "long")), struct(("v", "long")), struct(("b", "long")), struct(("v", "long"))
+    )
+    assert same.key is None and "renamed a -> b" in same.notes[0]
+    for old, new, reason in [
+        ("long", "integer", "not a widening"),
+        ("double", "float", "not a widening"),
+        ("string", "long", "not a widening"),
+        ("decimal(10,2)", "decimal(10,3)", "not a widening"),
+    ]:
+        with pytest.raises(Refused, match=reason):
+            evolve_table(struct(("k", old)), struct(), struct(("k", new)), struct())
+    with pytest.raises(Refused, match="was nullable and is not nullable"):
+        evolve_table(struct(("k", "integer")), struct(), struct(("k", "long", False)), struct())
+    with pytest.raises(Refused, match="only aggregation buffers may be added"):
+        evolve_table(
+            struct(("k", "long")), struct(), struct(("k", "long"), ("j", "long")), struct()
+        )
+
+
+def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
+    (tmp_path / "t.py").write_text(
+        "import pyarrow as pa\n"
+        "def same(batch, store):\n    return batch\n"
+        "def bad(batch, store):\n    return {'key': 1}\n"
+    )
+    rows = pa.table(
+        {
+            "key": pa.StructArray.from_arrays([pa.array([1], pa.int32())], ["k"]),
+            "value": pa.StructArray.from_arrays([pa.array(["x"])], ["s"]),
+        }
+    )
+    evo = TableEvolution(
+        PartEvolution(struct(("k", "long")), []),
+        PartEvolution(struct(("s", "string")), []),
+        transform=f"{tmp_path / 't.py'}:same",
+    )
+    out = apply_transform(evo, "default", rows)  # int -> long: a safe cast
+    assert out.column("key").type.field(0).type == pa.int64()
+    evo.value = PartEvolution(struct(("n", "long")), [])
+    with pytest.raises(StatectlError, match="returned value"):
+        apply_transform(evo, "default", rows)
+    evo.transform = f"{tmp_path / 't.py'}:bad"
+    with pytest.raises(StatectlError, match="must return a pyarrow RecordBatch"):
+        apply_transform(evo, "default", rows)
+
+
+EVOLVING_QUERIES = '''
+import pyspark.sql.functions as F
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+def before(spark):
+    return src(spark).groupBy(F.col("id").cast("int").alias("id")).agg(
+        F.count("*").alias("cnt"), F.sum("v").alias("total")
+    )
+
+
+def after(spark):
+    """sum removed, max added, the key widened from int to bigint."""
+    return src(spark).groupBy("id").agg(F.max("v").alias("top"), F.count("*").alias("cnt"))
+'''
+
+
+def _rows(d, batches):
+    out = []
+    for b in batches:
+        out += [json.loads(line) for line in (d / f"part-{b:03d}.json").read_text().splitlines()]
+    return out
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location("evolving_queries", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("backend", ["hdfs", "rocksdb"])
+def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend):
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "evolving_queries.py"
+    queries.write_text(EVOLVING_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1")
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (uid,) = [op.uid for op in meta.operators]
+
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:after",
+        spark=spark,
+        backend=backend,
+        partitions=3,
+        dry_run=True,
+    )
+    assert not plan.problems, plan.problems
+    assert plan.restored == {uid: 0}
+    text = " | ".join(plan.evolved)
+    assert "key field 0 (id): widened integer -> long" in text
+    assert "max(v) added, starts at null" in text and "(sum) dropped" in text
+    assert plan.as_dict()["evolved"] == plan.evolved
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:after",
+        spark=spark,
+        backend=backend,
+        partitions=3,
+    )
+    assert not plan.problems, plan.problems
+
+    # New data with small values: a max that covered the old data too would be 8.
+    for b in range(3, 6):
+        rows = [
+            {"id": j % 4, "k": "x", "v": (j + b) % 3, "ts": "2024-01-01T00:10:00"} for j in range(6)
+        ]
+        (d / f"part-{b:03d}.json").write_text("\n".join(json.dumps(r) for r in rows))
+    now = time.time()
+    for b in range(3, 6):  # the file source takes files in modification time order
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    want = _reference(d)
+    assert _continue(spark, mod, d, tmp_path / "ck2", meta.batch_id) == want
+    assert max(r["v"] for r in _rows(d, range(3))) > max(top for top, _ in want.values())
+    if backend != "hdfs":
+        return
+    # --transform, once end to end through the CLI: the user's function does the same by hand.
+    (tmp_path / "fix.py").write_text(TRANSFORM)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "statectl.cli",
+            "restore",
+            "-s",
+            sp_url,
+            str(tmp_path / "ck3"),
+            "--query",
+            f"{queries}:after",
+            "--partitions",
+            "3",
+            "--transform",
+            f"{uid}={tmp_path / 'fix.py'}:fix",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any("rows transformed by" in n for n in json.loads(proc.stdout)["evolved"])
+    assert _continue(spark, mod, d, tmp_path / "ck3", meta.batch_id) == want
+
+
+TRANSFORM = """
+import pyarrow as pa
+
+
+def fix(batch, store):
+    key = pa.StructArray.from_arrays([batch.column("key").field(0).cast(pa.int64())], ["id"])
+    count = batch.column("value").field("count")
+    value = pa.StructArray.from_arrays([pa.nulls(len(batch), pa.int64()), count], ["max", "count"])
+    return pa.RecordBatch.from_arrays([key, value], ["key", "value"])
+"""
+
+
+def _continue(spark, mod, d, ckpt, last_batch):
+    """Run the changed query on to the end; each id's last emitted (top, cnt)."""
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, ckpt)
+    assert continued and all(b > last_batch for b in continued)
+    last: dict[int, tuple] = {}
+    for b in sorted(continued):
+        for id_, top, cnt in continued[b]:
+            last[id_] = (top, cnt)
+    return last
+
+
+def _reference(d):
+    """From the inputs alone: counts over all the data, max over the new data only."""
+    old, new = _rows(d, range(3)), _rows(d, range(3, 6))
+    return {
+        id_: (
+            max(r["v"] for r in new if r["id"] == id_),
+            sum(1 for r in old + new if r["id"] == id_),
+        )
+        for id_ in {r["id"] for r in new}
+    }
+
+
+TWS_QUERIES = '''
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+class Counter(StatefulProcessor):
+    SCHEMA = "c long"
+
+    def init(self, handle):
+        self.cnt = handle.getValueState("cnt", self.SCHEMA)
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = sum(len(pdf) for pdf in rows)
+        old = self.cnt.get() if self.cnt.exists() else None
+        c = (old[0] if old else 0) + n
+        tag = old[1] if old is not None and len(old) > 1 else None
+        self.cnt.update((c, "new") if len(self.SCHEMA.split(",")) > 1 else (c,))
+        yield pd.DataFrame({{"k": [key[0]], "c": [c], "tag": [tag]}})
+
+    def close(self):
+        pass
+
+
+class TaggedCounter(Counter):
+    SCHEMA = "c long, tag string"
+
+
+def build(spark, processor):
+    return src(spark).groupBy("k").transformWithStateInPandas(
+        processor(), outputStructType="k string, c long, tag string", outputMode="Update",
+        timeMode="None",
+    )
+
+
+def before(spark):
+    return build(spark, Counter)
+
+
+def after(spark):
+    """The value state gains a field: old keys read it as null, then write "new"."""
+    return build(spark, TaggedCounter)
+'''
+
+
+@pytest.mark.spark
+def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path):
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "tws_queries.py"
+    queries.write_text(TWS_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
+
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    assert continued and all(b > meta.batch_id for b in continued)
+    rows = [r for b in sorted(continued) for r in continued[b]]
+    firsts: dict[str, tuple] = {}
+    lasts: dict[str, tuple] = {}
+    for k, c, tag in rows:
+        firsts.setdefault(k, (c, tag))
+        lasts[k] = (c, tag)
+    old, all_rows = _rows(d, range(3)), _rows(d, range(5))
+    for k, (c, _tag) in lasts.items():
+        assert c == sum(1 for r in all_rows if r["k"] == k), k  # the old counts continued
+    old_keys = {r["k"] for r in old}
+    # A key's first update after the restore reads the added field as null.
+    assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
