@@ -235,11 +235,12 @@ def migrate(
     verify: bool = True,
     memory: str | int | None = None,
     workers: int | None = None,
+    join_state_format: int | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
     directory to keep it under. Raises :class:`RestoreError` when the restore would fail.
-    ``memory`` and ``workers`` as for :func:`restore`."""
+    ``memory``, ``workers`` and ``join_state_format`` as for :func:`restore`."""
     from statectl.restoring import migrate as do_migrate
 
     plan, kept = do_migrate(
@@ -254,6 +255,7 @@ def migrate(
         verify=verify,
         memory=memory,
         workers=workers,
+        join_state_format=join_state_format,
     )
     result = MigrateResult.from_document(
         {**plan.as_dict(), "source": as_url(source), "savepoint": kept}
