@@ -30,7 +30,16 @@ from tests.conftest import FIXTURES, ROOT, arrow_names, arrow_rows, load_manifes
 from tests.test_export_vs_spark import selection
 from tests.test_restore import PROVIDERS, assert_exactly_once, run
 
-JOIN_FIXTURES = ["join3-rocksdb", "join4-rocksdb", "join4-leftsemi-rocksdb", "join4-samets-rocksdb"]
+JOIN_FIXTURES = [
+    "join3-rocksdb",
+    "join4-rocksdb",
+    "join4-leftsemi-rocksdb",
+    "join4-samets-rocksdb",
+    # Written by the release lines that have these formats (fixtures/generate_release.sh).
+    "spark41-join3-rocksdb",
+    "spark42-join3-rocksdb",
+    "spark42-join4-rocksdb",
+]
 MANIFEST = {fx["name"]: fx for fx in load_manifest(include_pending=True)}
 STORES_2 = [
     "left-keyToNumValues",
@@ -66,7 +75,7 @@ def test_reads_equal_spark(name):
         assert json.loads(json.dumps(arrow_names(table.schema))) == spark["names"]
         ours = _rows(table)
         side = read["options"].get("joinSide")
-        if side and name.startswith("join4"):
+        if side and "join4" in name:
             assert _drop_event_time(ours) == _drop_event_time(spark["rows"])
             store = _rows(read_state(ckpt, Selection(0, store=f"{side}-keyWithTsToValues")))
             assert sorted(r[0] for r in ours) == sorted(r[0] for r in store)
@@ -152,7 +161,15 @@ def test_restore_at_the_same_format_is_byte_identical(name, tmp_path):
         assert _entries(target, p, 5) == _entries(src, p, 5)
     (theirs,) = (src / "state/0/_stateSchema/default").glob("[0-9]*")
     (ours,) = (target / "state/0/_stateSchema/default").glob("[0-9]*")
-    assert ours.read_bytes() == theirs.read_bytes()
+    if name.startswith("spark42-join4"):
+        # Spark 4.2 recorded __event_time as non-nullable; a restore writes Spark 4.3's schema
+        # (nullable; its length prefix one shorter), which 4.3 continues (test_releases.py).
+        assert ours.read_bytes() == theirs.read_bytes().replace(
+            b'"__event_time","type":"long","nullable":false',
+            b'"__event_time","type":"long","nullable":true',
+        ).replace(b"\x00\xa1{", b"\x00\xa0{")
+    else:
+        assert ours.read_bytes() == theirs.read_bytes()
     spark_meta = json.loads((src / "state/0/_metadata/v2/0").read_text().split("\n", 1)[1])
     our_meta = json.loads((target / "state/0/_metadata/v2/4").read_text().split("\n", 1)[1])
     for m in (spark_meta, our_meta):
