@@ -295,3 +295,16 @@ def test_spark41_checksums_of_checkpoint_v1_files_are_verified(fixture_copy):
         CorruptFileError, match=r"4\.delta: does not match its checksum 4\.delta\.crc"
     ):
         read_state(Checkpoint.open(str(ck)), Selection(0))
+
+
+def test_each_line_writes_the_kinds_it_supports_and_says_why_not():
+    """Every fixture a release line is listed for is in the manifest; what a line cannot write
+    (join format 3 before 4.1, format 4 before 4.2) is not listed, with the reason."""
+    names = {fx["name"] for fx in RELEASE_FIXTURES}
+    for release, want in generate.RELEASE_FIXTURES.items():
+        prefix = generate.release_prefix(release)
+        assert {prefix + n for n in want} <= names, release
+        for name, why in generate.RELEASE_REFUSES.get(release, {}).items():
+            assert name not in want and prefix + name not in names and why
+    assert "join3-rocksdb" in generate.RELEASE_REFUSES["4.0"]
+    assert "join4-rocksdb" in generate.RELEASE_REFUSES["4.1"]
