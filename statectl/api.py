@@ -345,12 +345,14 @@ def migrate(
     engine: Any = "local",
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
+    join_state_format: int | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
     directory to keep it under. Raises :class:`RestoreError` when the restore would fail.
-    ``memory``, ``workers``, ``engine`` and ``spark_confs`` as for :func:`restore` (the
-    savepoint runs on the same engine); ``spark`` a SparkSession means the Spark engine."""
+    ``memory``, ``workers``, ``engine``, ``spark_confs`` and ``join_state_format`` as for
+    :func:`restore` (the savepoint runs on the same engine); ``spark`` a SparkSession means the
+    Spark engine."""
     from statectl.restoring import migrate as do_migrate
 
     runner = _engine(
@@ -367,6 +369,7 @@ def migrate(
         overwrite=overwrite,
         verify=verify,
         engine=runner,
+        join_state_format=join_state_format,
     )
     result = MigrateResult.from_document(
         {**plan.as_dict(), "source": as_url(source), "savepoint": kept}

@@ -114,6 +114,15 @@ ChangelogOpt = Annotated[
     ),
 ]
 
+JoinStateFormatOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--join-state-format",
+        help="2, 3 or 4: convert stream-stream join state to this format (3 and 4: RocksDB "
+        "only; default: the savepoint's where the backend runs it, else 2).",
+    ),
+]
+
 
 def _show_version(value: bool) -> None:
     if value:
@@ -472,14 +481,7 @@ def restore(
             help="RocksDB state checkpoint format 1 or 2 (default: the savepoint source's).",
         ),
     ] = None,
-    join_state_format: Annotated[
-        int | None,
-        typer.Option(
-            "--join-state-format",
-            help="2, 3 or 4: convert stream-stream join state to this format (3 and 4: RocksDB "
-            "only; default: the savepoint's where the backend runs it, else 2).",
-        ),
-    ] = None,
+    join_state_format: JoinStateFormatOpt = None,
     source_offsets: Annotated[
         list[str] | None,
         typer.Option(
@@ -595,6 +597,7 @@ def migrate(
         typer.Option("--keep-savepoint", help="Keep the intermediate savepoint under DIR."),
     ] = None,
     changelog: ChangelogOpt = False,
+    join_state_format: JoinStateFormatOpt = None,
     overwrite: Annotated[
         bool,
         typer.Option(
@@ -630,6 +633,7 @@ def migrate(
             memory=memory,
             workers=workers,
             **engine_args,
+            join_state_format=join_state_format,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
@@ -641,6 +645,8 @@ def migrate(
             f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
             f"resumes at batch {info['resumes_at_batch']})"
         )
+        for note in info.get("conversions", []):
+            print(f"  {note}")
         for p in info["problems"]:
             sys.stderr.write(f"statectl: error: {p}\n")
     if not result.ok:

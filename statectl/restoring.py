@@ -1568,11 +1568,13 @@ def migrate(
     memory: str | int | None = None,
     workers: int | None = None,
     engine: Any = None,
+    join_state_format: int | None = None,
 ) -> tuple[RestorePlan, str | None]:
     """Savepoint then restore. The target is marked in progress first and the temporary
     savepoint is written inside it (``.statectl-tmp/``) and removed before the target is
     finished, so an interrupted migrate leaves one directory that says what it is (and that
-    ``--overwrite`` replaces), never a full savepoint elsewhere."""
+    ``--overwrite`` replaces), never a full savepoint elsewhere. ``join_state_format``
+    converts stream-stream joins as :func:`restore`'s does."""
     from statectl.savepoints.create import take_savepoint
 
     engine = engine or Engine.of(memory, workers)
@@ -1609,6 +1611,7 @@ def migrate(
                 False,
                 rocksdb_layout="changelog" if changelog else "snapshot",
                 own_target=True,
+                join_state_format=join_state_format,
             )
             plan.engine = engine
             if plan.problems:

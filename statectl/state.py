@@ -200,8 +200,9 @@ def decode_key(
         tail = decode_rows(rest, _sub_schema(fields[n_prefix:]), enc, path)
         arrays = [head.field(i) for i in range(head.type.num_fields)]
         arrays += [tail.field(i) for i in range(tail.type.num_fields)]
-        names = [f["name"] for f in fields]
-        return pa.StructArray.from_arrays(arrays, names=names)
+        # The fields, not just their names: a non-nullable column (Spark 4.2's session start)
+        # stays non-nullable, as the savepoint's schema (from the schema file) has it.
+        return pa.StructArray.from_arrays(arrays, fields=[*head.type, *tail.type])
     raise UnsupportedError(f"key encoder {spec} is not supported yet", path)
 
 

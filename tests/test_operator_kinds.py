@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -36,6 +37,7 @@ from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.export import export_state
 from statectl.operators import GLOBAL_LIMIT, SESSION_WINDOW
+from statectl.state import read_state
 from tests.conftest import FIXTURES, ROOT, arrow_names, arrow_rows, load_manifest
 from tests.test_export_vs_spark import selection
 
@@ -81,7 +83,11 @@ def export_outcome(fx: dict[str, Any], read: dict[str, Any], tmp_path) -> tuple[
         return REFUSED, str(e)
     table = pq.read_table(out)
     ours = json.loads(json.dumps(arrow_rows(table)))
-    names = json.loads(json.dumps(arrow_names(table.schema)))
+    # Names as read, before Parquet's renaming of duplicates (an aggregation at state format 1
+    # has count, sum, sum, count), as tests/test_export_vs_spark.py compares them.
+    names = json.loads(
+        json.dumps(arrow_names(read_state(Checkpoint.open(str(FIXTURES / fx["name"])), sel).schema))
+    )
     if names != theirs["names"]:
         return DIFFERS, f"columns {names} != Spark's {theirs['names']}"
     if ours != theirs["rows"]:
@@ -234,7 +240,7 @@ def test_limit_state_is_one_row_in_partition_0(name):
 SPEC_READS = [
     pytest.param(fx, read, id=f"{fx['name']}-{read_id(read)}")
     for fx in KIND_FIXTURES
-    if fx["name"].startswith(("limit-", "session-"))
+    if re.sub(r"^spark\d\d-", "", fx["name"]).startswith(("limit-", "session-", "agg-v1-"))
     for read in fx["reads"]
 ]
 

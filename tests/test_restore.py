@@ -177,7 +177,7 @@ def build(spark, case, d):
             .json(str(d))
         )
 
-    if case in ("agg", "agg-named", "agg-checksum"):
+    if case in ("agg", "agg-named", "agg-checksum", "agg-v1"):
         return src().groupBy("k").agg(
             F.count("*").alias("n"), F.sum("v").alias("s"), F.avg("v").alias("a")
         ), "update"
@@ -349,11 +349,15 @@ CASES = [
     ("fmgws-v1", "hdfs", "hdfs", 3),
     ("fmgws-v1", "hdfs", "rocksdb", 2),
     ("tws-rows", "rocksdb", "rocksdb", 3),
+    # Aggregation at state format 1 (the value row repeats the grouping columns).
+    *[("agg-v1", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
+    ("agg-v1", "rocksdb", "hdfs", 3),
 ]
 CASE_CONFS = {
     "fmgws-v1": {"spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"},
     "tws-avro": {"spark.sql.streaming.stateStore.encodingFormat": "avro"},
     "agg-checksum": {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"},
+    "agg-v1": {"spark.sql.streaming.aggregation.stateFormatVersion": "1"},
 }
 
 
@@ -375,6 +379,9 @@ def test_restored_query_continues_like_an_uninterrupted_run(
     if case == "agg-checksum":
         pinned = Checkpoint.open(str(tmp_path / "ck2")).offsets(meta.batch_id).conf
         assert pinned["spark.sql.streaming.stateStore.rowChecksum.enabled"] == "false"
+    if case == "agg-v1":  # Spark must read the restored values at the format they were written in
+        pinned = Checkpoint.open(str(tmp_path / "ck2")).offsets(meta.batch_id).conf
+        assert pinned["spark.sql.streaming.aggregation.stateFormatVersion"] == "1"
 
     # Spark's own reader sees the savepoint's rows in the restored checkpoint.
     for op in meta.operators:
