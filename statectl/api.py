@@ -90,6 +90,7 @@ def savepoint(
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
     workers: int | None = None,
+    memory: str | int | None = None,
 ) -> SavepointResult:
     """Take a savepoint of a (possibly running) query's checkpoint. ``target`` defaults to
     ``$STATECTL_SAVEPOINT_DIR`` or ``[savepoint] dir`` in ``./statectl.toml``. The result's
@@ -97,7 +98,8 @@ def savepoint(
 
     ``engine="spark"`` (or ``spark=`` a SparkSession) converts the partitions as Spark tasks on
     the cluster (a session is built from ``spark_confs`` when none is given); the result is the
-    same savepoint as the local engine's."""
+    same savepoint as the local engine's. ``memory`` (bytes or ``"512M"``) bounds the local
+    engine: partitions larger than a worker's share are read and written in chunks."""
     from statectl.savepoints.create import take_savepoint
     from statectl.spark_engine import engine_for
 
@@ -117,6 +119,7 @@ def savepoint(
         verify=verify,
         engine=runner,
         workers=workers,
+        memory=memory,
     )
     return SavepointResult.from_document(
         {

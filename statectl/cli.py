@@ -256,6 +256,7 @@ def savepoint(
         list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
     ] = None,
     workers: WorkersOpt = None,
+    memory: MemoryOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
     engine: Annotated[
@@ -303,6 +304,7 @@ def savepoint(
             verify=not no_verify,
             **engine_args,
             workers=workers,
+            memory=memory,
         )
     else:
         from rich.console import Console
@@ -331,6 +333,7 @@ def savepoint(
                 verify=not no_verify,
                 **engine_args,
                 workers=workers,
+                memory=memory,
             )
     if as_json:
         _print_json(result.to_dict())

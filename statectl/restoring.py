@@ -1305,7 +1305,7 @@ def migrate(
                 keep_savepoint or io.url(tmp),
                 batch=batch,
                 verify=verify,
-                workers=engine.workers,
+                engine=engine,
             )
             plan = plan_restore(
                 Savepoint.open(kept),

@@ -6,10 +6,17 @@ Version V is the newest snapshot at or below V plus every later delta up to V, a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
 from statectl.codecs.compression import decompress_stream
-from statectl.codecs.records import last_writer_wins, parse_state_records
+from statectl.codecs.records import (
+    RecordBatch,
+    iter_state_records,
+    last_writer_wins,
+    parse_state_records,
+)
 from statectl.io import FileIO
 
 
@@ -53,3 +60,21 @@ def read_hdfs_store(
     # A lone snapshot holds each key once: no replay needed.
     keys, values = last_writer_wins(batches, unique=files[0].endswith(".snapshot"))
     return RawState(keys, values, files=files)
+
+
+def hdfs_events(
+    io: FileIO, store_dir: str, version: int, codec: str, *, verify: bool = True, max_bytes: int
+) -> tuple[bool, Iterator[RecordBatch]]:
+    """The records that make up ``version``, in replay order and about ``max_bytes`` at a time
+    (one file's decompressed bytes are held while its chunks are read), for a bounded read:
+    (whether they are one snapshot's unique keys, needing no replay; chunks)."""
+    files = files_for_version(io, store_dir, version)
+
+    def chunks() -> Iterator[RecordBatch]:
+        for p in files:
+            raw = decompress_stream(codec, read_verified(io, p, data_file=True, verify=verify), p)
+            yield from iter_state_records(
+                raw, p, allow_deletes=not p.endswith(".snapshot"), max_bytes=max_bytes
+            )
+
+    return len(files) <= 1 and all(p.endswith(".snapshot") for p in files), chunks()

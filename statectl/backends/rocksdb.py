@@ -17,6 +17,7 @@ import re
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,33 @@ def _read_zip(
     io: FileIO, store_dir: str, zip_path: str, verify: bool = True
 ) -> tuple[RawState, SnapshotMetadata]:
     """Materialize a snapshot zip and its SSTs locally, then read every key read-only."""
+    metas: list[SnapshotMetadata] = []
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    for k, v in iter_zip(io, store_dir, zip_path, verify, metas=metas):
+        keys.append(k)
+        values.append(v)
+    empty = pa.array([], type=pa.large_binary())
+    state = RawState(
+        pa.concat_arrays(keys) if keys else empty,
+        pa.concat_arrays(values) if values else empty,
+        cf_ids=metas[0].cf_ids,
+        files=[zip_path],
+    )
+    return state, metas[0]
+
+
+def iter_zip(
+    io: FileIO,
+    store_dir: str,
+    zip_path: str,
+    verify: bool = True,
+    *,
+    metas: list[SnapshotMetadata],
+    rows: int | None = None,
+) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
+    """A snapshot's entries in key order, ``rows`` at a time (all at once when None); its
+    metadata is appended to ``metas`` before the first chunk."""
     from rocksdict import AccessType, Options, Rdict  # native; imported only when needed
 
     data = read_verified(io, zip_path, data_file=True, verify=verify)
@@ -175,34 +203,44 @@ def _read_zip(
             db = Rdict(tmp, options=opts, access_type=AccessType.read_only())
         except Exception as e:  # rocksdict raises plain Exception subclasses
             raise CorruptFileError(f"RocksDB cannot open this snapshot: {e}", zip_path) from None
+        metas.append(meta)
         try:
-            keys, values = [], []
-            for k, v in db.items():
+            keys: list[bytes] = []
+            values: list[bytes] = []
+            total = 0
+            items = iter(db.items())
+            while True:
+                try:
+                    k, v = next(items)
+                except StopIteration:
+                    break
+                except Exception as e:  # rocksdict raises plain Exception
+                    raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
                 keys.append(k)
                 values.append(v)
-            if len(keys) != meta.expected_keys:
+                if rows is not None and len(keys) >= rows:
+                    total += len(keys)
+                    yield _binary(keys), _binary(values)
+                    keys, values = [], []
+            total += len(keys)
+            if total != meta.expected_keys:
                 # rocksdict's items() ends silently at a damaged block: ask a raw iterator
                 # for RocksDB's own error, else report the count that does not add up.
                 _raise_iterator_error(db, zip_path)
                 if meta.expected_keys >= 0:
                     raise CorruptFileError(
-                        f"RocksDB returned {len(keys)} keys, the snapshot metadata records "
+                        f"RocksDB returned {total} keys, the snapshot metadata records "
                         f"{meta.expected_keys}; an SST file is damaged",
                         zip_path,
                     )
-        except CorruptFileError:
-            raise
-        except Exception as e:
-            raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
+            if keys or total == 0:
+                yield _binary(keys), _binary(values)
         finally:
             db.close()
-    state = RawState(
-        pa.array(keys, type=pa.large_binary()),
-        pa.array(values, type=pa.large_binary()),
-        cf_ids=meta.cf_ids,
-        files=[zip_path],
-    )
-    return state, meta
+
+
+def _binary(items: list[bytes]) -> pa.LargeBinaryArray:
+    return pa.array(items, type=pa.large_binary())
 
 
 def chain_v1(
@@ -306,3 +344,49 @@ def read_rocksdb_store(
         batches.append(cached)
     keys, values = last_writer_wins(batches, merge_delimiter=merge_delimiter)
     return RawState(keys, values, cf_ids=state.cf_ids, files=state.files + [f.path for f in chain])
+
+
+def rocksdb_events(
+    io: FileIO,
+    store_dir: str,
+    version: int,
+    codec: str,
+    *,
+    unique_id: str | None = None,
+    verify: bool = True,
+    rows: int,
+) -> tuple[bool, Iterator[RecordBatch]]:
+    """The records that make up ``version``, in replay order and ``rows`` at a time, for a
+    bounded read: (whether they are one snapshot's unique keys, needing no replay; chunks)."""
+    if version == 0:
+        return True, iter(())
+    files = list_version_files(io, store_dir)
+    parsed: dict[tuple[int, str], RecordBatch] = {}
+    if unique_id is None:
+        base, chain = chain_v1(files, version, store_dir)
+    else:
+        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir, verify)
+
+    def chunks() -> Iterator[RecordBatch]:
+        if base is not None:
+            for k, v in iter_zip(io, store_dir, base.path, verify, metas=[], rows=rows):
+                yield RecordBatch(np.full(len(k), OP_PUT, dtype=np.uint8), k, v, None, 1)
+        for f in chain:
+            batch = parsed.pop((f.version, f.unique_id or ""), None)
+            if batch is None:
+                batch = parse_changelog(
+                    decompress_stream(
+                        codec, read_verified(io, f.path, data_file=True, verify=verify), f.path
+                    ),
+                    f.path,
+                )
+            for i in range(0, len(batch), rows):
+                yield RecordBatch(
+                    batch.ops[i : i + rows],
+                    batch.keys.slice(i, rows),
+                    batch.values.slice(i, rows),
+                    None,
+                    batch.version,
+                )
+
+    return not chain, chunks()
