@@ -203,6 +203,7 @@ def export(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing output file.")
     ] = False,
+    memory: MemoryOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
 ) -> None:
@@ -220,6 +221,7 @@ def export(
         output,
         overwrite,
         verify=not no_verify,
+        memory=memory,
     )
     if as_json:
         _print_json(result)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io as _io
 import json
-from typing import Any
+import os
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -131,23 +133,49 @@ def encode_table(table: pa.Table, fmt: str) -> bytes:
             obj = {f.name: jsonable(row[f.name], f.type) for f in fields}
             buf.write(_dumps(obj).encode("utf-8") + b"\n")
     elif fmt == "csv":
-        flat = _flatten_all(table)
-        nested = [f.name for f in flat.schema if pa.types.is_nested(f.type)]
-        for name in nested:
-            idx = flat.schema.get_field_index(name)
-            t = flat.schema.field(idx).type
-            as_text = pa.array(
-                [
-                    None if v is None else _dumps(jsonable(v, t))
-                    for v in flat.column(name).to_pylist()
-                ],
-                pa.string(),
-            )
-            flat = flat.set_column(idx, name, as_text)
-        pacsv.write_csv(flat, buf)
+        pacsv.write_csv(_nested_as_text(_flatten_all(table)), buf)
     else:
         raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
     return buf.getvalue()
+
+
+def _nested_as_text(flat: pa.Table) -> pa.Table:
+    """CSV has no nested values: lists and maps (after flattening) as their JSON text."""
+    for name in [f.name for f in flat.schema if pa.types.is_nested(f.type)]:
+        idx = flat.schema.get_field_index(name)
+        t = flat.schema.field(idx).type
+        as_text = pa.array(
+            [None if v is None else _dumps(jsonable(v, t)) for v in flat.column(name).to_pylist()],
+            pa.string(),
+        )
+        flat = flat.set_column(idx, name, as_text)
+    return flat
+
+
+def write_chunks(chunks: Iterator[pa.Table], fmt: str, out: BinaryIO) -> int:
+    """:func:`encode_table` of the chunks' concatenation, written a chunk at a time (a Parquet
+    row group, JSON lines, CSV rows under one header); returns the row count."""
+    rows = 0
+    writer: Any = None
+    for table in chunks:
+        rows += table.num_rows
+        if fmt == "parquet":
+            table = exportable(table)
+            if writer is None:
+                writer = pq.ParquetWriter(out, table.schema)
+            writer.write_table(table)
+        elif fmt == "jsonl":
+            out.write(encode_table(table, fmt))
+        elif fmt == "csv":
+            flat = _nested_as_text(_flatten_all(exportable(table)))
+            if writer is None:
+                writer = pacsv.CSVWriter(out, flat.schema)
+            writer.write_table(flat)
+        else:
+            raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+    if writer is not None:
+        writer.close()
+    return rows
 
 
 def format_of(path: str) -> str:
@@ -179,30 +207,50 @@ def export_state(
     overwrite: bool = False,
     *,
     verify: bool = True,
+    memory: str | int | None = None,
 ) -> dict[str, Any]:
-    """Export from a checkpoint (operator id) or a savepoint (uid or original operator id)."""
-    from statectl.reader import open_source, read
+    """Export from a checkpoint (operator id) or a savepoint (uid or original operator id).
+
+    Read and written in chunks within ``memory`` (bytes or ``"512M"``; default as the local
+    engine's, :mod:`statectl.engine`), through a local file uploaded atomically."""
+    from statectl.engine import Engine, spill_dir
+    from statectl.processor.reading import handle_of
+    from statectl.reader import check_selection, open_source, selection_table
 
     fmt = format_of(out_url)
-    table = read(
-        open_source(path, verify=verify),
-        operator,
-        store=store,
-        join_side=join_side,
-        state_var=state_var,
-        timers=timers,
-        batch=batch,
-    )
     io, out = FileIO.for_url(out_url)
-    io.write_atomic(
-        out,
-        encode_table(table, fmt),
-        overwrite=overwrite,
-        overwrite_hint="pass --overwrite (overwrite=True) to replace it",
-    )
-    return {
-        "path": io.url(out),
-        "format": fmt,
-        "rows": table.num_rows,
-        "columns": [f.name for f in table.schema],
-    }
+    hint = "pass --overwrite (overwrite=True) to replace it"
+    if not overwrite and io.exists(out):  # before any reading
+        raise StatectlError("already exists; refusing to overwrite", out, hint)
+    check_selection(store, join_side, state_var, timers)
+    handle = handle_of(open_source(path, verify=verify), batch)
+    table_name = selection_table(store, state_var, timers)
+    schema = handle.schema(operator, table_name, join_side=join_side)
+    budget = Engine.of(memory, 1).memory
+    with spill_dir() as scratch:
+        chunks = handle.chunks(
+            operator, table_name, join_side=join_side, budget=budget, scratch=scratch
+        )
+        local = os.path.join(scratch, "export.out")
+        columns: list[str] = []
+        with open(local, "wb") as f:
+            rows = write_chunks(_or_empty(chunks, schema, join_side, columns), fmt, f)
+        io.put_atomic(local, out, overwrite=overwrite, overwrite_hint=hint)
+    return {"path": io.url(out), "format": fmt, "rows": rows, "columns": columns}
+
+
+def _or_empty(
+    chunks: Iterator[pa.Table], schema: pa.Schema, join_side: str | None, columns: list[str]
+) -> Iterator[pa.Table]:
+    """The chunks, or one empty table of ``schema`` when there are none (``columns``: filled
+    with the column names)."""
+    for c in chunks:
+        columns[:] = c.column_names
+        yield c
+    if not columns:
+        from statectl.state import join_side_view
+
+        empty = schema.empty_table()
+        empty = join_side_view(empty) if join_side else empty
+        columns[:] = empty.column_names
+        yield empty

@@ -398,13 +398,18 @@ def iter_partition(
     desc = op.schema(store)
     check_schema(desc)
     where = ckpt.path("state", str(op.operator_id), str(partition))
+    empty = True
     for keys, values in _live_entries(ckpt, op, store, partition, batch, enc, budget, scratch):
         table = _kv_rows(RawState(keys, values), desc, enc, partition, where)
         if side:
             table = join_side_view(table)
         if ckpt.verify:
             check_placement(ckpt, op, table, None if side else store, partition, batch)
+        empty = False
         yield table
+    if empty:  # no live entries: still one (empty) table, with the columns
+        table = _kv_rows(empty_raw_state(), desc, enc, partition, where)
+        yield join_side_view(table) if side else table
 
 
 def _live_entries(

@@ -204,6 +204,29 @@ class StateHandle:
         for p, part in self._partitions(info, t):
             yield p, join_side_view(part) if join_side else part
 
+    def chunks(
+        self,
+        op: str | int | OperatorInfo,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+        budget: int,
+        scratch: str,
+    ) -> Iterator[pa.Table]:
+        """The rows of :meth:`read` in order, in chunks that keep about ``budget`` bytes in
+        memory (``scratch``: a private directory for spill files)."""
+        from statectl.state import join_side_view
+
+        info, t = self._select(op, table, join_side)
+        for part in self._chunks(info, t, join_side, budget, scratch):
+            yield join_side_view(part) if join_side else part
+
+    def _chunks(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
+    ) -> Iterator[pa.Table]:
+        for _, part in self._partitions(op, table):
+            yield part
+
     def schema(
         self,
         op: str | int | OperatorInfo,
@@ -396,6 +419,31 @@ class CheckpointHandle(StateHandle):
         for p in range(operator.num_partitions):
             yield p, read_partition(self.ckpt, operator, sel, p, self.batch, enc)
 
+    def chunks(
+        self,
+        op: str | int | OperatorInfo,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+        budget: int,
+        scratch: str,
+    ) -> Iterator[pa.Table]:
+        # The state reader shapes a join side itself (see partitions).
+        from statectl.state import Selection, StoreEncoding, iter_partition
+
+        info, t = self._select(op, table, join_side)
+        operator = self._ops[info.id]
+        enc = StoreEncoding.of(self.ckpt, self.batch)
+        sel = (
+            Selection(info.id, join_side=join_side, batch=self.batch)
+            if join_side
+            else self._selection(info, t)
+        )
+        for p in range(operator.num_partitions):
+            yield from iter_partition(
+                self.ckpt, operator, sel, p, self.batch, enc, budget=budget, scratch=scratch
+            )
+
     def _partitions(self, op: OperatorInfo, table: TableInfo) -> Iterator[tuple[int, pa.Table]]:
         from statectl.state import StoreEncoding, read_partition
 
@@ -478,6 +526,15 @@ class SavepointHandle(StateHandle):
         st = self.state_table(op, table)
         for p, f in enumerate(st.files):  # the canonical writer writes part-<p> in order
             yield p, self.sp.read_part(st, f)
+
+    def _chunks(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
+    ) -> Iterator[pa.Table]:
+        from statectl.engine import batch_rows
+
+        st = self.state_table(op, table)
+        for f in st.files:
+            yield from self.sp.iter_file(st, f, batch_rows(budget), scratch)
 
     def to_spark(
         self,
