@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
-from statectl.codecs.compression import decompress_stream
+from statectl.codecs.compression import decompress_stream, iter_decompressed
 from statectl.codecs.records import (
     RecordBatch,
+    iter_record_stream,
     iter_state_records,
     last_writer_wins,
     parse_state_records,
@@ -66,15 +67,21 @@ def hdfs_events(
     io: FileIO, store_dir: str, version: int, codec: str, *, verify: bool = True, max_bytes: int
 ) -> tuple[bool, Iterator[RecordBatch]]:
     """The records that make up ``version``, in replay order and about ``max_bytes`` at a time
-    (one file's decompressed bytes are held while its chunks are read), for a bounded read:
+    (a file larger than that is decompressed and scanned a window at a time; its compressed
+    bytes are held, for their checksum), for a bounded read:
     (whether they are one snapshot's unique keys, needing no replay; chunks)."""
     files = files_for_version(io, store_dir, version)
 
     def chunks() -> Iterator[RecordBatch]:
         for p in files:
-            raw = decompress_stream(codec, read_verified(io, p, data_file=True, verify=verify), p)
-            yield from iter_state_records(
-                raw, p, allow_deletes=not p.endswith(".snapshot"), max_bytes=max_bytes
-            )
+            data = read_verified(io, p, data_file=True, verify=verify)
+            deletes = not p.endswith(".snapshot")
+            if len(data) > max_bytes:  # decompressed and scanned a window at a time
+                yield from iter_record_stream(
+                    iter_decompressed(codec, data, p), p, allow_deletes=deletes, max_bytes=max_bytes
+                )
+                continue
+            raw = decompress_stream(codec, data, p)
+            yield from iter_state_records(raw, p, allow_deletes=deletes, max_bytes=max_bytes)
 
     return len(files) <= 1 and all(p.endswith(".snapshot") for p in files), chunks()

@@ -11,6 +11,7 @@ never written to.
 from __future__ import annotations
 
 import io as _io
+import itertools
 import os
 import posixpath
 import re
@@ -25,9 +26,16 @@ import pyarrow as pa
 
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
-from statectl.codecs.compression import decompress_stream
+from statectl.codecs.compression import decompress_stream, iter_decompressed
 from statectl.codecs.jsonfields import Fields, loads
-from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
+from statectl.codecs.records import (
+    OP_PUT,
+    RecordBatch,
+    changelog_version,
+    iter_record_stream,
+    last_writer_wins,
+    parse_changelog,
+)
 from statectl.errors import CorruptFileError, MissingFileError
 from statectl.io import FileIO, relative_inside
 
@@ -374,12 +382,11 @@ def rocksdb_events(
         for f in chain:
             batch = parsed.pop((f.version, f.unique_id or ""), None)
             if batch is None:
-                batch = parse_changelog(
-                    decompress_stream(
-                        codec, read_verified(io, f.path, data_file=True, verify=verify), f.path
-                    ),
-                    f.path,
-                )
+                data = read_verified(io, f.path, data_file=True, verify=verify)
+                if len(data) > rows * 64:  # larger than a chunk: decompressed in windows
+                    yield from _changelog_chunks(codec, data, f.path, rows * 64)
+                    continue
+                batch = parse_changelog(decompress_stream(codec, data, f.path), f.path)
             for i in range(0, len(batch), rows):
                 yield RecordBatch(
                     batch.ops[i : i + rows],
@@ -390,3 +397,24 @@ def rocksdb_events(
                 )
 
     return not chain, chunks()
+
+
+def _changelog_chunks(codec: str, data: bytes, path: str, max_bytes: int) -> Iterator[RecordBatch]:
+    """A large changelog's records a window at a time: formats 1 and 3 (puts and deletes, as
+    key-value stores write them) streamed, formats 2 and 4 (column families) parsed whole."""
+    pieces = iter_decompressed(codec, data, path)
+    head: list[bytes] = []
+    size = 0
+    for piece in pieces:  # enough of the stream for its header (and lineage)
+        head.append(bytes(piece))
+        size += len(piece)
+        if size >= 1 << 20:
+            break
+    first = b"".join(head)
+    version, start, _ = changelog_version(first, path)
+    if version not in (1, 3):
+        yield parse_changelog(first + b"".join(bytes(p) for p in pieces), path)
+        return
+    yield from iter_record_stream(
+        itertools.chain([first], pieces), path, max_bytes=max_bytes, start=start
+    )

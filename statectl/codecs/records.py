@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -414,6 +414,91 @@ def iter_state_records(
         stop = int(rs[j]) if j < n else end
         keys, values = _extract(raw, sub, sub + 4, klen, vlen, stop, deleted)
         yield RecordBatch(deleted.astype(np.uint8), keys, values)
+
+
+def iter_record_stream(
+    pieces: Iterable[bytes | memoryview],
+    path: str | None = None,
+    *,
+    allow_deletes: bool = True,
+    max_bytes: int,
+    start: int = 0,
+) -> Iterator[RecordBatch]:
+    """A v1 record stream arriving in ``pieces`` (decompressed codec blocks), as chunks of the
+    records of about ``max_bytes`` of data: never the whole stream in memory. The same checks
+    as :func:`parse_state_records` (end marker, removals in snapshots, truncation); the scan
+    is the exact loop (no speculation), used for files larger than the budget only."""
+    source = iter(pieces)
+    buf = b""
+    base = 0  # stream offset of buf[0]
+    done = False
+    window = max(64 << 10, max_bytes)
+    while True:
+        parts = [buf]
+        size = len(buf)
+        while not done and size < window:
+            piece = next(source, None)
+            if piece is None:
+                done = True
+            else:
+                parts.append(bytes(piece))
+                size += len(piece)
+        buf = b"".join(parts)
+        del parts
+        skip = min(start, len(buf))
+        start -= skip
+        rs, pos, ended = _window_v1(buf, skip, base, path)
+        if len(rs):
+            arr = np.frombuffer(buf, dtype=np.uint8)
+            klen = _be32_at(arr, rs)
+            vlen = _be32_at(arr, rs + 4 + klen)
+            deleted = vlen < 0
+            if not allow_deletes and deleted.any():
+                at = base + int(rs[np.argmax(deleted)])
+                raise CorruptFileError(
+                    f"removal record at byte {at} in a snapshot (Spark rejects snapshots with "
+                    "removals)",
+                    path,
+                )
+            keys, values = _extract(buf, rs, rs + 4, klen, vlen, pos, deleted)
+            yield RecordBatch(deleted.astype(np.uint8), keys, values)
+        if ended:
+            extra = len(buf) - pos - 4 + sum(len(p) for p in source)
+            if extra:
+                raise CorruptFileError(
+                    f"{extra} unexpected bytes after the end marker at byte {base + pos}", path
+                )
+            return
+        if done:
+            _raise_truncated(base + len(buf), base + pos, [base + int(r) for r in rs[-1:]], path)
+        if not len(rs):
+            window *= 2  # a record larger than the window: read more
+        buf = buf[pos:]
+        base += pos
+
+
+def _window_v1(raw: bytes, pos: int, base: int, path: str | None) -> tuple[np.ndarray, int, bool]:
+    """Starts of the complete v1 records in ``raw`` from ``pos``: (starts, where the first
+    incomplete record or the end marker is, whether it is the end marker)."""
+    unpack = _INT.unpack_from
+    n = len(raw)
+    starts: list[int] = []
+    add = starts.append
+    while pos + 4 <= n:
+        (k,) = unpack(raw, pos)
+        if k < 0:
+            if k != -1:
+                raise CorruptFileError(f"invalid key size {k} at byte {base + pos}", path)
+            return np.array(starts, dtype=np.int64), pos, True
+        if pos + 8 + k > n:
+            break
+        (v,) = unpack(raw, pos + 4 + k)
+        nxt = pos + 8 + k + (v if v > 0 else 0)
+        if nxt > n:
+            break
+        add(pos)
+        pos = nxt
+    return np.array(starts, dtype=np.int64), pos, False
 
 
 def _parse_typed(
