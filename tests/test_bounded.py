@@ -163,6 +163,7 @@ def test_tiny_budget_savepoint_and_export_equal_in_memory(tmp_path, name):
 def _checkpoint(tmp_path: Path, keys: int) -> str:
     """A RocksDB checkpoint (changelog files, 2 partitions) of ``keys`` wide keys: its state is
     one large changelog per partition, replayed by every read."""
+    tmp_path.mkdir()
     sp = _synthetic_savepoint(tmp_path / "sp", keys)
     target = tmp_path / "ckpt"
     restore(
