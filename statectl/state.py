@@ -457,15 +457,18 @@ def _live_entries(
             enc.codec,
             unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
             verify=ckpt.verify,
-            rows=max(16, chunk_bytes // 64),
+            max_bytes=chunk_bytes,
         )
     if unique:  # one snapshot: each key once, no replay
         for chunk in chunks:
             yield chunk.keys, chunk.values
         return
-    rows = max(16, chunk_bytes // 64)
     yield from bounded_replay(
-        chunks, budget=budget, rows=rows, scratch=scratch, merge_delimiter=enc.merge_delimiter
+        chunks,
+        budget=budget,
+        max_bytes=chunk_bytes,
+        scratch=scratch,
+        merge_delimiter=enc.merge_delimiter,
     )
 
 

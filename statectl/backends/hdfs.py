@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
-from statectl.codecs.compression import decompress_stream, iter_decompressed
+from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.records import (
     RecordBatch,
     iter_record_stream,
@@ -76,7 +76,7 @@ def hdfs_events(
         for p in files:
             data = read_verified(io, p, data_file=True, verify=verify)
             deletes = not p.endswith(".snapshot")
-            if len(data) > max_bytes:  # decompressed and scanned a window at a time
+            if len(data) * EXPANSION > max_bytes:  # decompressed and scanned in windows
                 yield from iter_record_stream(
                     iter_decompressed(codec, data, p), p, allow_deletes=deletes, max_bytes=max_bytes
                 )

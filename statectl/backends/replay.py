@@ -50,20 +50,23 @@ def bounded_replay(
     chunks: Iterator[RecordBatch],
     *,
     budget: int,
-    rows: int,
+    max_bytes: int,
     scratch: str,
     merge_delimiter: bytes = b"",
 ) -> Iterator[Chunk]:
-    """The live (key, value) entries of ``chunks`` (records in replay order), ``rows`` at a
-    time, holding about ``budget`` bytes (plus one bucket)."""
+    """The live (key, value) entries of ``chunks`` (records in replay order), about
+    ``max_bytes`` of them at a time, holding about ``budget`` bytes (plus one bucket)."""
     pending: list[RecordBatch] = []
     size = 0
+    events = 0
     for chunk in chunks:
         pending.append(chunk)
         size += _nbytes(chunk)
+        events += len(chunk)
         if size * REPLAY_FACTOR > budget:
             break
-    else:
+    rows = max(16, max_bytes // max(1, size // max(1, events)))
+    if size * REPLAY_FACTOR <= budget:
         keys, values = replay(pending, merge_delimiter)[:2]
         for i in range(0, len(keys), rows):
             yield keys.slice(i, rows), values.slice(i, rows)

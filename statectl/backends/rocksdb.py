@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
-from statectl.codecs.compression import decompress_stream, iter_decompressed
+from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.jsonfields import Fields, loads
 from statectl.codecs.records import (
     OP_PUT,
@@ -146,9 +146,10 @@ def iter_zip(
     verify: bool = True,
     *,
     metas: list[SnapshotMetadata],
-    rows: int | None = None,
+    max_bytes: int | None = None,
 ) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
-    """A snapshot's entries in key order, ``rows`` at a time (all at once when None); its
+    """A snapshot's entries in key order, about ``max_bytes`` at a time (all at once when
+    None); its
     metadata is appended to ``metas`` before the first chunk."""
     from rocksdict import AccessType, Options, Rdict  # native; imported only when needed
 
@@ -215,7 +216,8 @@ def iter_zip(
         try:
             keys: list[bytes] = []
             values: list[bytes] = []
-            total = 0
+            total = size = 0
+            limit = max_bytes or 0  # bytes counted every 1,024 entries
             items = iter(db.items())
             while True:
                 try:
@@ -226,10 +228,12 @@ def iter_zip(
                     raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
                 keys.append(k)
                 values.append(v)
-                if rows is not None and len(keys) >= rows:
-                    total += len(keys)
-                    yield _binary(keys), _binary(values)
-                    keys, values = [], []
+                if limit and len(keys) % 1024 == 0:
+                    size += sum(map(len, keys[-1024:])) + sum(map(len, values[-1024:]))
+                    if size >= limit:
+                        total += len(keys)
+                        yield _binary(keys), _binary(values)
+                        keys, values, size = [], [], 0
             total += len(keys)
             if total != meta.expected_keys:
                 # rocksdict's items() ends silently at a damaged block: ask a raw iterator
@@ -362,9 +366,10 @@ def rocksdb_events(
     *,
     unique_id: str | None = None,
     verify: bool = True,
-    rows: int,
+    max_bytes: int,
 ) -> tuple[bool, Iterator[RecordBatch]]:
-    """The records that make up ``version``, in replay order and ``rows`` at a time, for a
+    """The records that make up ``version``, in replay order and about ``max_bytes`` at a
+    time, for a
     bounded read: (whether they are one snapshot's unique keys, needing no replay; chunks)."""
     if version == 0:
         return True, iter(())
@@ -377,16 +382,19 @@ def rocksdb_events(
 
     def chunks() -> Iterator[RecordBatch]:
         if base is not None:
-            for k, v in iter_zip(io, store_dir, base.path, verify, metas=[], rows=rows):
+            for k, v in iter_zip(io, store_dir, base.path, verify, metas=[], max_bytes=max_bytes):
                 yield RecordBatch(np.full(len(k), OP_PUT, dtype=np.uint8), k, v, None, 1)
         for f in chain:
             batch = parsed.pop((f.version, f.unique_id or ""), None)
             if batch is None:
                 data = read_verified(io, f.path, data_file=True, verify=verify)
-                if len(data) > rows * 64:  # larger than a chunk: decompressed in windows
-                    yield from _changelog_chunks(codec, data, f.path, rows * 64)
+                if len(data) * EXPANSION > max_bytes:  # decompressed in windows
+                    yield from _changelog_chunks(codec, data, f.path, max_bytes)
                     continue
                 batch = parse_changelog(decompress_stream(codec, data, f.path), f.path)
+            rows = max(
+                16, max_bytes * len(batch) // max(1, batch.keys.nbytes + batch.values.nbytes)
+            )
             for i in range(0, len(batch), rows):
                 yield RecordBatch(
                     batch.ops[i : i + rows],

@@ -47,6 +47,9 @@ SNAPPY_MAGIC = b"\x82SNAPPY\x00"
 SNAPPY_HEADER = SNAPPY_MAGIC + struct.pack(">ii", 1, 1)  # SnappyCodec.currentHeader
 SNAPPY_BLOCK_SIZE = 32 * 1024  # spark.io.compression.snappy.blockSize
 ZSTD_LEVEL = 1  # spark.io.compression.zstd.level
+# A state file's decompressed size is taken to be at most this many times its own when a
+# bounded read decides whether to decompress it whole (keys repeat: ratios of 5+ are common).
+EXPANSION = 8
 LZF_MAX_CHUNK = 0xFFFF  # LZFChunk.MAX_CHUNK_LEN
 _BE_INT = struct.Struct(">i")
 _BE_U16 = struct.Struct(">H")
