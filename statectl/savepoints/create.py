@@ -14,6 +14,8 @@ import os
 import posixpath
 import re
 import secrets
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -113,6 +115,9 @@ class PartitionTask:
     rel: str
     # Bytes this task may hold (the engine's share per task); None: read the partition whole.
     budget: int | None = None
+    # The parent's private spill directory (removed by the parent on every exit, so a worker
+    # killed mid-way leaves nothing behind); the task works in its own subdirectory.
+    scratch: str | None = None
 
     def __call__(self) -> tuple[DataFile, list[str]]:
         if self.budget is None:
@@ -120,7 +125,8 @@ class PartitionTask:
                 self.ckpt, self.op, self.selection, self.partition, self.batch, self.enc
             )
             return _write_table(self.out_io, self.out_root, self.rel, table), table.column_names
-        with spill_dir() as scratch:
+        scratch = tempfile.mkdtemp(prefix="savepoint-", dir=self.scratch)
+        try:
             chunks = iter_partition(
                 self.ckpt,
                 self.op,
@@ -136,6 +142,8 @@ class PartitionTask:
             data_file = _write_table(
                 self.out_io, self.out_root, self.rel, itertools.chain([first], chunks), scratch
             )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         return data_file, columns
 
 
@@ -330,9 +338,10 @@ def build_savepoint(
     # The local engine's share per task bounds each partition's read (statectl/state.py);
     # Spark's executors are sized by their own confs.
     budget = runner.per_task if isinstance(runner, Engine) else None
-    for job in jobs:
-        job.budget = budget
-    results = iter(run_tasks(jobs, runner, progress))
+    with spill_dir() as scratch:
+        for job in jobs:
+            job.budget, job.scratch = budget, scratch
+        results = iter(run_tasks(jobs, runner, progress))
     operators = []
     for op in ops:
         uid = uids[op.operator_id]
