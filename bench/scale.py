@@ -2,6 +2,14 @@
 
     python bench/scale.py [--keys 10000000] [--workdir /tmp/statectl-scale] [--memory 512M]
 
+100M keys (not part of any test; hours on a 2-core machine, ~40 GB of disk). Spark builds only
+the RocksDB checkpoint (the HDFS provider would hold 100M keys in the JVM heap); the HDFS one
+is derived from it by ``statectl migrate`` under the budget, and both are cached in the work
+directory, so later runs start at once::
+
+    python bench/scale.py --keys 100000000 --input-files 40 --driver-memory 8g \
+        --hdfs-from-rocksdb --memory 4G --workdir /data/statectl-scale --skip-spark
+
 Builds aggregation checkpoints of N keys with real Spark (HDFS and RocksDB, 2 partitions;
 cached in the work directory between runs), then prints one table, each row one process
 tree: wall time, rows/s and the peak RSS of the process tree (``ru_maxrss`` of the waited-for
@@ -39,30 +47,69 @@ PROVIDERS = {
 }
 SPARK_SESSION = textwrap.dedent(
     """
+    import os
     from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "6g")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", os.environ.get("SCALE_DRIVER_MEMORY", "6g"))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     """
 )
-INPUT_FILES = 4  # the keys arrive in this many micro-batches (one input file each)
+INPUT_FILES = 4  # default: the keys arrive in this many micro-batches (one input file each)
 
 
-def build_checkpoints(work: Path, keys: int) -> dict[str, Path]:
-    """Aggregation checkpoints (count and sum per key) of ``keys`` keys, cached in ``work``."""
+def _complete(ckpt: Path) -> bool:
+    return (ckpt / "commits").is_dir() and any((ckpt / "commits").iterdir())
+
+
+def build_checkpoints(
+    work: Path, keys: int, input_files: int = INPUT_FILES, hdfs_from_rocksdb: bool = False
+) -> dict[str, Path]:
+    """Aggregation checkpoints (count and sum per key) of ``keys`` keys, cached in ``work``.
+
+    ``hdfs_from_rocksdb``: Spark writes only the RocksDB one; the HDFS one is its
+    ``statectl migrate`` (same keys and partitions), which needs no JVM heap for the state."""
     out = {b: work / f"agg-{b}-{keys}" for b in PROVIDERS}
-    if all((p / "commits").is_dir() and any((p / "commits").iterdir()) for p in out.values()):
+    if all(_complete(p) for p in out.values()):
         return out
     work.mkdir(parents=True, exist_ok=True)
+    providers = {b: p for b, p in PROVIDERS.items() if not (_complete(out[b]))}
+    if hdfs_from_rocksdb:
+        providers.pop("hdfs", None)
+    if providers:
+        _spark_build(work, keys, input_files, providers)
+    if hdfs_from_rocksdb and not _complete(out["hdfs"]):
+        shutil.rmtree(out["hdfs"], ignore_errors=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "statectl.cli",
+                "migrate",
+                str(out["rocksdb"]),
+                str(out["hdfs"]),
+                "--backend",
+                "hdfs",
+                "--partitions",
+                "2",
+            ],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+        )
+    return out
+
+
+def _spark_build(work: Path, keys: int, input_files: int, providers: dict[str, str]) -> None:
     script = SPARK_SESSION + textwrap.dedent(
         f"""
         import shutil
         src = "{work}/input-{keys}"
-        shutil.rmtree(src, ignore_errors=True)
-        (spark.range(0, {keys}, 1, {INPUT_FILES})
-         .selectExpr("concat('key-', id) as k", "id as v").write.parquet(src))
-        for backend, provider in {PROVIDERS!r}.items():
+        if not os.path.exists(src + "/_SUCCESS"):  # the input is cached too
+            shutil.rmtree(src, ignore_errors=True)
+            (spark.range(0, {keys}, 1, {input_files})
+             .selectExpr("concat('key-', id) as k", "id as v").write.parquet(src))
+        for backend, provider in {providers!r}.items():
             ck = "{work}/agg-" + backend + "-{keys}"
             shutil.rmtree(ck, ignore_errors=True)
             spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
@@ -74,7 +121,6 @@ def build_checkpoints(work: Path, keys: int) -> dict[str, Path]:
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True)
-    return out
 
 
 def measured(cmd: list[str]) -> tuple[float, float]:
@@ -113,9 +159,15 @@ def main() -> None:
         default="local-cluster[2,1,2048]",
         help="master of the --engine spark rows ('' skips them)",
     )
+    ap.add_argument("--input-files", type=int, default=INPUT_FILES, help="micro-batches to build")
+    ap.add_argument("--driver-memory", default="6g", help="Spark's, while building")
+    ap.add_argument(
+        "--hdfs-from-rocksdb", action="store_true", help="derive the HDFS checkpoint by migrate"
+    )
     args = ap.parse_args()
     work = Path(args.workdir)
-    ckpts = build_checkpoints(work, args.keys)
+    os.environ["SCALE_DRIVER_MEMORY"] = args.driver_memory
+    ckpts = build_checkpoints(work, args.keys, args.input_files, args.hdfs_from_rocksdb)
     # This checkout's statectl (not whichever one is installed), as the executable runs it.
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     statectl_bin = [sys.executable, "-m", "statectl.cli"]
@@ -134,11 +186,20 @@ def main() -> None:
     if not args.only_restore:
         run(
             "statectl export (hdfs, 2 partitions) -> Parquet",
-            [*statectl_bin, "export", str(hdfs), "--operator", "0", "-o", str(runs / "e.parquet")],
+            [
+                *statectl_bin,
+                "export",
+                str(hdfs),
+                "--operator",
+                "0",
+                "-o",
+                str(runs / "e.parquet"),
+                *mem,
+            ],
         )
     run(
         "statectl savepoint (hdfs, 2 partitions)",
-        [*statectl_bin, "savepoint", str(hdfs), str(runs / "savepoints")],
+        [*statectl_bin, "savepoint", str(hdfs), str(runs / "savepoints"), *mem],
     )
     (sp,) = (runs / "savepoints").iterdir()
     for budget in ("1G", args.memory):

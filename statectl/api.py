@@ -112,10 +112,12 @@ def export(
     engine: Any = "local",
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
+    memory: str | int | None = None,
 ) -> dict[str, Any]:
     """``statectl export``: :func:`read_state`'s table written to ``output`` (.parquet, .jsonl
-    or .csv). ``engine="spark"`` (or ``spark=`` a SparkSession) reads one partition per Spark
-    task; ``"auto"`` as for :func:`savepoint`. Returns what ``--json`` prints (``engine``: which
+    or .csv), read and written in chunks within ``memory`` (bytes or ``"512M"``).
+    ``engine="spark"`` (or ``spark=`` a SparkSession) reads one partition per Spark task;
+    ``"auto"`` as for :func:`savepoint`. Returns what ``--json`` prints (``engine``: which
     ran)."""
     from statectl.engine import Engine
     from statectl.export import export_state
@@ -136,6 +138,7 @@ def export(
         as_url(output),
         overwrite,
         verify=verify,
+        memory=memory,
         engine=None if isinstance(chosen, Engine) else chosen,
     )
 
@@ -168,6 +171,7 @@ def savepoint(
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
     workers: int | None = None,
+    memory: str | int | None = None,
 ) -> SavepointResult:
     """Take a savepoint of a (possibly running) query's checkpoint. ``target`` defaults to
     ``$STATECTL_SAVEPOINT_DIR`` or ``[savepoint] dir`` in ``./statectl.toml``. The result's
@@ -176,7 +180,9 @@ def savepoint(
     ``engine="spark"`` (or ``spark=`` a SparkSession) converts the partitions as Spark tasks on
     the cluster (a session is built from ``spark_confs`` when none is given); the result is the
     same savepoint as the local engine's. ``engine="auto"``: Spark for large state when a
-    session is at hand (docs/guide.md); the result's ``engine`` says which ran."""
+    session is at hand (docs/guide.md); the result's ``engine`` says which ran. ``memory``
+    (bytes or ``"512M"``) bounds the local engine: partitions larger than a worker's share are
+    read and written in chunks."""
     from statectl.engine import Engine
     from statectl.savepoints.create import take_savepoint
 
@@ -197,6 +203,7 @@ def savepoint(
         verify=verify,
         engine=runner,
         workers=workers,
+        memory=memory,
     )
     return SavepointResult.from_document(
         {

@@ -242,6 +242,7 @@ def export(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing output file.")
     ] = False,
+    memory: MemoryOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
     engine: EngineOpt = "local",
@@ -262,6 +263,7 @@ def export(
         overwrite=overwrite,
         verify=not no_verify,
         **_engine_args(engine, spark_conf),
+        memory=memory,
     )
     if as_json:
         _print_json(result)
@@ -298,6 +300,7 @@ def savepoint(
         list[str] | None, typer.Option("--uid", help="OPERATOR_ID=UID, repeatable.")
     ] = None,
     workers: WorkersOpt = None,
+    memory: MemoryOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
     engine: EngineOpt = "local",
@@ -326,6 +329,7 @@ def savepoint(
             verify=not no_verify,
             **engine_args,
             workers=workers,
+            memory=memory,
         )
     else:
         from rich.console import Console
@@ -354,6 +358,7 @@ def savepoint(
                 verify=not no_verify,
                 **engine_args,
                 workers=workers,
+                memory=memory,
             )
     if as_json:
         _print_json(result.to_dict())

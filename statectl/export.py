@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io as _io
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -132,23 +134,49 @@ def encode_table(table: pa.Table, fmt: str) -> bytes:
             obj = {f.name: jsonable(row[f.name], f.type) for f in fields}
             buf.write(_dumps(obj).encode("utf-8") + b"\n")
     elif fmt == "csv":
-        flat = _flatten_all(table)
-        nested = [f.name for f in flat.schema if pa.types.is_nested(f.type)]
-        for name in nested:
-            idx = flat.schema.get_field_index(name)
-            t = flat.schema.field(idx).type
-            as_text = pa.array(
-                [
-                    None if v is None else _dumps(jsonable(v, t))
-                    for v in flat.column(name).to_pylist()
-                ],
-                pa.string(),
-            )
-            flat = flat.set_column(idx, name, as_text)
-        pacsv.write_csv(flat, buf)
+        pacsv.write_csv(_nested_as_text(_flatten_all(table)), buf)
     else:
         raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
     return buf.getvalue()
+
+
+def _nested_as_text(flat: pa.Table) -> pa.Table:
+    """CSV has no nested values: lists and maps (after flattening) as their JSON text."""
+    for name in [f.name for f in flat.schema if pa.types.is_nested(f.type)]:
+        idx = flat.schema.get_field_index(name)
+        t = flat.schema.field(idx).type
+        as_text = pa.array(
+            [None if v is None else _dumps(jsonable(v, t)) for v in flat.column(name).to_pylist()],
+            pa.string(),
+        )
+        flat = flat.set_column(idx, name, as_text)
+    return flat
+
+
+def write_chunks(chunks: Iterator[pa.Table], fmt: str, out: BinaryIO) -> int:
+    """:func:`encode_table` of the chunks' concatenation, written a chunk at a time (a Parquet
+    row group, JSON lines, CSV rows under one header); returns the row count."""
+    rows = 0
+    writer: Any = None
+    for table in chunks:
+        rows += table.num_rows
+        if fmt == "parquet":
+            table = exportable(table)
+            if writer is None:
+                writer = pq.ParquetWriter(out, table.schema)
+            writer.write_table(table)
+        elif fmt == "jsonl":
+            out.write(encode_table(table, fmt))
+        elif fmt == "csv":
+            flat = _nested_as_text(_flatten_all(exportable(table)))
+            if writer is None:
+                writer = pacsv.CSVWriter(out, flat.schema)
+            writer.write_table(flat)
+        else:
+            raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+    if writer is not None:
+        writer.close()
+    return rows
 
 
 def format_of(path: str) -> str:
@@ -189,30 +217,16 @@ class ExportPartTask:
         return sink.getvalue().to_pybytes()
 
 
-def _read_on(
-    engine: Any,
-    source: Any,
-    operator: str | int,
-    store: str | None,
-    join_side: str | None,
-    state_var: str | None,
-    timers: bool,
-    batch: int | None,
-) -> pa.Table:
-    """The selection read by ``engine``'s tasks, one per partition, concatenated in order."""
-    from statectl.processor.reading import handle_of
-    from statectl.reader import check_selection, selection_table
-
-    check_selection(store, join_side, state_var, timers)
-    handle = handle_of(source, batch)
-    table = selection_table(store, state_var, timers)
-    schema = handle.schema(operator, table, join_side=join_side)  # checks the selection here
+def _parts_on(
+    engine: Any, handle: Any, operator: str | int, table: str | None, join_side: str | None
+) -> Iterator[pa.Table]:
+    """The selection read by ``engine``'s tasks, one per state partition, in order."""
     jobs = [
         ExportPartTask(handle, operator, table, join_side, p)
         for p in range(handle.operator(operator).partitions)
     ]
-    parts = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in engine.run(jobs)]
-    return pa.concat_tables(parts) if parts else schema.empty_table()
+    for b in engine.run(jobs):
+        yield pa.ipc.open_stream(pa.py_buffer(b)).read_all()
 
 
 def export_state(
@@ -227,37 +241,62 @@ def export_state(
     overwrite: bool = False,
     *,
     verify: bool = True,
+    memory: str | int | None = None,
     engine: Any = None,
 ) -> dict[str, Any]:
     """Export from a checkpoint (operator id) or a savepoint (uid or original operator id).
-    ``engine``: the Spark engine reads one partition per Spark task (None: here)."""
-    from statectl.reader import open_source, read
+
+    Read and written in chunks within ``memory`` (bytes or ``"512M"``; default as the local
+    engine's, :mod:`statectl.engine`), through a local file uploaded atomically. ``engine``:
+    the Spark engine reads one partition per Spark task (None: here)."""
+    from statectl.engine import Engine, spill_dir
+    from statectl.processor.reading import handle_of
+    from statectl.reader import check_selection, open_source, selection_table
 
     fmt = format_of(out_url)
-    source = open_source(path, verify=verify)
-    if engine is not None and getattr(engine, "name", "local") == "spark":
-        table = _read_on(engine, source, operator, store, join_side, state_var, timers, batch)
-    else:
-        table = read(
-            source,
-            operator,
-            store=store,
-            join_side=join_side,
-            state_var=state_var,
-            timers=timers,
-            batch=batch,
-        )
     io, out = FileIO.for_url(out_url)
-    io.write_atomic(
-        out,
-        encode_table(table, fmt),
-        overwrite=overwrite,
-        overwrite_hint="pass --overwrite (overwrite=True) to replace it",
-    )
+    hint = "pass --overwrite (overwrite=True) to replace it"
+    if not overwrite and io.exists(out):  # before any reading
+        raise StatectlError("already exists; refusing to overwrite", out, hint)
+    check_selection(store, join_side, state_var, timers)
+    handle = handle_of(open_source(path, verify=verify), batch)
+    table_name = selection_table(store, state_var, timers)
+    schema = handle.schema(operator, table_name, join_side=join_side)  # checks the selection
+    on_spark = getattr(engine, "name", "local") == "spark"
+    budget = Engine.of(memory, 1).memory
+    with spill_dir() as scratch:
+        if on_spark:
+            chunks = _parts_on(engine, handle, operator, table_name, join_side)
+        else:
+            chunks = handle.chunks(
+                operator, table_name, join_side=join_side, budget=budget, scratch=scratch
+            )
+        local = os.path.join(scratch, "export.out")
+        columns: list[str] = []
+        with open(local, "wb") as f:
+            rows = write_chunks(_or_empty(chunks, schema, join_side, columns), fmt, f)
+        io.put_atomic(local, out, overwrite=overwrite, overwrite_hint=hint)
     return {
         "path": io.url(out),
         "format": fmt,
-        "rows": table.num_rows,
-        "columns": [f.name for f in table.schema],
-        "engine": getattr(engine, "name", "local"),
+        "rows": rows,
+        "columns": columns,
+        "engine": "spark" if on_spark else "local",
     }
+
+
+def _or_empty(
+    chunks: Iterator[pa.Table], schema: pa.Schema, join_side: str | None, columns: list[str]
+) -> Iterator[pa.Table]:
+    """The chunks, or one empty table of ``schema`` when there are none (``columns``: filled
+    with the column names)."""
+    for c in chunks:
+        columns[:] = c.column_names
+        yield c
+    if not columns:
+        from statectl.state import join_side_view
+
+        empty = schema.empty_table()
+        empty = join_side_view(empty) if join_side else empty
+        columns[:] = empty.column_names
+        yield empty

@@ -381,12 +381,14 @@ class FileIO:
                 self.fs.rm(tmp)
             raise
 
-    def _through_temp(self, path: str, fill: Callable[[str], None]) -> None:
+    def _through_temp(
+        self, path: str, fill: Callable[[str], None], overwrite: bool = False, hint: str = ""
+    ) -> None:
         """``fill(tmp)`` writes a hidden temporary sibling of ``path``, which is then renamed
-        into place (removed on any failure); never overwrites ``path``."""
+        into place (removed on any failure); overwrites ``path`` only if ``overwrite``."""
         parent, name = posixpath.split(path)
-        if self.exists(path):
-            raise StatectlError("already exists; refusing to overwrite", path)
+        if not overwrite and self.exists(path):
+            raise StatectlError("already exists; refusing to overwrite", path, hint or None)
         self.fs.makedirs(parent, exist_ok=True)
         tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
         try:
@@ -398,10 +400,14 @@ class FileIO:
             raise
 
     @_storage_errors
-    def put_atomic(self, local: str, path: str) -> None:
+    def put_atomic(
+        self, local: str, path: str, *, overwrite: bool = False, overwrite_hint: str = ""
+    ) -> None:
         """Upload the local file ``local`` to ``path`` like :meth:`write_atomic`, streamed (and
-        in parts on object stores) rather than through memory; never overwrites."""
-        self._through_temp(path, lambda tmp: self.fs.put_file(local, tmp))
+        in parts on object stores) rather than through memory; overwrites only if asked."""
+        self._through_temp(
+            path, lambda tmp: self.fs.put_file(local, tmp), overwrite, overwrite_hint
+        )
 
     @_storage_errors
     def copy_atomic(self, src: str, path: str) -> None:

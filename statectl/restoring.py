@@ -1597,10 +1597,7 @@ def migrate(
                 keep_savepoint or io.url(tmp),
                 batch=batch,
                 verify=verify,
-                # The savepoint runs on the same engine as the restore (Spark's: one task per
-                # partition; the local one: its workers).
-                engine=None if isinstance(engine, Engine) else engine,
-                workers=engine.workers if isinstance(engine, Engine) else None,
+                engine=engine,
             )
             plan = plan_restore(
                 Savepoint.open(kept),

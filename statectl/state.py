@@ -9,6 +9,7 @@ state flattened, timers).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statectl.backends import RawState, empty_raw_state
-from statectl.backends.hdfs import read_hdfs_store
-from statectl.backends.rocksdb import read_rocksdb_store
+from statectl.backends.hdfs import hdfs_events, read_hdfs_store
+from statectl.backends.replay import bounded_replay
+from statectl.backends.rocksdb import read_rocksdb_store, rocksdb_events
 from statectl.checkpoint.model import (
     CODEC_CONF,
     ENCODING_CONF,
@@ -89,27 +91,32 @@ def load_raw(
     version = batch + 1
     if enc.backend == HDFS:
         return read_hdfs_store(ckpt.io, directory, version, enc.codec, verify=ckpt.verify)
-    unique_id = None
-    if enc.checkpoint_format >= 2:
-        ids = ckpt.commit(batch).state_unique_ids or {}
-        try:
-            per_store = ids[str(op.operator_id)][partition]
-            unique_id = per_store[op.store_names.index(store)]
-        except (KeyError, IndexError, ValueError):
-            raise StatectlError(
-                f"commit log has no checkpoint id for operator {op.operator_id} "
-                f"partition {partition} store {store!r}",
-                ckpt.path("commits", str(batch)),
-            ) from None
     return read_rocksdb_store(
         ckpt.io,
         directory,
         version,
         enc.codec,
-        unique_id=unique_id,
+        unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
         merge_delimiter=enc.merge_delimiter,
         verify=ckpt.verify,
     )
+
+
+def _unique_id(
+    ckpt: Checkpoint, op: Operator, store: str, partition: int, batch: int, enc: StoreEncoding
+) -> str | None:
+    """The checkpoint id (format 2) the commit log records for one RocksDB store partition."""
+    if enc.checkpoint_format < 2:
+        return None
+    ids = ckpt.commit(batch).state_unique_ids or {}
+    try:
+        return ids[str(op.operator_id)][partition][op.store_names.index(store)]
+    except (KeyError, IndexError, ValueError):
+        raise StatectlError(
+            f"commit log has no checkpoint id for operator {op.operator_id} "
+            f"partition {partition} store {store!r}",
+            ckpt.path("commits", str(batch)),
+        ) from None
 
 
 # -- byte-level helpers (vectorized over Arrow binary arrays) ------------------------------
@@ -133,6 +140,19 @@ def slice_bytes(
     stop = offsets[1:] if end is None else offsets[:-1] + end
     if np.any(stop < begin):
         raise StatectlError("state entry shorter than its encoding prefix; the store is corrupt")
+    n = len(begin)
+    arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
+    if n and arr.buffers()[2] is not None and _inside(begin, stop, offsets):
+        # Arrow's take over a zero-copy view whose even elements are the kept ranges: memory
+        # and time linear in the rows and the kept bytes (a per-byte index costs 16x the data).
+        bounds = np.empty(2 * n + 1, dtype=np.int64)
+        bounds[0:-1:2] = begin
+        bounds[1:-1:2] = stop
+        bounds[-1] = stop[-1]
+        view = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), 2 * n, [None, pa.py_buffer(bounds), arr.buffers()[2]]
+        )
+        return view.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
     lengths = stop - begin
     new_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_offsets[1:])
@@ -142,6 +162,12 @@ def slice_bytes(
     return pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), len(lengths), [None, pa.py_buffer(new_offsets), pa.py_buffer(gathered)]
     )
+
+
+def _inside(begin: np.ndarray, stop: np.ndarray, offsets: np.ndarray) -> bool:
+    """Kept ranges that stay inside their elements (so they never overlap): then the
+    zero-copy view of :func:`slice_bytes` is valid."""
+    return bool((begin >= offsets[:-1]).all() and (stop <= offsets[1:]).all())
 
 
 def read_le_int(arr: pa.Array, at: int, width: int, signed: bool = True) -> np.ndarray:
@@ -366,6 +392,98 @@ def read_partition(
     if ckpt.verify:
         check_placement(ckpt, op, table, store, partition, batch)
     return table
+
+
+def iter_partition(
+    ckpt: Checkpoint,
+    op: Operator,
+    sel: Selection,
+    partition: int,
+    batch: int,
+    enc: StoreEncoding,
+    *,
+    budget: int,
+    scratch: str,
+) -> Iterator[pa.Table]:
+    """:func:`read_partition` in chunks, holding about ``budget`` bytes: the same rows in the
+    same order. Key-value stores (aggregations, deduplication, joins at format 2, ...) are
+    replayed in bounded memory (statectl/backends/replay.py); state in column families
+    (transformWithState, joins at formats 3/4) is still read whole, one partition at a time.
+    ``scratch`` is a private directory for spill files."""
+    plain = _plain_store(op, sel)
+    if plain is None or partition_absent(ckpt, op, partition):
+        yield read_partition(ckpt, op, sel, partition, batch, enc)
+        return
+    store, side = plain
+    desc = op.schema(store)
+    check_schema(desc)
+    where = ckpt.path("state", str(op.operator_id), str(partition))
+    empty = True
+    for keys, values in _live_entries(ckpt, op, store, partition, batch, enc, budget, scratch):
+        table = _kv_rows(RawState(keys, values), desc, enc, partition, where)
+        if side:
+            table = join_side_view(table)
+        if ckpt.verify:
+            check_placement(ckpt, op, table, None if side else store, partition, batch)
+        empty = False
+        yield table
+    if empty:  # no live entries: still one (empty) table, with the columns
+        table = _kv_rows(empty_raw_state(), desc, enc, partition, where)
+        yield join_side_view(table) if side else table
+
+
+def _live_entries(
+    ckpt: Checkpoint,
+    op: Operator,
+    store: str,
+    partition: int,
+    batch: int,
+    enc: StoreEncoding,
+    budget: int,
+    scratch: str,
+) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
+    """A store partition's live entries, as :func:`load_raw` has them, a chunk at a time."""
+    directory = store_dir(ckpt, op.operator_id, partition, store)
+    # A chunk is decoded (and written) after it is read: about a tenth of the budget each.
+    chunk_bytes = max(1 << 10, budget // 10)
+    if enc.backend == HDFS:
+        unique, chunks = hdfs_events(
+            ckpt.io, directory, batch + 1, enc.codec, verify=ckpt.verify, max_bytes=chunk_bytes
+        )
+    else:
+        unique, chunks = rocksdb_events(
+            ckpt.io,
+            directory,
+            batch + 1,
+            enc.codec,
+            unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
+            verify=ckpt.verify,
+            max_bytes=chunk_bytes,
+        )
+    if unique:  # one snapshot: each key once, no replay
+        for chunk in chunks:
+            yield chunk.keys, chunk.values
+        return
+    yield from bounded_replay(
+        chunks,
+        budget=budget,
+        max_bytes=chunk_bytes,
+        scratch=scratch,
+        merge_delimiter=enc.merge_delimiter,
+    )
+
+
+def _plain_store(op: Operator, sel: Selection) -> tuple[str, bool] | None:
+    """(store, shown as a join side) for a selection of one key-value store, else None."""
+    if format_of(op.kind) is not None or op.uses_column_families:
+        return None
+    if sel.join_store:
+        sel = Selection(sel.operator_id, store=sel.join_store, batch=sel.batch)
+    if sel.join_side:
+        store = f"{sel.join_side}-keyWithIndexToValue"
+        return (store, True) if store in op.store_names else None
+    store = sel.store or "default"
+    return (store, False) if store in op.store_names else None
 
 
 def _read_partition(

@@ -225,15 +225,33 @@ def _synthetic_savepoint(tmp_path: Path, keys: int) -> str:
 
 def _peak_rss_mb(url: str, target: Path, memory: str) -> float:
     """Peak RSS of a restore in a fresh process (one worker: the process is the tree)."""
+    return peak_rss_of_cli(
+        [
+            "restore",
+            str(target),
+            "-s",
+            url,
+            "--partitions",
+            "4",
+            "--memory",
+            memory,
+            "--workers",
+            "1",
+        ]
+    )
+
+
+def peak_rss_of_cli(args: list[str]) -> float:
+    """Peak RSS (MB) of ``statectl ARGS`` in a fresh process (with ``--workers 1`` the process
+    is the tree)."""
     script = (
         "import json, resource, subprocess, sys\n"
-        "subprocess.run([sys.executable, '-m', 'statectl.cli', 'restore', sys.argv[1], '-s', "
-        "sys.argv[2], '--partitions', '4', '--memory', sys.argv[3], '--workers', '1'], check=True,"
+        "subprocess.run([sys.executable, '-m', 'statectl.cli', *sys.argv[1:]], check=True,"
         " stdout=subprocess.DEVNULL)\n"
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script, str(target), url, memory],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

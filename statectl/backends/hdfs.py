@@ -6,10 +6,18 @@ Version V is the newest snapshot at or below V plus every later delta up to V, a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
-from statectl.codecs.compression import decompress_stream
-from statectl.codecs.records import last_writer_wins, parse_state_records
+from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
+from statectl.codecs.records import (
+    RecordBatch,
+    iter_record_stream,
+    iter_state_records,
+    last_writer_wins,
+    parse_state_records,
+)
 from statectl.io import FileIO
 
 
@@ -53,3 +61,27 @@ def read_hdfs_store(
     # A lone snapshot holds each key once: no replay needed.
     keys, values = last_writer_wins(batches, unique=files[0].endswith(".snapshot"))
     return RawState(keys, values, files=files)
+
+
+def hdfs_events(
+    io: FileIO, store_dir: str, version: int, codec: str, *, verify: bool = True, max_bytes: int
+) -> tuple[bool, Iterator[RecordBatch]]:
+    """The records that make up ``version``, in replay order and about ``max_bytes`` at a time
+    (a file larger than that is decompressed and scanned a window at a time; its compressed
+    bytes are held, for their checksum), for a bounded read:
+    (whether they are one snapshot's unique keys, needing no replay; chunks)."""
+    files = files_for_version(io, store_dir, version)
+
+    def chunks() -> Iterator[RecordBatch]:
+        for p in files:
+            data = read_verified(io, p, data_file=True, verify=verify)
+            deletes = not p.endswith(".snapshot")
+            if len(data) * EXPANSION > max_bytes:  # decompressed and scanned in windows
+                yield from iter_record_stream(
+                    iter_decompressed(codec, data, p), p, allow_deletes=deletes, max_bytes=max_bytes
+                )
+                continue
+            raw = decompress_stream(codec, data, p)
+            yield from iter_state_records(raw, p, allow_deletes=deletes, max_bytes=max_bytes)
+
+    return len(files) <= 1 and all(p.endswith(".snapshot") for p in files), chunks()

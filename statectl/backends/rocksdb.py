@@ -11,12 +11,14 @@ never written to.
 from __future__ import annotations
 
 import io as _io
+import itertools
 import os
 import posixpath
 import re
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,9 +26,16 @@ import pyarrow as pa
 
 from statectl.backends import RawState, empty_raw_state, version_chain
 from statectl.checksums import read_verified
-from statectl.codecs.compression import decompress_stream
+from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.jsonfields import Fields, loads
-from statectl.codecs.records import OP_PUT, RecordBatch, last_writer_wins, parse_changelog
+from statectl.codecs.records import (
+    OP_PUT,
+    RecordBatch,
+    changelog_version,
+    iter_record_stream,
+    last_writer_wins,
+    parse_changelog,
+)
 from statectl.errors import CorruptFileError, MissingFileError
 from statectl.io import FileIO, relative_inside
 
@@ -114,6 +123,34 @@ def _read_zip(
     io: FileIO, store_dir: str, zip_path: str, verify: bool = True
 ) -> tuple[RawState, SnapshotMetadata]:
     """Materialize a snapshot zip and its SSTs locally, then read every key read-only."""
+    metas: list[SnapshotMetadata] = []
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    for k, v in iter_zip(io, store_dir, zip_path, verify, metas=metas):
+        keys.append(k)
+        values.append(v)
+    empty = pa.array([], type=pa.large_binary())
+    state = RawState(
+        pa.concat_arrays(keys) if keys else empty,
+        pa.concat_arrays(values) if values else empty,
+        cf_ids=metas[0].cf_ids,
+        files=[zip_path],
+    )
+    return state, metas[0]
+
+
+def iter_zip(
+    io: FileIO,
+    store_dir: str,
+    zip_path: str,
+    verify: bool = True,
+    *,
+    metas: list[SnapshotMetadata],
+    max_bytes: int | None = None,
+) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
+    """A snapshot's entries in key order, about ``max_bytes`` at a time (all at once when
+    None); its
+    metadata is appended to ``metas`` before the first chunk."""
     from rocksdict import AccessType, Options, Rdict  # native; imported only when needed
 
     data = read_verified(io, zip_path, data_file=True, verify=verify)
@@ -175,34 +212,47 @@ def _read_zip(
             db = Rdict(tmp, options=opts, access_type=AccessType.read_only())
         except Exception as e:  # rocksdict raises plain Exception subclasses
             raise CorruptFileError(f"RocksDB cannot open this snapshot: {e}", zip_path) from None
+        metas.append(meta)
         try:
-            keys, values = [], []
-            for k, v in db.items():
+            keys: list[bytes] = []
+            values: list[bytes] = []
+            total = size = 0
+            limit = max_bytes or 0  # bytes counted every 1,024 entries
+            items = iter(db.items())
+            while True:
+                try:
+                    k, v = next(items)
+                except StopIteration:
+                    break
+                except Exception as e:  # rocksdict raises plain Exception
+                    raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
                 keys.append(k)
                 values.append(v)
-            if len(keys) != meta.expected_keys:
+                if limit and len(keys) % 1024 == 0:
+                    size += sum(map(len, keys[-1024:])) + sum(map(len, values[-1024:]))
+                    if size >= limit:
+                        total += len(keys)
+                        yield _binary(keys), _binary(values)
+                        keys, values, size = [], [], 0
+            total += len(keys)
+            if total != meta.expected_keys:
                 # rocksdict's items() ends silently at a damaged block: ask a raw iterator
                 # for RocksDB's own error, else report the count that does not add up.
                 _raise_iterator_error(db, zip_path)
                 if meta.expected_keys >= 0:
                     raise CorruptFileError(
-                        f"RocksDB returned {len(keys)} keys, the snapshot metadata records "
+                        f"RocksDB returned {total} keys, the snapshot metadata records "
                         f"{meta.expected_keys}; an SST file is damaged",
                         zip_path,
                     )
-        except CorruptFileError:
-            raise
-        except Exception as e:
-            raise CorruptFileError(f"RocksDB failed while reading: {e}", zip_path) from None
+            if keys or total == 0:
+                yield _binary(keys), _binary(values)
         finally:
             db.close()
-    state = RawState(
-        pa.array(keys, type=pa.large_binary()),
-        pa.array(values, type=pa.large_binary()),
-        cf_ids=meta.cf_ids,
-        files=[zip_path],
-    )
-    return state, meta
+
+
+def _binary(items: list[bytes]) -> pa.LargeBinaryArray:
+    return pa.array(items, type=pa.large_binary())
 
 
 def chain_v1(
@@ -306,3 +356,73 @@ def read_rocksdb_store(
         batches.append(cached)
     keys, values = last_writer_wins(batches, merge_delimiter=merge_delimiter)
     return RawState(keys, values, cf_ids=state.cf_ids, files=state.files + [f.path for f in chain])
+
+
+def rocksdb_events(
+    io: FileIO,
+    store_dir: str,
+    version: int,
+    codec: str,
+    *,
+    unique_id: str | None = None,
+    verify: bool = True,
+    max_bytes: int,
+) -> tuple[bool, Iterator[RecordBatch]]:
+    """The records that make up ``version``, in replay order and about ``max_bytes`` at a
+    time, for a
+    bounded read: (whether they are one snapshot's unique keys, needing no replay; chunks)."""
+    if version == 0:
+        return True, iter(())
+    files = list_version_files(io, store_dir)
+    parsed: dict[tuple[int, str], RecordBatch] = {}
+    if unique_id is None:
+        base, chain = chain_v1(files, version, store_dir)
+    else:
+        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir, verify)
+
+    def chunks() -> Iterator[RecordBatch]:
+        if base is not None:
+            for k, v in iter_zip(io, store_dir, base.path, verify, metas=[], max_bytes=max_bytes):
+                yield RecordBatch(np.full(len(k), OP_PUT, dtype=np.uint8), k, v, None, 1)
+        for f in chain:
+            batch = parsed.pop((f.version, f.unique_id or ""), None)
+            if batch is None:
+                data = read_verified(io, f.path, data_file=True, verify=verify)
+                if len(data) * EXPANSION > max_bytes:  # decompressed in windows
+                    yield from _changelog_chunks(codec, data, f.path, max_bytes)
+                    continue
+                batch = parse_changelog(decompress_stream(codec, data, f.path), f.path)
+            rows = max(
+                16, max_bytes * len(batch) // max(1, batch.keys.nbytes + batch.values.nbytes)
+            )
+            for i in range(0, len(batch), rows):
+                yield RecordBatch(
+                    batch.ops[i : i + rows],
+                    batch.keys.slice(i, rows),
+                    batch.values.slice(i, rows),
+                    None,
+                    batch.version,
+                )
+
+    return not chain, chunks()
+
+
+def _changelog_chunks(codec: str, data: bytes, path: str, max_bytes: int) -> Iterator[RecordBatch]:
+    """A large changelog's records a window at a time: formats 1 and 3 (puts and deletes, as
+    key-value stores write them) streamed, formats 2 and 4 (column families) parsed whole."""
+    pieces = iter_decompressed(codec, data, path)
+    head: list[bytes] = []
+    size = 0
+    for piece in pieces:  # enough of the stream for its header (and lineage)
+        head.append(bytes(piece))
+        size += len(piece)
+        if size >= 1 << 20:
+            break
+    first = b"".join(head)
+    version, start, _ = changelog_version(first, path)
+    if version not in (1, 3):
+        yield parse_changelog(first + b"".join(bytes(p) for p in pieces), path)
+        return
+    yield from iter_record_stream(
+        itertools.chain([first], pieces), path, max_bytes=max_bytes, start=start
+    )

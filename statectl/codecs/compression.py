@@ -22,11 +22,16 @@ data; the record layer then reports the missing end marker of the state file.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import cramjam
 import zstandard
 
-from statectl.codecs.lz4block import decode_lz4_block_stream, encode_lz4_block_stream
+from statectl.codecs.lz4block import (
+    decode_lz4_block_stream,
+    encode_lz4_block_stream,
+    iter_lz4_block_stream,
+)
 from statectl.errors import CorruptFileError, UnsupportedError
 
 CODECS = ("lz4", "zstd", "snappy", "lzf")
@@ -42,6 +47,9 @@ SNAPPY_MAGIC = b"\x82SNAPPY\x00"
 SNAPPY_HEADER = SNAPPY_MAGIC + struct.pack(">ii", 1, 1)  # SnappyCodec.currentHeader
 SNAPPY_BLOCK_SIZE = 32 * 1024  # spark.io.compression.snappy.blockSize
 ZSTD_LEVEL = 1  # spark.io.compression.zstd.level
+# A state file's decompressed size is taken to be at most this many times its own when a
+# bounded read decides whether to decompress it whole (keys repeat: ratios of 5+ are common).
+EXPANSION = 8
 LZF_MAX_CHUNK = 0xFFFF  # LZFChunk.MAX_CHUNK_LEN
 _BE_INT = struct.Struct(">i")
 _BE_U16 = struct.Struct(">H")
@@ -74,6 +82,24 @@ def decompress_stream(codec: str, data: bytes | memoryview, path: str | None = N
     return _lzf_decompress(data, path)
 
 
+def iter_decompressed(
+    codec: str, data: bytes | memoryview, path: str | None = None
+) -> Iterator[bytes | memoryview]:
+    """:func:`decompress_stream` in pieces (codec blocks or frames' output), for reads that
+    must not hold a file's decompressed bytes at once; the same checks, raised as reached."""
+    codec = normalize_codec(codec)
+    if len(data) == 0 and codec != "lzf":
+        raise CorruptFileError(f"empty file (a {codec} stream is never empty)", path)
+    if codec == "lz4":
+        yield from iter_lz4_block_stream(data, path)
+    elif codec == "zstd":
+        yield from _zstd_pieces(data, path)
+    elif codec == "snappy":
+        yield from _snappy_pieces(data, path)
+    else:
+        yield from _lzf_pieces(data, path)
+
+
 def compress_stream(codec: str, raw: bytes | memoryview) -> bytes:
     """``raw`` framed as Spark's ``codec`` writes it; Spark's reader accepts every one."""
     codec = normalize_codec(codec)
@@ -88,6 +114,33 @@ def compress_stream(codec: str, raw: bytes | memoryview) -> bytes:
 
 
 # -- zstd ------------------------------------------------------------------------------------
+def _zstd_pieces(data: bytes | memoryview, path: str | None) -> Iterator[bytes]:
+    """Frame by frame, fed 1 MiB of input at a time (output bounded by the input's ratio)."""
+    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+    offset = 0
+    step = 1 << 20
+    while offset < len(view):
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        pos = offset
+        unused = b""
+        try:
+            while pos < len(view) and not dobj.eof:
+                piece = dobj.decompress(view[pos : pos + step])
+                pos += step
+                if piece:
+                    yield piece
+            unused = dobj.unused_data if dobj.eof else b""
+        except zstandard.ZstdError as e:
+            raise CorruptFileError(
+                f"zstd frame at byte {offset} does not decompress ({e})", path
+            ) from None
+        if not dobj.eof:
+            raise CorruptFileError(
+                f"truncated: zstd frame at byte {offset} ends before its last block", path
+            )
+        offset = min(pos, len(view)) - len(unused)
+
+
 def _zstd_decompress(data: bytes | memoryview, path: str | None) -> bytes:
     out: list[bytes] = []
     rest = bytes(data)
@@ -111,19 +164,23 @@ def _zstd_decompress(data: bytes | memoryview, path: str | None) -> bytes:
 
 # -- snappy ----------------------------------------------------------------------------------
 def _snappy_decompress(data: bytes | memoryview, path: str | None) -> bytes:
+    return b"".join(_snappy_pieces(data, path))
+
+
+def _snappy_pieces(data: bytes | memoryview, path: str | None) -> Iterator[bytes]:
     view = memoryview(data)
     n = len(view)
     if n < len(SNAPPY_HEADER) or bytes(view[:8]) != SNAPPY_MAGIC:
         # SnappyInputStream reads a stream without the magic as one raw block (data written by
         # Snappy.compress); Spark itself always writes the header.
         try:
-            return bytes(cramjam.snappy.decompress_raw(view))
+            yield bytes(cramjam.snappy.decompress_raw(view))
+            return
         except cramjam.DecompressionError:
             raise CorruptFileError(
                 "not a snappy-java stream: no 82 'SNAPPY' 00 header, and not a raw snappy block",
                 path,
             ) from None
-    out: list[bytes] = []
     pos = 0
     while pos < n:
         if n - pos < 4:
@@ -150,13 +207,12 @@ def _snappy_decompress(data: bytes | memoryview, path: str | None) -> bytes:
                 path,
             )
         try:
-            out.append(bytes(cramjam.snappy.decompress_raw(view[start : start + size])))
+            yield bytes(cramjam.snappy.decompress_raw(view[start : start + size]))
         except cramjam.DecompressionError as e:
             raise CorruptFileError(
                 f"snappy chunk at byte {pos} does not decompress ({e})", path
             ) from None
         pos = start + size
-    return b"".join(out)
 
 
 def _snappy_compress(raw: bytes | memoryview, block: int = SNAPPY_BLOCK_SIZE) -> bytes:
@@ -171,9 +227,12 @@ def _snappy_compress(raw: bytes | memoryview, block: int = SNAPPY_BLOCK_SIZE) ->
 
 # -- lzf -------------------------------------------------------------------------------------
 def _lzf_decompress(data: bytes | memoryview, path: str | None) -> bytes:
+    return b"".join(_lzf_pieces(data, path))
+
+
+def _lzf_pieces(data: bytes | memoryview, path: str | None) -> Iterator[bytes]:
     buf = bytes(data)
     n = len(buf)
-    out: list[bytes] = []
     pos = 0
     while pos < n:
         # ChunkDecoder.decodeChunk: 'Z' 'V' type, then uint16 lengths; type 0 = stored and
@@ -188,7 +247,7 @@ def _lzf_decompress(data: bytes | memoryview, path: str | None) -> bytes:
             start = pos + 5
             if start + clen > n:
                 raise CorruptFileError(f"truncated: stored LZF chunk at byte {pos}", path)
-            out.append(buf[start : start + clen])
+            yield buf[start : start + clen]
             pos = start + clen
             continue
         if n - pos < 7:
@@ -198,13 +257,13 @@ def _lzf_decompress(data: bytes | memoryview, path: str | None) -> bytes:
         if start + clen > n:
             raise CorruptFileError(f"truncated: compressed LZF chunk at byte {pos}", path)
         try:
-            out.append(lzf_decompress_block(buf[start : start + clen], dlen))
+            piece = lzf_decompress_block(buf[start : start + clen], dlen)
         except ValueError as e:
             raise CorruptFileError(
                 f"LZF chunk at byte {pos} does not decompress ({e})", path
             ) from None
+        yield piece
         pos = start + clen
-    return b"".join(out)
 
 
 def lzf_decompress_block(src: bytes, dlen: int) -> bytes:

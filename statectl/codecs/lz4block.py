@@ -13,6 +13,7 @@ the end mark, which turns that truncation into an error.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import lz4.block
 import xxhash
@@ -47,10 +48,19 @@ def block_level(block_size: int) -> int:
 
 def decode_lz4_block_stream(data: bytes | memoryview, path: str | None = None) -> bytes:
     """Decompress a whole stream, verifying every block's header, lengths and checksum."""
+    out = list(iter_lz4_block_stream(data, path))
+    if len(out) == 1 and isinstance(out[0], bytes):
+        return out[0]  # one compressed block: already a fresh bytes object
+    return b"".join(out)
+
+
+def iter_lz4_block_stream(
+    data: bytes | memoryview, path: str | None = None
+) -> Iterator[bytes | memoryview]:
+    """:func:`decode_lz4_block_stream` a block at a time (a bounded read's pieces)."""
     view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
     n = len(view)
     unpack = HEADER.unpack_from
-    out: list[bytes | memoryview] = []
     pos = 0
     ended = False
     while pos < n:
@@ -104,7 +114,7 @@ def decode_lz4_block_stream(data: bytes | memoryview, path: str | None = None) -
                 f"(stored 0x{check & 0xFFFFFFFF:08x}, data gives 0x{actual:08x})",
                 path,
             )
-        out.append(raw)
+        yield raw
         ended = False
         pos = end
     if not ended:
@@ -114,9 +124,6 @@ def decode_lz4_block_stream(data: bytes | memoryview, path: str | None = None) -
             else "missing LZ4 end mark: the file is empty",
             path,
         )
-    if len(out) == 1 and isinstance(out[0], bytes):
-        return out[0]  # one compressed block: already a fresh bytes object
-    return b"".join(out)
 
 
 def _check_header(pos: int, token: int, clen: int, dlen: int, check: int, path: str | None) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -384,6 +384,123 @@ def parse_state_records(
     return RecordBatch(ops, keys, values, lineage, version)
 
 
+def iter_state_records(
+    raw: bytes | memoryview, path: str | None = None, *, allow_deletes: bool = True, max_bytes: int
+) -> Iterator[RecordBatch]:
+    """:func:`parse_state_records` of a whole HDFS delta/snapshot, in chunks of about
+    ``max_bytes`` of keys and values: the file is scanned once, each chunk's keys and values
+    are copied out only when it is consumed (a bounded read never holds them all)."""
+    arr = np.frombuffer(raw, dtype=np.uint8)
+    rs, end = _scan(raw, arr, 0, False, path)
+    if end + 4 != len(arr):
+        raise CorruptFileError(
+            f"{len(arr) - end - 4} unexpected bytes after the end marker at byte {end}", path
+        )
+    n = len(rs)
+    step = max(1, max_bytes // max(1, end // max(1, n)))
+    for i in range(0, n, step):
+        j = min(n, i + step)
+        sub = rs[i:j]
+        klen = _be32_at(arr, sub)
+        vlen = _be32_at(arr, sub + 4 + klen)
+        deleted = vlen < 0
+        if not allow_deletes and deleted.any():
+            at = int(sub[np.argmax(deleted)])
+            raise CorruptFileError(
+                f"removal record at byte {at} in a snapshot (Spark rejects snapshots with "
+                "removals)",
+                path,
+            )
+        stop = int(rs[j]) if j < n else end
+        keys, values = _extract(raw, sub, sub + 4, klen, vlen, stop, deleted)
+        yield RecordBatch(deleted.astype(np.uint8), keys, values)
+
+
+def iter_record_stream(
+    pieces: Iterable[bytes | memoryview],
+    path: str | None = None,
+    *,
+    allow_deletes: bool = True,
+    max_bytes: int,
+    start: int = 0,
+) -> Iterator[RecordBatch]:
+    """A v1 record stream arriving in ``pieces`` (decompressed codec blocks), as chunks of the
+    records of about ``max_bytes`` of data: never the whole stream in memory. The same checks
+    as :func:`parse_state_records` (end marker, removals in snapshots, truncation); the scan
+    is the exact loop (no speculation), used for files larger than the budget only."""
+    source = iter(pieces)
+    buf = b""
+    base = 0  # stream offset of buf[0]
+    done = False
+    window = max(64 << 10, max_bytes)
+    while True:
+        parts = [buf]
+        size = len(buf)
+        while not done and size < window:
+            piece = next(source, None)
+            if piece is None:
+                done = True
+            else:
+                parts.append(bytes(piece))
+                size += len(piece)
+        buf = b"".join(parts)
+        del parts
+        skip = min(start, len(buf))
+        start -= skip
+        rs, pos, ended = _window_v1(buf, skip, base, path)
+        if len(rs):
+            arr = np.frombuffer(buf, dtype=np.uint8)
+            klen = _be32_at(arr, rs)
+            vlen = _be32_at(arr, rs + 4 + klen)
+            deleted = vlen < 0
+            if not allow_deletes and deleted.any():
+                at = base + int(rs[np.argmax(deleted)])
+                raise CorruptFileError(
+                    f"removal record at byte {at} in a snapshot (Spark rejects snapshots with "
+                    "removals)",
+                    path,
+                )
+            keys, values = _extract(buf, rs, rs + 4, klen, vlen, pos, deleted)
+            yield RecordBatch(deleted.astype(np.uint8), keys, values)
+        if ended:
+            extra = len(buf) - pos - 4 + sum(len(p) for p in source)
+            if extra:
+                raise CorruptFileError(
+                    f"{extra} unexpected bytes after the end marker at byte {base + pos}", path
+                )
+            return
+        if done:
+            _raise_truncated(base + len(buf), base + pos, [base + int(r) for r in rs[-1:]], path)
+        if not len(rs):
+            window *= 2  # a record larger than the window: read more
+        buf = buf[pos:]
+        base += pos
+
+
+def _window_v1(raw: bytes, pos: int, base: int, path: str | None) -> tuple[np.ndarray, int, bool]:
+    """Starts of the complete v1 records in ``raw`` from ``pos``: (starts, where the first
+    incomplete record or the end marker is, whether it is the end marker)."""
+    unpack = _INT.unpack_from
+    n = len(raw)
+    starts: list[int] = []
+    add = starts.append
+    while pos + 4 <= n:
+        (k,) = unpack(raw, pos)
+        if k < 0:
+            if k != -1:
+                raise CorruptFileError(f"invalid key size {k} at byte {base + pos}", path)
+            return np.array(starts, dtype=np.int64), pos, True
+        if pos + 8 + k > n:
+            break
+        (v,) = unpack(raw, pos + 4 + k)
+        nxt = pos + 8 + k + (v if v > 0 else 0)
+        if nxt > n:
+            break
+        add(pos)
+        pos = nxt
+    return np.array(starts, dtype=np.int64), pos, False
+
+
 def _parse_typed(
     raw: bytes | memoryview, start: int, path: str | None, lineage: list[dict] | None, version: int
 ) -> RecordBatch:
@@ -672,11 +789,20 @@ def last_writer_wins(
     with ``merge_delimiter`` between, as RocksDB's StringAppendOperator does.
     ``unique=True`` promises that a single all-put batch has no repeated key (a snapshot).
     """
+    keys, values, _ = replay(batches, merge_delimiter, unique)
+    return keys, values
+
+
+def replay(
+    batches: list[RecordBatch], merge_delimiter: bytes = b"", unique: bool = False
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray, np.ndarray]:
+    """:func:`last_writer_wins` plus, per live key, the index of its last record in the
+    concatenated batches (what a bounded replay orders its output by)."""
     batches = [b for b in batches if len(b)]
     if not batches:
-        return _EMPTY, _EMPTY
+        return _EMPTY, _EMPTY, np.zeros(0, dtype=np.int64)
     if unique and len(batches) == 1 and not batches[0].ops.any():
-        return batches[0].keys, batches[0].values
+        return batches[0].keys, batches[0].values, np.arange(len(batches[0]), dtype=np.int64)
     keys = _concat([b.keys for b in batches])
     values = _concat([b.values for b in batches])
     ops = np.concatenate([b.ops for b in batches]).astype(np.uint8, copy=False)
@@ -697,7 +823,7 @@ def last_writer_wins(
     if len(merge_kids) == 0:
         final = final[ev_op[final] == OP_PUT]
         rows = pa.array(ev_row[final])
-        return keys.take(rows), values.take(rows)
+        return keys.take(rows), values.take(rows), ev_row[final]
     merged = _resolve_merges(merge_kids, ev_row, ev_kid, ev_op, values, merge_delimiter)
     is_merge_key = np.zeros(len(uniq), dtype=bool)
     is_merge_key[merge_kids] = True
@@ -714,7 +840,7 @@ def last_writer_wins(
     live_plain = plain[live]
     slot[live_plain] = np.arange(int(live_plain.sum()))
     slot[~live_plain] = len(plain_vals) + np.arange(int((~live_plain).sum()))
-    return uniq.take(pa.array(out_kid[live])), both.take(pa.array(slot))
+    return uniq.take(pa.array(out_kid[live])), both.take(pa.array(slot)), ev_row[final[live]]
 
 
 def _concat(arrays: list[pa.Array]) -> pa.LargeBinaryArray:

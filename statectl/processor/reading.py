@@ -227,6 +227,27 @@ class StateHandle:
         """Partition ``p`` of ``table``, or of one join side (see :meth:`_partitions`)."""
         raise NotImplementedError
 
+    def chunks(
+        self,
+        op: str | int | OperatorInfo,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+        budget: int,
+        scratch: str,
+    ) -> Iterator[pa.Table]:
+        """The rows of :meth:`read` in order, in chunks that keep about ``budget`` bytes in
+        memory (``scratch``: a private directory for spill files)."""
+        info, t = self._select(op, table, join_side)
+        yield from self._chunks(info, t, join_side, budget, scratch)
+
+    def _chunks(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
+    ) -> Iterator[pa.Table]:
+        """:meth:`chunks` of ``table`` or one join side (as :meth:`_partitions` shapes it)."""
+        for _, part in self._partitions(op, table, join_side):
+            yield part
+
     def schema(
         self,
         op: str | int | OperatorInfo,
@@ -402,6 +423,19 @@ class CheckpointHandle(StateHandle):
             return Selection(op.id, store=table.name, batch=self.batch)
         return Selection(op.id, state_var=table.name, batch=self.batch)
 
+    def _chunks(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
+    ) -> Iterator[pa.Table]:
+        from statectl.state import StoreEncoding, iter_partition
+
+        operator = self._ops[op.id]
+        enc = StoreEncoding.of(self.ckpt, self.batch)
+        sel = self._selection(op, table, join_side)
+        for p in range(operator.num_partitions):
+            yield from iter_partition(
+                self.ckpt, operator, sel, p, self.batch, enc, budget=budget, scratch=scratch
+            )
+
     def _partition(
         self, op: OperatorInfo, table: TableInfo, p: int, join_side: str | None
     ) -> pa.Table:
@@ -488,6 +522,17 @@ class SavepointHandle(StateHandle):
         st = self.state_table(op, table)
         part = self.sp.read_part(st, st.files[p])
         return join_side_view(part) if join_side else part
+
+    def _chunks(
+        self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
+    ) -> Iterator[pa.Table]:
+        from statectl.engine import batch_rows
+        from statectl.state import join_side_view
+
+        st = self.state_table(op, table)
+        for f in st.files:
+            for part in self.sp.iter_file(st, f, batch_rows(budget), scratch):
+                yield join_side_view(part) if join_side else part
 
     def to_spark(
         self,

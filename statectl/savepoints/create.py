@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import os
 import posixpath
 import re
 import secrets
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,7 +25,7 @@ import pyarrow.parquet as pq
 import statectl
 from statectl.checkpoint.model import Checkpoint, Operator, StoreDescription
 from statectl.config import load_config
-from statectl.engine import Engine, TaskRunner
+from statectl.engine import Engine, TaskRunner, spill_dir
 from statectl.errors import MissingFileError, StatectlError
 from statectl.export import exportable
 from statectl.io import FileIO
@@ -37,7 +40,13 @@ from statectl.savepoints.format import (
     StateTable,
     operator_fingerprint,
 )
-from statectl.state import Selection, StoreEncoding, read_partition, state_variable_type
+from statectl.state import (
+    Selection,
+    StoreEncoding,
+    iter_partition,
+    read_partition,
+    state_variable_type,
+)
 
 TIMERS = "$timers"
 ENV_TARGET = "STATECTL_SAVEPOINT_DIR"
@@ -104,12 +113,38 @@ class PartitionTask:
     out_io: FileIO
     out_root: str
     rel: str
+    # Bytes this task may hold (the engine's share per task); None: read the partition whole.
+    budget: int | None = None
+    # The parent's private spill directory (removed by the parent on every exit, so a worker
+    # killed mid-way leaves nothing behind); the task works in its own subdirectory.
+    scratch: str | None = None
 
     def __call__(self) -> tuple[DataFile, list[str]]:
-        table = read_partition(
-            self.ckpt, self.op, self.selection, self.partition, self.batch, self.enc
-        )
-        return _write_table(self.out_io, self.out_root, self.rel, table), table.column_names
+        if self.budget is None:
+            table = read_partition(
+                self.ckpt, self.op, self.selection, self.partition, self.batch, self.enc
+            )
+            return _write_table(self.out_io, self.out_root, self.rel, table), table.column_names
+        scratch = tempfile.mkdtemp(prefix="savepoint-", dir=self.scratch)
+        try:
+            chunks = iter_partition(
+                self.ckpt,
+                self.op,
+                self.selection,
+                self.partition,
+                self.batch,
+                self.enc,
+                budget=self.budget,
+                scratch=scratch,
+            )
+            first = next(chunks)
+            columns = first.column_names
+            data_file = _write_table(
+                self.out_io, self.out_root, self.rel, itertools.chain([first], chunks), scratch
+            )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return data_file, columns
 
 
 def run_tasks(
@@ -181,9 +216,19 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "_", name) or "_"
 
 
-def _write_table(io: FileIO, root: str, rel: str, table: pa.Table) -> DataFile:
+def _write_table(
+    io: FileIO, root: str, rel: str, table: pa.Table | Iterator[pa.Table], scratch: str = ""
+) -> DataFile:
+    """One Parquet data file of ``table``, or of its chunks (written row group by row group
+    through a local file in ``scratch`` when there is more than one)."""
     import io as _io
 
+    if not isinstance(table, pa.Table):
+        chunks = table
+        table = next(chunks)
+        second = next(chunks, None)
+        if second is not None:
+            return _write_chunks(io, root, rel, itertools.chain([table, second], chunks), scratch)
     buf = _io.BytesIO()
     # Row groups of ~8 MiB of Arrow data: a restore reads a row group at a time, so this
     # bounds its memory whatever the partition size.
@@ -193,6 +238,37 @@ def _write_table(io: FileIO, root: str, rel: str, table: pa.Table) -> DataFile:
     data = buf.getvalue()
     io.write_atomic(posixpath.join(root, rel), data)
     return DataFile(rel, table.num_rows, len(data), hashlib.sha256(data).hexdigest())
+
+
+def _write_chunks(
+    io: FileIO, root: str, rel: str, chunks: Iterator[pa.Table], scratch: str
+) -> DataFile:
+    """A data file too large for memory: row groups of about ``ROW_GROUP_BYTES`` (sized by the
+    first chunk) streamed to a local file, then uploaded atomically."""
+    local = os.path.join(scratch, f"out-{secrets.token_hex(8)}.parquet")
+    rows = 0
+    writer: pq.ParquetWriter | None = None
+    try:
+        for chunk in chunks:
+            chunk = exportable(chunk)
+            if writer is None:
+                per_row = max(1, chunk.nbytes // max(1, chunk.num_rows))
+                group = max(1024, ROW_GROUP_BYTES // per_row)
+                writer = pq.ParquetWriter(local, chunk.schema, compression="zstd")
+            writer.write_table(chunk, row_group_size=group)
+            rows += chunk.num_rows
+        assert writer is not None
+        writer.close()
+        digest = hashlib.sha256()
+        with open(local, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        size = os.path.getsize(local)
+        io.put_atomic(local, posixpath.join(root, rel))
+    finally:
+        if os.path.exists(local):
+            os.remove(local)
+    return DataFile(rel, rows, size, digest.hexdigest())
 
 
 def _source_logs(ckpt: Checkpoint, batch: int) -> dict[str, list[dict]]:
@@ -258,7 +334,14 @@ def build_savepoint(
                 jobs.append(
                     PartitionTask(ckpt, op, task.selection, p, batch, enc, out_io, out_root, rel)
                 )
-    results = iter(run_tasks(jobs, engine or Engine.of(workers=1), progress))
+    runner = engine or Engine.of(workers=1)
+    # The local engine's share per task bounds each partition's read (statectl/state.py);
+    # Spark's executors are sized by their own confs.
+    budget = runner.per_task if isinstance(runner, Engine) else None
+    with spill_dir() as scratch:
+        for job in jobs:
+            job.budget, job.scratch = budget, scratch
+        results = iter(run_tasks(jobs, runner, progress))
     operators = []
     for op in ops:
         parts = [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
@@ -380,6 +463,7 @@ def take_savepoint(
     workers: int | None = None,
     verify: bool = True,
     engine: TaskRunner | None = None,
+    memory: str | int | None = None,
 ) -> tuple[str, SavepointMetadata]:
     """Take a canonical (or native) savepoint; returns (savepoint URL, metadata).
 
@@ -388,7 +472,8 @@ def take_savepoint(
     If the query is running and maintenance deletes a file while we read, the latest committed
     batch is tried again (up to 3 times); with an explicit ``batch`` that is an error.
 
-    ``engine`` runs the partition tasks (default: a local process pool of ``workers``); the
+    ``engine`` runs the partition tasks (default: a local process pool of ``workers`` sharing
+    ``memory``, bytes or ``"512M"``, see :mod:`statectl.engine`); the
     Spark engine runs them on a cluster, and ``_metadata`` is still written here, last.
     """
     if kind not in ("canonical", "native"):
@@ -451,7 +536,7 @@ def take_savepoint(
                     b,
                     assign_uids(ops, explicit),
                     progress,
-                    engine or Engine.of(workers=workers or default_workers(fresh)),
+                    engine or Engine.of(memory, workers or default_workers(fresh)),
                 )
         except MissingFileError as e:
             out_io.remove(root, recursive=True) if out_io.exists(root) else None

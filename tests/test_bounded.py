@@ -1,0 +1,212 @@
+"""Bounded reads (statectl/backends/replay.py, the streamed codecs and record scans): savepoint,
+export and migrate's savepoint half hold about ``--memory``, whatever a partition's size, and
+return what an in-memory read returns, row for row."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from statectl.backends.replay import bounded_replay
+from statectl.codecs.compression import compress_stream, decompress_stream, iter_decompressed
+from statectl.codecs.records import (
+    OP_DELETE,
+    OP_DELETE_RANGE,
+    OP_MERGE,
+    OP_PUT,
+    RecordBatch,
+    iter_record_stream,
+    last_writer_wins,
+    parse_state_records,
+    write_state_records,
+)
+from statectl.engine import Engine
+from statectl.errors import CorruptFileError
+from statectl.export import export_state
+from statectl.restoring import restore
+from statectl.savepoints.create import take_savepoint
+from tests.conftest import FIXTURES
+from tests.test_engine import _synthetic_savepoint, peak_rss_of_cli
+
+RNG = np.random.default_rng(11)
+
+
+def _blob(n: int) -> bytes:
+    return bytes(RNG.integers(0, 256, n, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "snappy", "lzf"])
+def test_decompressed_pieces_join_to_the_stream(codec):
+    raw = _blob(300_000) + b"z" * 500_000
+    data = compress_stream(codec, raw)
+    assert b"".join(bytes(p) for p in iter_decompressed(codec, data)) == raw
+    assert decompress_stream(codec, data) == raw
+    with pytest.raises(CorruptFileError):
+        list(iter_decompressed(codec, data[: len(data) // 2]))
+
+
+def _records(n: int) -> tuple[pa.Array, pa.Array]:
+    keys = [_blob(int(RNG.integers(0, 40))) for _ in range(n)]
+    values = [None if RNG.random() < 0.1 else _blob(int(RNG.integers(0, 90))) for _ in range(n)]
+    return pa.array(keys, pa.large_binary()), pa.array(values, pa.large_binary())
+
+
+@pytest.mark.parametrize("piece", [1, 7, 100, 5000])
+def test_record_stream_in_windows_equals_the_whole_parse(piece):
+    keys, values = _records(2000)
+    raw = write_state_records(keys, values)
+    whole = parse_state_records(raw)
+    pieces = [raw[i : i + piece] for i in range(0, len(raw), piece)]
+    chunks = list(iter_record_stream(pieces, max_bytes=500))
+    assert len(chunks) > 1
+    assert pa.concat_arrays([c.keys for c in chunks]).equals(whole.keys)
+    assert pa.concat_arrays([c.values for c in chunks]).equals(whole.values)
+    assert np.array_equal(np.concatenate([c.ops for c in chunks]), whole.ops)
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (lambda r: r[:-4], "missing end marker"),
+        (lambda r: r[:-9], "truncated"),
+        (lambda r: r + b"xy", "unexpected bytes after the end marker"),
+    ],
+)
+def test_record_stream_rejects_damage_like_the_whole_parse(cut, message):
+    raw = cut(write_state_records(*_records(300)))
+    with pytest.raises(CorruptFileError, match=message):
+        parse_state_records(raw)
+    with pytest.raises(CorruptFileError, match=message):
+        list(iter_record_stream([raw[i : i + 64] for i in range(0, len(raw), 64)], max_bytes=256))
+
+
+def test_removal_in_a_streamed_snapshot_is_corrupt():
+    keys, _ = _records(50)
+    raw = write_state_records(keys, pa.array([b"v"] * 49 + [None], pa.large_binary()))
+    with pytest.raises(CorruptFileError, match="removal record"):
+        list(iter_record_stream([raw], allow_deletes=False, max_bytes=64))
+
+
+def _events(n: int, key_space: int) -> list[RecordBatch]:
+    """Puts, deletes, merges and a delete-range over a small key space, in chunks."""
+    ids = RNG.integers(0, key_space, n)
+    ops = RNG.choice([OP_PUT, OP_PUT, OP_PUT, OP_DELETE, OP_MERGE], n).astype(np.uint8)
+    ops[n // 2] = OP_DELETE_RANGE
+    keys = [b"k%05d" % i for i in ids]
+    values: list[bytes | None] = [
+        None if op == OP_DELETE else b"v%d" % j for j, op in enumerate(ops.tolist())
+    ]
+    keys[n // 2], values[n // 2] = b"k00010", b"k00020"  # deletes k00010 .. k00019
+    out = []
+    for i in range(0, n, 97):
+        out.append(
+            RecordBatch(
+                ops[i : i + 97],
+                pa.array(keys[i : i + 97], pa.large_binary()),
+                pa.array(values[i : i + 97], pa.large_binary()),
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("budget", [1 << 30, 4000])
+def test_bounded_replay_equals_last_writer_wins(tmp_path, budget):
+    batches = _events(5000, 700)
+    keys, values = last_writer_wins(batches, merge_delimiter=b",")
+    chunks = list(
+        bounded_replay(
+            iter(batches), budget=budget, max_bytes=500, scratch=str(tmp_path), merge_delimiter=b","
+        )
+    )
+    assert len(chunks) > 10 and all(len(k) <= 100 for k, _ in chunks)
+    assert pa.concat_arrays([k for k, _ in chunks]).equals(keys)  # the same order, too
+    assert pa.concat_arrays([v for _, v in chunks]).equals(values)
+
+
+def _table_files(url: str, meta) -> list[pa.Table]:  # type: ignore[no-untyped-def]
+    root = url.removeprefix("file://")
+    return [
+        pq.read_table(os.path.join(root, f.path))
+        for op in meta.operators
+        for t in op.tables
+        for f in t.files
+    ]
+
+
+@pytest.mark.parametrize(
+    "name", ["agg-hdfs", "agg-rocksdb", "agg-rocksdb-changelog", "join-hdfs", "dedup-rocksdb"]
+)
+def test_tiny_budget_savepoint_and_export_equal_in_memory(tmp_path, name):
+    """Every partition replayed through hash buckets on disk, in chunks of 16 rows."""
+    src = str(FIXTURES / name)
+    a, meta_a = take_savepoint(src, str(tmp_path / "a"), engine=Engine(1 << 34, 1))
+    b, meta_b = take_savepoint(src, str(tmp_path / "b"), engine=Engine(2000, 2))
+    assert [t.num_rows for t in _table_files(a, meta_a)] == [
+        t.num_rows for t in _table_files(b, meta_b)
+    ]
+    for x, y in zip(_table_files(a, meta_a), _table_files(b, meta_b), strict=True):
+        assert x.equals(y)
+    for fmt in ("jsonl", "csv"):
+        big = tmp_path / f"big.{fmt}"
+        tiny = tmp_path / f"tiny.{fmt}"
+        side = {"join_side": "left"} if name.startswith("join") else {}
+        export_state(src, 0, out_url=str(big), memory=1 << 34, **side)
+        export_state(src, 0, out_url=str(tiny), memory=2000, **side)
+        assert big.read_bytes() == tiny.read_bytes()
+
+
+def _checkpoint(tmp_path: Path, keys: int) -> str:
+    """A RocksDB checkpoint (changelog files, 2 partitions) of ``keys`` wide keys: its state is
+    one large changelog per partition, replayed by every read."""
+    tmp_path.mkdir()
+    sp = _synthetic_savepoint(tmp_path / "sp", keys)
+    target = tmp_path / "ckpt"
+    restore(
+        sp, str(target), backend="rocksdb", partitions=2, changelog=True, memory=1 << 34, workers=1
+    )
+    return str(target)
+
+
+@pytest.mark.slow
+def test_memory_budget_bounds_savepoint_and_export(tmp_path):
+    """Under 32M the peak RSS of a savepoint and an export does not grow with the state
+    (200,000 vs 600,000 wide keys); the same savepoint in memory (8G) grows with it; and the
+    bounded savepoint holds the in-memory one's rows."""
+    small = _checkpoint(tmp_path / "s", 200_000)
+    large = _checkpoint(tmp_path / "l", 600_000)
+
+    def savepoint_rss(ckpt: str, out: str, memory: str) -> float:
+        return peak_rss_of_cli(
+            ["savepoint", ckpt, str(tmp_path / out), "--memory", memory, "--workers", "1"]
+        )
+
+    def export_rss(ckpt: str, out: str, memory: str) -> float:
+        return peak_rss_of_cli(["export", ckpt, "-o", str(tmp_path / out), "--memory", memory])
+
+    baseline = savepoint_rss(str(FIXTURES / "agg-rocksdb-changelog"), "sp0", "32M")
+    sp_small = savepoint_rss(small, "sp1", "32M")
+    sp_large = savepoint_rss(large, "sp2", "32M")
+    sp_unbounded = savepoint_rss(large, "sp3", "8G")
+    ex_small = export_rss(small, "e1.parquet", "32M")
+    ex_large = export_rss(large, "e2.parquet", "32M")
+    print(
+        f"peak RSS MB: fixture {baseline:.0f}; savepoint under 32M: 200k keys {sp_small:.0f}, "
+        f"600k keys {sp_large:.0f}; under 8G: 600k keys {sp_unbounded:.0f}; "
+        f"export under 32M: 200k {ex_small:.0f}, 600k {ex_large:.0f}"
+    )
+    assert sp_large - sp_small <= 40  # 3x the keys, the same peak (allocator noise aside)
+    assert ex_large - ex_small <= 40
+    assert sp_large - baseline <= 32 + 128  # the budget plus Parquet and allocator slack
+    assert sp_unbounded - baseline >= 2 * (sp_large - baseline)
+    # The bounded savepoint (replayed through buckets on disk) holds the same rows, in order.
+    (bounded,) = (tmp_path / "sp2").iterdir()
+    (unbounded,) = (tmp_path / "sp3").iterdir()
+    for part in sorted(bounded.glob("operators/*/*/*.parquet")):
+        twin = unbounded / part.relative_to(bounded)
+        assert pq.read_table(part).equals(pq.read_table(twin))
+    assert pq.read_table(tmp_path / "e2.parquet").num_rows == 600_000
