@@ -11,7 +11,7 @@ import pytest
 import statectl
 from statectl.restoring import restore
 from statectl.savepoints.create import take_savepoint
-from tests.conftest import arrow_rows, spark_rows
+from tests.conftest import FIXTURES, arrow_rows, spark_rows
 from tests.test_restore import run, write_input
 
 pytestmark = pytest.mark.spark
@@ -218,3 +218,27 @@ def test_for_query_bootstrap_with_offsets_starts_the_source_there(spark, tmp_pat
         expected[f"k{v % 7}"] = expected.get(f"k{v % 7}", 0) + 1
     got = _counts(out)
     assert got == {k: expected[k] for k in got} and set(got) == {f"k{v % 7}" for v in range(50, 60)}
+
+
+def test_with_state_streams_a_spark_dataframe_a_partition_at_a_time(spark, tmp_path):
+    """A Spark DataFrame of several partitions goes in one Spark partition at a time (never
+    collected whole) and gives the savepoint an Arrow table of the same rows gives."""
+    from statectl.processor.spill import is_stream, spark_chunks
+
+    sp_url, _ = take_savepoint(str(FIXTURES / "fmgws-hdfs"), str(tmp_path / "sp"))
+    base = statectl.open(sp_url)
+    uid = base.operators[0].uid
+    rows = base.read(uid).drop_columns(["partition_id"])
+    import pyarrow.parquet as pq
+
+    pq.write_table(rows, tmp_path / "rows.parquet")
+    df = spark.read.parquet(str(tmp_path / "rows.parquet")).repartition(3)
+    assert is_stream(df)
+    parts = list(spark_chunks(df))
+    assert len(parts) >= 3 and sum(p.num_rows for p in parts) == rows.num_rows
+    from_spark = statectl.SavepointWriter.from_savepoint(sp_url).with_state(uid, df)
+    from_arrow = statectl.SavepointWriter.from_savepoint(sp_url).with_state(uid, rows)
+    a = from_spark.write(tmp_path / "a").read(uid)
+    b = from_arrow.write(tmp_path / "b").read(uid)
+    assert sorted(arrow_rows(a), key=repr) == sorted(arrow_rows(b), key=repr)
+    assert sorted(arrow_rows(b), key=repr) == sorted(arrow_rows(base.read(uid)), key=repr)

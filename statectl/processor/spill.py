@@ -51,21 +51,48 @@ class Spill:
 
 def is_stream(data: Any) -> bool:
     """Input ``with_state`` reads a record batch at a time: a ``RecordBatchReader``, a
-    ``pyarrow.dataset`` (anything with ``to_batches`` that is not a Table), or an iterator or
-    generator of record batches, Arrow tables or pandas DataFrames."""
+    ``pyarrow.dataset`` (anything with ``to_batches`` that is not a Table), a Spark DataFrame,
+    or an iterator or generator of record batches, Arrow tables or pandas DataFrames."""
     if isinstance(data, (pa.Table, pa.RecordBatch, str, bytes, dict)):
         return False
     if hasattr(data, "columns") and hasattr(data, "to_dict"):  # pandas
         return False
-    if hasattr(data, "toArrow") or hasattr(data, "rdd"):  # a Spark DataFrame
-        return False
+    if is_spark_dataframe(data):  # streamed a Spark partition at a time
+        return True
     if isinstance(data, pa.RecordBatchReader) or hasattr(data, "to_batches"):
         return True
     return isinstance(data, Iterator) or (hasattr(data, "__iter__") and isinstance(data, list))
 
 
+def is_spark_dataframe(data: Any) -> bool:
+    return hasattr(data, "mapInArrow") and hasattr(data, "toLocalIterator")
+
+
+def spark_chunks(df: Any) -> Iterator[pa.Table]:
+    """A Spark DataFrame as Arrow tables, one Spark partition on the driver at a time: each
+    executor serializes its Arrow batches to IPC bytes (``mapInArrow``, the same Arrow types
+    ``toArrow`` gives), and ``toLocalIterator`` fetches them a partition per job, so the
+    driver never holds the whole DataFrame."""
+
+    def to_ipc(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa  # runs on the executors
+
+        for batch in batches:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            yield pa.RecordBatch.from_pydict(
+                {"ipc": [sink.getvalue().to_pybytes()]}, schema=pa.schema([("ipc", pa.binary())])
+            )
+
+    for row in df.mapInArrow(to_ipc, "ipc binary").toLocalIterator(prefetchPartitions=False):
+        yield pa.ipc.open_stream(pa.py_buffer(row["ipc"])).read_all()
+
+
 def chunks(data: Any) -> Iterator[Any]:
-    if isinstance(data, pa.RecordBatchReader):
+    if is_spark_dataframe(data):
+        yield from spark_chunks(data)
+    elif isinstance(data, pa.RecordBatchReader):
         yield from data
     elif hasattr(data, "to_batches"):
         yield from data.to_batches()

@@ -393,8 +393,9 @@ class SavepointWriter:
         ``read`` returns them, ``partition_id`` optional and ignored), validated against the
         declared key and value schemas, placed by the operator kind's rule.
 
-        Big inputs stream: a ``pyarrow.RecordBatchReader``, a ``pyarrow.dataset`` or an
-        iterator of record batches, tables or pandas DataFrames is read a chunk at a time,
+        Big inputs stream: a Spark DataFrame (one Spark partition on the driver at a time), a
+        ``pyarrow.RecordBatchReader``, a ``pyarrow.dataset`` or an iterator of record
+        batches, tables or pandas DataFrames is read a chunk at a time,
         each chunk checked and placed, and kept on local disk by partition until
         :meth:`write`."""
         op, info = self._target(uid, table, "with_state")
