@@ -53,11 +53,12 @@ class AggregateBuffer:
 
 @dataclass
 class Source:
-    """Where one field of the new schema comes from: ``index`` of the stored field, or (index
-    None) the constant ``value``."""
+    """Where one field of the new schema comes from: ``index`` of the stored field (re-shaped
+    by ``nested`` when it is a struct that changed), or (index None) the constant ``value``."""
 
     index: int | None
     value: Any = None
+    nested: PartEvolution | None = None
 
 
 @dataclass
@@ -76,6 +77,8 @@ class PartEvolution:
                 if value is not None and pa.types.is_decimal(f.type):
                     value = decimal.Decimal(str(value))
                 children.append(pa.array([value] * len(arr), f.type))
+            elif src.nested is not None:
+                children.append(src.nested.convert(arr.field(src.index)))
             else:
                 children.append(arr.field(src.index).cast(f.type))
         mask = arr.is_null() if arr.null_count else None
@@ -137,14 +140,37 @@ def positional(stored: str, new: str, part: str) -> tuple[PartEvolution | None, 
             "buffers may be added or removed"
         )
     notes: list[str] = []
+    sources = [Source(i) for i in range(len(b))]
     bytes_change = False
     for i, (fa, fb) in enumerate(zip(a, b, strict=True)):
-        changed = _field_change(fa, fb, f"{part} field {i} ({fb['name']})")
+        where = f"{part} field {i} ({fb['name']})"
+        if _is_struct(fa["type"]) and _is_struct(fb["type"]):
+            # A nested struct (applyInPandasWithState's groupState) may itself gain fields.
+            sub, sub_notes = added_fields(json.dumps(fa["type"]), json.dumps(fb["type"]), where)
+            if _nullable_narrowed(fa, fb):
+                raise Refused(f"{where} was nullable and is not nullable in the query")
+            if fa["name"] != fb["name"]:
+                sub_notes.append(
+                    f"{where}: renamed {fa['name']} -> {fb['name']}, matched by position"
+                )
+            sources[i] = Source(i, nested=sub)
+            bytes_change |= sub is not None
+            notes += sub_notes
+            continue
+        changed = _field_change(fa, fb, where)
         bytes_change |= any("widened" in n for n in changed)
         notes += changed
     if not bytes_change:
         return None, notes
-    return PartEvolution(new, [Source(i) for i in range(len(b))]), notes
+    return PartEvolution(new, sources), notes
+
+
+def _is_struct(t: Any) -> bool:
+    return isinstance(t, dict) and t.get("type") == "struct"
+
+
+def _nullable_narrowed(old: dict, new: dict) -> bool:
+    return bool(old.get("nullable", True)) and not new.get("nullable", True)
 
 
 def _run_matches(stored: list[dict], buf: AggregateBuffer, at: int) -> bool:
@@ -231,21 +257,21 @@ def aggregation_values(
 
 
 def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
-    """A state value struct (transformWithState, UnsafeRow encoding) with fields added at
-    the end: the stored fields by position (renamed or widened), the new ones null."""
+    """A state struct (a transformWithState value, UnsafeRow encoding; the user state inside
+    applyInPandasWithState's value) with fields added at the end: the stored fields by
+    position (renamed, widened or themselves grown), the new ones null."""
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     if len(b) <= len(a):
         return positional(stored, new, part)
-    _, notes = positional(stored, json.dumps({"type": "struct", "fields": b[: len(a)]}), part)
+    kept, notes = positional(stored, json.dumps({"type": "struct", "fields": b[: len(a)]}), part)
     for i, f in enumerate(b[len(a) :], len(a)):
         if not f.get("nullable", True):
             raise Refused(
                 f"{part} field {i} ({f['name']}) is added and not nullable: no value to start from"
             )
         notes.append(f"{part} field {i} ({f['name']}): added, starts null")
-    return PartEvolution(
-        new, [Source(i) for i in range(len(a))] + [Source(None)] * (len(b) - len(a))
-    ), notes
+    stored_sources = kept.sources if kept is not None else [Source(i) for i in range(len(a))]
+    return PartEvolution(new, stored_sources + [Source(None)] * (len(b) - len(a))), notes
 
 
 def evolve_table(

@@ -127,6 +127,63 @@ def test_widening_renaming_and_refusals_in_keys_and_values():
         )
 
 
+def test_a_nested_user_state_struct_gains_fields_as_nulls():
+    """applyInPandasWithState keeps the user state inside ``groupState``: fields added at its
+    end start null, the stored ones keep their values (widened where the query widened them)."""
+    stored = json.loads(struct(("count", "integer"), ("last", "string")))
+    grown = json.loads(struct(("count", "long"), ("last", "string"), ("tag", "string")))
+    evo = evolve_table(
+        struct(("k", "string")),
+        json.dumps(
+            {
+                "type": "struct",
+                "fields": [
+                    {"name": "groupState", "type": stored, "nullable": True, "metadata": {}}
+                ],
+            }
+        ),
+        struct(("k", "string")),
+        json.dumps(
+            {
+                "type": "struct",
+                "fields": [{"name": "groupState", "type": grown, "nullable": True, "metadata": {}}],
+            }
+        ),
+    )
+    assert evo.key is None and evo.value is not None
+    assert "value field 0 (groupState) field 2 (tag): added, starts null" in evo.notes
+    assert "value field 0 (groupState) field 0 (count): widened integer -> long" in evo.notes
+    inner = pa.StructArray.from_arrays(
+        [pa.array([3, None], pa.int32()), pa.array(["a", "b"])], names=["count", "last"]
+    )
+    value = pa.StructArray.from_arrays([inner], names=["groupState"])
+    out = evo.value.convert(value).to_pylist()
+    assert out == [
+        {"groupState": {"count": 3, "last": "a", "tag": None}},
+        {"groupState": {"count": None, "last": "b", "tag": None}},
+    ]
+    not_null = json.loads(
+        struct(("count", "integer"), ("last", "string"), ("tag", "string", False))
+    )
+    with pytest.raises(Refused, match="is added and not nullable"):
+        evolve_table(
+            struct(("k", "string")),
+            json.dumps(
+                {
+                    "type": "struct",
+                    "fields": [{"name": "g", "type": stored, "nullable": True, "metadata": {}}],
+                }
+            ),
+            struct(("k", "string")),
+            json.dumps(
+                {
+                    "type": "struct",
+                    "fields": [{"name": "g", "type": not_null, "nullable": True, "metadata": {}}],
+                }
+            ),
+        )
+
+
 def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
     (tmp_path / "t.py").write_text(
         "import pyarrow as pa\n"
@@ -396,3 +453,91 @@ def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path)
     old_keys = {r["k"] for r in old}
     # A key's first update after the restore reads the added field as null.
     assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
+
+
+FMGWS_QUERIES = '''
+import pandas as pd
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+def count_per_key(key, pdfs, state):
+    n = state.get[0] if state.exists else 0
+    for pdf in pdfs:
+        n += len(pdf)
+    state.update((n,))
+    yield pd.DataFrame({{"k": [key[0]], "n": [n], "tag": [None]}})
+
+
+def tagged_count_per_key(key, pdfs, state):
+    """The user state gains a field: an old key reads it as null, then writes "new"."""
+    old = state.get if state.exists else None
+    n = old[0] if old else 0
+    for pdf in pdfs:
+        n += len(pdf)
+    state.update((n, "new"))
+    yield pd.DataFrame({{"k": [key[0]], "n": [n], "tag": [old[1] if old else "fresh"]}})
+
+
+def build(spark, fn, state_schema):
+    return src(spark).groupBy("k").applyInPandasWithState(
+        fn, "k string, n long, tag string", state_schema, "update", GroupStateTimeout.NoTimeout
+    )
+
+
+def before(spark):
+    return build(spark, count_per_key, "n long")
+
+
+def after(spark):
+    return build(spark, tagged_count_per_key, "n long, tag string")
+'''
+
+
+@pytest.mark.spark
+def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(spark, tmp_path):
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "fmgws_queries.py"
+    queries.write_text(FMGWS_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", "hdfs")
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:after",
+        spark=spark,
+        partitions=3,
+        backend="rocksdb",
+    )
+    assert not plan.problems, plan.problems
+    assert any("(tag): added, starts null" in n for n in plan.evolved), plan.evolved
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    assert continued and all(b > meta.batch_id for b in continued)
+    rows = [r for b in sorted(continued) for r in continued[b]]
+    firsts: dict[str, tuple] = {}
+    lasts: dict[str, int] = {}
+    for k, n, tag in rows:
+        firsts.setdefault(k, (n, tag))
+        lasts[k] = n
+    old, all_rows = _rows(d, range(3)), _rows(d, range(5))
+    old_keys = {r["k"] for r in old}
+    for k, n in lasts.items():
+        assert n == sum(1 for r in all_rows if r["k"] == k), k  # the old counts continued
+    # An old key's first update reads the added field as null (None); a new key has no state.
+    assert all(tag is None for k, (_n, tag) in firsts.items() if k in old_keys)
+    assert all(tag == "fresh" for k, (_n, tag) in firsts.items() if k not in old_keys)
