@@ -346,17 +346,19 @@ def test_migrate_converts_the_join_state_format(tmp_path):
 
 
 # -- Spark: restore, restart the real join query, compare with an uninterrupted run ------------
-def _input(d: Path) -> None:
-    """The join fixtures' input (fixtures/generate.py write_events, 4 batches)."""
+def _input(d: Path, same_time: bool = False) -> None:
+    """The join fixtures' input (fixtures/generate.py write_events, 4 batches); ``same_time``:
+    join4-samets's, every row of a batch at one event time."""
     from fixtures.generate import write_events
 
-    write_events(d, 4)
+    write_events(d, 4, same_time=same_time)
 
 
-def _continuation(d: Path) -> None:
-    """A fifth file with event times of the last batch (00:00:36-39, above the watermark), so
-    that new left rows meet restored right rows and new right rows restored left ones; its v
-    and id are >= 100, so the output tells restored rows (< 100) from new ones."""
+def _continuation(d: Path, same_time: bool = False) -> None:
+    """A fifth file with event times of the last batch (00:00:36-39, above the watermark; with
+    ``same_time`` all at 00:00:36), so that new left rows meet restored right rows and new
+    right rows restored left ones; its v and id are >= 100, so the output tells restored rows
+    (< 100) from new ones."""
     t0 = dt.datetime(2024, 1, 1)
     lines = [
         json.dumps(
@@ -364,7 +366,7 @@ def _continuation(d: Path) -> None:
                 "id": 100 + j,
                 "k": f"k{j % 7}",
                 "v": 100 + j,
-                "ts": (t0 + dt.timedelta(seconds=36 + j % 4)).isoformat(),
+                "ts": (t0 + dt.timedelta(seconds=36 + (0 if same_time else j % 4))).isoformat(),
             }
         )
         for j in range(14)
@@ -376,13 +378,15 @@ def _continuation(d: Path) -> None:
 
 
 SPARK_CELLS = [
-    # (source backend, source format, target backend, --join-state-format, partitions)
-    ("rocksdb", 3, "rocksdb", None, 2),
-    ("rocksdb", 3, "rocksdb", None, 3),
-    ("rocksdb", 4, "rocksdb", None, 2),
-    ("rocksdb", 4, "rocksdb", None, 3),
-    ("hdfs", 2, "rocksdb", 4, 3),
-    ("rocksdb", 4, "hdfs", 2, 3),
+    # (source backend, source format, target backend, --join-state-format, partitions,
+    #  every row of a batch at one event time: several values under one (key, event time))
+    ("rocksdb", 3, "rocksdb", None, 2, False),
+    ("rocksdb", 3, "rocksdb", None, 3, False),
+    ("rocksdb", 4, "rocksdb", None, 2, False),
+    ("rocksdb", 4, "rocksdb", None, 3, False),
+    ("hdfs", 2, "rocksdb", 4, 3, False),
+    ("rocksdb", 4, "hdfs", 2, 3, False),
+    ("rocksdb", 4, "rocksdb", None, 3, True),
 ]
 
 
@@ -393,10 +397,12 @@ def _store_reads(fmt: int) -> list[str]:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(("src", "src_fmt", "dst", "asked", "n"), SPARK_CELLS)
-def test_join_query_continues_from_every_format(spark, tmp_path, src, src_fmt, dst, asked, n):
+@pytest.mark.parametrize(("src", "src_fmt", "dst", "asked", "n", "same_time"), SPARK_CELLS)
+def test_join_query_continues_from_every_format(
+    spark, tmp_path, src, src_fmt, dst, asked, n, same_time
+):
     d = tmp_path / "input"
-    _input(d)
+    _input(d, same_time)
     confs = {FORMAT_CONF: str(src_fmt)}
     first = run(spark, "join-fixture", d, tmp_path / "ck1", src, confs)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
@@ -419,7 +425,11 @@ def test_join_query_continues_from_every_format(spark, tmp_path, src, src_fmt, d
         )
         assert spark_rows(df) == arrow_rows(read_state(ck2, Selection(0, store=store))), store
 
-    _continuation(d)
+    if same_time:  # format 4 keeps several values under one (key, event time)
+        src_ck = Checkpoint.open(str(tmp_path / "ck1"))
+        keys = read_state(src_ck, Selection(0, store="left-keyWithTsToValues")).column("key")
+        assert len({repr(k) for k in keys.to_pylist()}) < len(keys)
+    _continuation(d, same_time)
     continued = run(spark, "join-fixture", d, tmp_path / "ck2")
     full = run(spark, "join-fixture", d, tmp_path / "ck3", src, confs)
     assert all(b > meta.batch_id for b in continued)
