@@ -10,11 +10,16 @@ is proven by the generic manifest-driven tests (test_export_vs_spark, test_savep
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import importlib.util
 import json
 import re
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,7 +134,7 @@ def sink_name(confs: dict[str, str]) -> str | None:
     return "out" if confs.get(generate.SINK_EVOLUTION) == "true" else None
 
 
-_SPECS = {sp["name"]: sp for sp in generate.fixture_specs()}
+_SPECS = {sp["name"]: sp for sp in [*generate.fixture_specs(), *generate.release_only_specs()]}
 
 
 def spec_of(fx: dict[str, Any]) -> dict[str, Any]:
@@ -211,17 +216,34 @@ def continue_restored(spark, fx: dict[str, Any], meta, ckpt: Path, confs: dict[s
     """Run the fixture's query on the restored checkpoint with two more input files, in the
     directory the fixture's file source recorded (the source log names files by path)."""
     d = _recorded_input(meta)
-    created = next(p for p in [d, *d.parents] if p.exists() or p.parent.exists())
-    created = None if created.exists() else created
-    try:
-        files = write_events(fx, d, fx["data_batches"] + 2)
-        if spec_of(fx).get("once_per_file"):
-            return run_files(spark, fx, d, ckpt, files[fx["data_batches"] :], confs=confs)
-        query = generate.QUERIES[fx["query"]]
-        return run(spark, query, d, ckpt, confs=confs, sink_name=sink_name(confs))
-    finally:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+    with _exclusive(d):
+        created = next(p for p in [d, *d.parents] if p.exists() or p.parent.exists())
+        created = None if created.exists() else created
+        try:
+            files = write_events(fx, d, fx["data_batches"] + 2)
+            if spec_of(fx).get("once_per_file"):
+                return run_files(spark, fx, d, ckpt, files[fx["data_batches"] :], confs=confs)
+            query = generate.QUERIES[fx["query"]]
+            return run(spark, query, d, ckpt, confs=confs, sink_name=sink_name(confs))
+        finally:
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _exclusive(d: Path) -> Iterator[None]:
+    """Every test of a fixture uses the same recorded input path, and the fixtures of one
+    generator run share its temporary root (created and removed here): a test on the other
+    xdist worker waits until this one has removed it (else it reads half-removed input)."""
+    tmp = Path(tempfile.gettempdir())
+    root = tmp / d.relative_to(tmp).parts[0] if d.is_relative_to(tmp) else d
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"statectl-input-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.mark.spark

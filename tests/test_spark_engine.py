@@ -177,17 +177,25 @@ def test_executors_without_statectl_fail_fast_with_one_line(tmp_path: Path) -> N
 
 
 def test_auto_picks_spark_only_for_large_state_with_a_session_at_hand(monkeypatch) -> None:
-    from statectl.spark_engine import DEFAULT_AUTO_THRESHOLD, choose_engine
+    from statectl.spark_engine import (
+        DEFAULT_AUTO_THRESHOLD,
+        SparkEngine,
+        active_session,
+        choose_engine,
+    )
 
     huge, small = (lambda: 1 << 40), (lambda: 1 << 20)
-    assert choose_engine(None, {}, huge) == "local"  # no session, no master: nothing to run on
+    # A session active in this process is "at hand" (another test's, when one ran here first);
+    # with none and no master there is nothing to run on.
+    active = active_session() is not None
+    assert choose_engine(None, {}, huge) == ("spark" if active else "local")
     master = {"spark.master": "local-cluster[2,1,1024]"}
     assert choose_engine(None, master, small) == "local"  # small: a cluster's start-up costs more
     assert choose_engine(None, master, huge) == "spark"
     assert choose_engine(object(), {}, lambda: DEFAULT_AUTO_THRESHOLD) == "spark"
     monkeypatch.setenv("STATECTL_SPARK_THRESHOLD", "1000000")  # bytes
     assert choose_engine(None, master, small) == "spark"
-    assert isinstance(engine_for("auto", state_bytes=huge), Engine)  # no session: local
+    assert isinstance(engine_for("auto", state_bytes=huge), SparkEngine if active else Engine)
 
 
 def test_cli_auto_without_a_session_runs_locally_and_says_so(tmp_path: Path) -> None:
