@@ -317,6 +317,23 @@ def chain_v2(
     return base, chain, parsed
 
 
+def _version_chain(
+    io: FileIO,
+    store_dir: str,
+    version: int,
+    codec: str,
+    unique_id: str | None,
+    verify: bool,
+) -> tuple[VersionFile | None, list[VersionFile], dict[tuple[int, str], RecordBatch]]:
+    """The snapshot (or None) and changelogs ``version`` is built from, with the changelogs
+    checkpoint format v2 had to parse to follow its lineage (so they are parsed once)."""
+    files = list_version_files(io, store_dir)
+    if unique_id is None:
+        base, chain = chain_v1(files, version, store_dir)
+        return base, chain, {}
+    return chain_v2(io, codec, files, version, unique_id, store_dir, verify)
+
+
 def read_rocksdb_store(
     io: FileIO,
     store_dir: str,
@@ -330,12 +347,7 @@ def read_rocksdb_store(
     """Live entries of one RocksDB store at ``version``; merge operands are combined by us."""
     if version == 0:
         return empty_raw_state()
-    files = list_version_files(io, store_dir)
-    parsed: dict[tuple[int, str], RecordBatch] = {}
-    if unique_id is None:
-        base, chain = chain_v1(files, version, store_dir)
-    else:
-        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir, verify)
+    base, chain, parsed = _version_chain(io, store_dir, version, codec, unique_id, verify)
     if base is not None:
         state, _ = _read_zip(io, store_dir, base.path, verify)
     else:
@@ -373,12 +385,7 @@ def rocksdb_events(
     bounded read: (whether they are one snapshot's unique keys, needing no replay; chunks)."""
     if version == 0:
         return True, iter(())
-    files = list_version_files(io, store_dir)
-    parsed: dict[tuple[int, str], RecordBatch] = {}
-    if unique_id is None:
-        base, chain = chain_v1(files, version, store_dir)
-    else:
-        base, chain, parsed = chain_v2(io, codec, files, version, unique_id, store_dir, verify)
+    base, chain, parsed = _version_chain(io, store_dir, version, codec, unique_id, verify)
 
     def chunks() -> Iterator[RecordBatch]:
         if base is not None:
