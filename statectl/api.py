@@ -89,12 +89,10 @@ def read_state(
     """One operator's state, as the ``pyarrow.Table`` Spark's ``statestore`` reader returns for
     the same options (``statectl export`` writes this table). ``operator`` is the operator id,
     or for a savepoint also its uid; ``batch`` defaults to the latest committed one."""
-    from statectl.reader import check_selection, selection_table
+    from statectl.reader import selection_table
 
-    check_selection(store, join_side, state_var, timers)
-    return open_state(path, batch=batch, verify=verify).read(
-        operator, selection_table(store, state_var, timers), join_side=join_side
-    )
+    table = selection_table(store, join_side, state_var, timers)
+    return open_state(path, batch=batch, verify=verify).read(operator, table, join_side=join_side)
 
 
 def export(

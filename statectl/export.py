@@ -251,16 +251,15 @@ def export_state(
     the Spark engine reads one partition per Spark task (None: here)."""
     from statectl.engine import Engine, spill_dir
     from statectl.processor.reading import handle_of
-    from statectl.reader import check_selection, open_source, selection_table
+    from statectl.reader import open_source, selection_table
 
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
     hint = "pass --overwrite (overwrite=True) to replace it"
     if not overwrite and io.exists(out):  # before any reading
         raise StatectlError("already exists; refusing to overwrite", out, hint)
-    check_selection(store, join_side, state_var, timers)
+    table_name = selection_table(store, join_side, state_var, timers)
     handle = handle_of(open_source(path, verify=verify), batch)
-    table_name = selection_table(store, state_var, timers)
     schema = handle.schema(operator, table_name, join_side=join_side)  # checks the selection
     on_spark = getattr(engine, "name", "local") == "spark"
     budget = Engine.of(memory, 1).memory

@@ -1,7 +1,7 @@
-"""The one read path for state: open a checkpoint or a savepoint, read one selection as Arrow.
+"""Opening a checkpoint or a savepoint, and naming the table a ``statestore`` selection reads.
 
-``export`` and the API's ``read_state`` both go through :func:`open_source` and :func:`read`,
-which reads through the processor's handle (``statectl.open(path).read(...)``): one reader.
+``export`` and the API's ``read_state`` both open through :func:`open_source` and read through
+the processor's handle (``statectl.open(path).read(...)``): one reader.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 from statectl.errors import StatectlError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from statectl.checkpoint.model import Checkpoint
     from statectl.savepoints.store import Savepoint
 
@@ -36,36 +34,13 @@ def open_source(path: Any, *, verify: bool = True) -> Checkpoint | Savepoint:
     return Checkpoint(io, root, verify=verify)
 
 
-def check_selection(
+def selection_table(
     store: str | None, join_side: str | None, state_var: str | None, timers: bool
-) -> None:
+) -> str | None:
+    """The table name (store, state variable or ``$timers``; None: the default store or a
+    join side) a ``statestore`` selection reads, after checking that it names one thing."""
     if join_side not in (None, "left", "right"):
         raise StatectlError(f"--join-side must be left or right, not {join_side!r}")
     if sum(x is not None for x in (store, join_side, state_var)) + bool(timers) > 1:
         raise StatectlError("give at most one of --store, --join-side, --state-var, --timers")
-
-
-def selection_table(store: str | None, state_var: str | None, timers: bool) -> str | None:
-    """The table name (store, state variable or ``$timers``) a ``statestore`` selection reads."""
     return state_var or store or ("$timers" if timers else None)
-
-
-def read(
-    source: Checkpoint | Savepoint,
-    operator: str | int = 0,
-    *,
-    store: str | None = None,
-    join_side: str | None = None,
-    state_var: str | None = None,
-    timers: bool = False,
-    batch: int | None = None,
-) -> pa.Table:
-    """One operator's state as the table Spark's ``statestore`` reader returns for the same
-    options. ``operator`` is the operator id or uid (a checkpoint's operators have the default
-    uids ``savepoint`` would give them). The processor's handle reads it (one reader)."""
-    from statectl.processor.reading import handle_of
-
-    check_selection(store, join_side, state_var, timers)
-    return handle_of(source, batch).read(
-        operator, selection_table(store, state_var, timers), join_side=join_side
-    )
