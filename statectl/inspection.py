@@ -106,6 +106,7 @@ def describe_operator(
         "id": op.operator_id,
         "name": op.name,
         "kind": kind.kind,
+        "state_format": kind.state_format(ckpt.offsets(batch).conf),
         "restorable": kind.restorable,
         "partitions": op.num_partitions,
         "metadata_version": op.metadata_version,

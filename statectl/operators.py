@@ -117,6 +117,20 @@ class OperatorKind:
     # The operator runs in one task (StreamingGlobalLimitExec): its state is in partition 0
     # only, whatever the partition count, and Spark never creates the other partitions.
     single_partition: bool = False
+    # The SQL conf that pins this kind's state format in the offset log, and the format Spark
+    # assumes when an old checkpoint does not pin it (OffsetSeqMetadata's legacy defaults).
+    format_conf: str = ""
+    legacy_format: int = 1
+    fixed_format: int | None = None  # the format this spec is (join formats 3 and 4)
+
+    def state_format(self, confs: dict[str, str]) -> int | None:
+        """The state format version this operator's state is in (None: the kind has one)."""
+        if self.fixed_format is not None:
+            return self.fixed_format
+        if not self.format_conf:
+            return None
+        raw = str(confs.get(self.format_conf, self.legacy_format))
+        return int(raw) if raw.isdigit() else None
 
     def partitions_of(self, table: str, key: pa.StructArray, partitions: int) -> np.ndarray:
         """The partition Spark keeps each key of ``table`` in, at ``partitions`` partitions."""
@@ -144,11 +158,23 @@ class OperatorKind:
             raise UnsupportedError(message)
 
 
-AGGREGATION = OperatorKind("aggregation", "stores", ("default",))
+AGG_FORMAT_CONF = "spark.sql.streaming.aggregation.stateFormatVersion"
+AGGREGATION = OperatorKind("aggregation", "stores", ("default",), format_conf=AGG_FORMAT_CONF)
 DEDUPLICATE = OperatorKind("deduplicate", "stores", ("default",))
 DEDUPLICATE_WITHIN_WATERMARK = OperatorKind("deduplicate within watermark", "stores", ("default",))
-GROUP_STATE = OperatorKind("flatMapGroupsWithState", "stores", ("default",))
-JOIN_V2 = OperatorKind("stream-stream join", "stores", JOIN_STORES, partition_key=join_key)
+GROUP_STATE = OperatorKind(
+    "flatMapGroupsWithState",
+    "stores",
+    ("default",),
+    format_conf="spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion",
+)
+JOIN_V2 = OperatorKind(
+    "stream-stream join",
+    "stores",
+    JOIN_STORES,
+    partition_key=join_key,
+    format_conf="spark.sql.streaming.join.stateFormatVersion",
+)
 # Formats 3 and 4 (RocksDB only): savepoints hold them as format 2's four tables, restore writes
 # any of 2, 3, 4 (statectl/join_state.py owns the layouts and the conversions).
 JOIN_V3 = OperatorKind(
@@ -156,12 +182,14 @@ JOIN_V3 = OperatorKind(
     "column-families",
     JOIN_V3_FAMILIES,
     partition_key=join_key,
+    fixed_format=3,
 )
 JOIN_V4 = OperatorKind(
     "stream-stream join (state format 4)",
     "column-families",
     JOIN_V4_FAMILIES,
     partition_key=join_key,
+    fixed_format=4,
 )
 TRANSFORM_WITH_STATE = OperatorKind("transformWithState", "column-families")
 
@@ -176,7 +204,9 @@ GLOBAL_LIMIT = OperatorKind("streaming limit", "stores", ("default",), single_pa
 # Real-time mode's aggregation (StatefulStreamlineAggregateExec, Spark 4.1+) keeps its state
 # through the same StreamingAggregationStateManager as stateStoreSave: key = grouping columns,
 # value = aggregation buffers, placed by the whole key. Spark runs it on RocksDB only.
-STREAMLINE_AGGREGATE = OperatorKind("real-time mode aggregation", "stores", ("default",))
+STREAMLINE_AGGREGATE = OperatorKind(
+    "real-time mode aggregation", "stores", ("default",), format_conf=AGG_FORMAT_CONF
+)
 
 # Kinds Spark writes that have no spec yet: inspect and export read them generically, restore
 # refuses them with these reasons.

@@ -189,6 +189,13 @@ def _render_operator(console: Console, op: dict[str, Any], *, wide: bool) -> Non
     )
     if op.get("uid"):
         console.print(Text("  uid ", style="dim") + Text(op["uid"]), soft_wrap=True)
+    if op.get("kind"):
+        kind = op["kind"]
+        if op.get("state_format") is not None and "state format" not in kind:
+            kind += f", state format {op['state_format']}"
+        if op.get("restorable") is False:
+            kind += " (restore refuses it)"
+        console.print(Text("  kind ", style="dim") + Text(kind), soft_wrap=True)
     # One block per store / state variable: its schemas get the whole line, not a squeezed
     # table column.
     budget = None if wide else max(console.width - len(INDENT) - len("value  "), 20)

@@ -52,6 +52,8 @@ class OperatorInfo:
     stores: tuple[StoreInfo, ...]
     uid: str | None = None  # savepoints only
     bytes: int | None = None
+    kind: str | None = None  # the operator kind statectl's registry gives it
+    state_format: int | None = None  # its pinned state format version, where the kind has one
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class InspectResult(_Result):
                 ),
                 uid=op.get("uid"),
                 bytes=op.get("bytes"),
+                kind=op.get("kind"),
+                state_format=op.get("state_format"),
             )
             for op in doc.get("operators", [])
         )

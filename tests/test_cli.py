@@ -53,6 +53,34 @@ def test_inspect_human_output_mentions_the_same_facts():
     assert "stateStoreSave" in out and "rocksdb" in out
 
 
+@pytest.mark.parametrize(
+    "name, kind, fmt",
+    [
+        ("agg-hdfs", "aggregation", 2),
+        ("agg-v1-hdfs", "aggregation", 1),
+        ("fmgws-v1-hdfs", "flatMapGroupsWithState", 1),
+        ("join-hdfs", "stream-stream join", 2),
+        ("join4-rocksdb", "stream-stream join (state format 4)", 4),
+        ("session-hdfs", "session window aggregation", None),
+    ],
+)
+def test_inspect_shows_each_operator_kind_and_state_format(name, kind, fmt):
+    """The kind and its pinned state format (formats 1 and 2 of an aggregation differ in
+    layout), in --json and in the text a user reads."""
+    (op,) = json.loads(run("inspect", str(FIXTURES / name), "--json").stdout)["operators"]
+    assert (op["kind"], op["state_format"]) == (kind, fmt)
+    line = next(s for s in run("inspect", str(FIXTURES / name)).stdout.splitlines() if "kind " in s)
+    assert kind in line
+    assert (f"state format {fmt}" in line) == (fmt is not None)
+
+
+def test_savepoint_inspect_keeps_the_source_state_format(tmp_path):
+    run("savepoint", str(FIXTURES / "join4-rocksdb"), str(tmp_path))
+    (sp,) = tmp_path.iterdir()
+    (op,) = json.loads(run("inspect", str(sp), "--json").stdout)["operators"]
+    assert (op["kind"], op["state_format"]) == ("stream-stream join", 4)
+
+
 def test_list_reports_health(tmp_path):
     out = json.loads(run("list", str(FIXTURES), "--json").stdout)
     by_name = {e["path"].rsplit("/", 1)[-1]: e for e in out}

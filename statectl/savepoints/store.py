@@ -360,6 +360,7 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
                 "uid": op.uid,
                 "name": op.name,
                 "kind": op.kind.kind,
+                "state_format": op.kind.state_format(m.pinned_confs),
                 "restorable": op.kind.restorable,
                 "partitions": op.partitions,
                 "stores": [
