@@ -21,6 +21,8 @@ import json
 import posixpath
 import struct
 import zlib
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -78,6 +80,19 @@ def crc32c(data: bytes) -> int:
 
 def check_spark_checksum(data: bytes, text: bytes, path: str, sidecar_path: str) -> None:
     """Verify ``data`` against Spark's JSON checksum file (``ChecksumCheckpointFileManager``)."""
+    check_spark_checksum_of(len(data), None, text, path, sidecar_path, data)
+
+
+def check_spark_checksum_of(
+    size_read: int,
+    value_read: int | None,
+    text: bytes,
+    path: str,
+    sidecar_path: str,
+    data: bytes | None = None,
+) -> None:
+    """Spark's JSON checksum against a file's size and CRC32C (``value_read``, or computed
+    from ``data`` when the checksum's algorithm is one statectl knows)."""
     try:
         obj = json.loads(text)
         algorithm = str(obj["algorithm"])
@@ -89,8 +104,10 @@ def check_spark_checksum(data: bytes, text: bytes, path: str, sidecar_path: str)
         ) from None
     if algorithm.upper() != "CRC32C":
         return  # a future algorithm: nothing we can check, and not damage
-    # Spark stores (int) CRC32C: a signed int32.
-    if len(data) != size or crc32c(data) != value & 0xFFFFFFFF:
+    if size_read != size:
+        raise _mismatch(path, sidecar_path)
+    actual = value_read if value_read is not None else crc32c(data or b"")
+    if actual != value & 0xFFFFFFFF:  # Spark stores (int) CRC32C: a signed int32
         raise _mismatch(path, sidecar_path)
 
 
@@ -128,6 +145,98 @@ def read_verified(io: FileIO, path: str, *, data_file: bool = False, verify: boo
             check_hadoop_crc_of(io, spark_path, text)
             check_spark_checksum(data, text, path, spark_path)
     return data
+
+
+def iter_verified(
+    io: FileIO, path: str, *, verify: bool = True, block: int = 8 << 20
+) -> Iterator[bytes]:
+    """A state file's bytes ``block`` at a time, checked as :func:`read_verified` checks them
+    but without holding the file: the checksums are computed as the blocks pass, and a
+    mismatch is raised after the last block, before the iterator ends. A reader that goes
+    through to the end (every codec reader does) never finishes on damaged data, and the
+    writes it feeds are atomic, so nothing complete-looking comes of it."""
+    if not verify:
+        yield from io.iter_bytes(path, block)
+        return
+    hadoop_path = hadoop_crc_path(path)
+    hadoop = io.read_bytes_if_exists(hadoop_path)
+    spark_path = spark_crc_path(path)
+    spark = io.read_bytes_if_exists(spark_path)
+    if spark is not None:
+        check_hadoop_crc_of(io, spark_path, spark)
+    hadoop_crc = _HadoopCrc(hadoop, path, hadoop_path) if hadoop is not None else None
+    crc32c_state = _crc32c_state() if spark is not None else None
+    size = 0
+    for chunk in io.iter_bytes(path, block):
+        size += len(chunk)
+        if hadoop_crc is not None:
+            hadoop_crc.update(chunk)
+        if crc32c_state is not None:
+            crc32c_state.update(chunk)
+        yield chunk
+    if hadoop_crc is not None:
+        hadoop_crc.finish()
+    if spark is not None and crc32c_state is not None:
+        check_spark_checksum_of(
+            size, int.from_bytes(crc32c_state.digest(), "big"), spark, path, spark_path
+        )
+
+
+class _HadoopCrc:
+    """A Hadoop ``.crc`` sidecar checked incrementally: one CRC-32 per ``bytesPerChecksum``."""
+
+    def __init__(self, sidecar: bytes, path: str, sidecar_path: str) -> None:
+        if len(sidecar) < 8 or sidecar[:4] != _HADOOP_MAGIC:
+            raise CorruptFileError("is not a Hadoop checksum file (bad header)", sidecar_path)
+        (self.chunk,) = struct.unpack(">i", sidecar[4:8])
+        if self.chunk <= 0:
+            raise CorruptFileError(f"invalid bytesPerChecksum {self.chunk}", sidecar_path)
+        self.stored = (
+            np.frombuffer(sidecar, dtype=">u4", offset=8) if len(sidecar) % 4 == 0 else None
+        )
+        self.path, self.sidecar_path = path, sidecar_path
+        self.done = 0  # chunks checked
+        self.carry = b""
+
+    def update(self, data: bytes) -> None:
+        view = memoryview(self.carry + data) if self.carry else memoryview(data)
+        whole = len(view) // self.chunk * self.chunk
+        if whole:
+            self._check(view[:whole])
+        self.carry = bytes(view[whole:])
+
+    def _check(self, view: memoryview) -> None:
+        n = -(-len(view) // self.chunk)
+        crc = zlib.crc32
+        computed = np.fromiter(
+            (crc(view[i : i + self.chunk]) for i in range(0, len(view), self.chunk)),
+            dtype=np.uint32,
+            count=n,
+        )
+        stored = self.stored
+        if stored is None or self.done + n > len(stored):
+            raise _mismatch(self.path, self.sidecar_path)
+        if not np.array_equal(computed, stored[self.done : self.done + n]):
+            raise _mismatch(self.path, self.sidecar_path)
+        self.done += n
+
+    def finish(self) -> None:
+        if self.carry:
+            self._check(memoryview(self.carry))
+            self.carry = b""
+        if self.stored is None or self.done != len(self.stored):  # the file grew or shrank
+            raise _mismatch(self.path, self.sidecar_path)
+
+
+def _crc32c_state() -> Any:
+    import google_crc32c  # native; imported only when a checkpoint carries CRC32C checksums
+
+    return google_crc32c.Checksum()
+
+
+def stream_block(max_bytes: int) -> int:
+    """The read size of a bounded read whose chunks are ``max_bytes``."""
+    return max(64 << 10, min(8 << 20, max_bytes // 8))
 
 
 def check_hadoop_crc_of(io: FileIO, path: str, data: bytes) -> None:

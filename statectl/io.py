@@ -289,6 +289,18 @@ class FileIO:
         except IsADirectoryError:
             raise StatectlError("is a directory, expected a file", path) from None
 
+    def iter_bytes(self, path: str, block: int) -> Iterator[bytes]:
+        """The file's bytes ``block`` at a time (a large state file, never held at once)."""
+        try:
+            f = self.fs.open(path, "rb")
+        except FileNotFoundError:
+            raise MissingFileError("file does not exist", path) from None
+        except IsADirectoryError:
+            raise StatectlError("is a directory, expected a file", path) from None
+        with f:
+            while chunk := f.read(block):
+                yield chunk
+
     def read_bytes_if_exists(self, path: str) -> bytes | None:
         """The file's bytes, or None when it does not exist.
 

@@ -50,6 +50,30 @@ def test_decompressed_pieces_join_to_the_stream(codec):
         list(iter_decompressed(codec, data[: len(data) // 2]))
 
 
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "snappy", "lzf"])
+@pytest.mark.parametrize("block", [1, 13, 4096, 1 << 20])
+def test_decompressed_pieces_of_a_stream_read_in_blocks(codec, block):
+    """A large file is read a block at a time (its compressed bytes never held at once): the
+    same output, and the same errors at the same byte offsets, as from the whole file."""
+    raw = _blob(70_000) + b"z" * 90_000
+    data = compress_stream(codec, raw) + compress_stream(codec, b"second stream")
+
+    def blocks(d: bytes):
+        return (d[i : i + block] for i in range(0, len(d), block))
+
+    pieces = iter_decompressed(codec, blocks(data))
+    assert b"".join(bytes(p) for p in pieces) == raw + b"second stream"
+    for cut in (len(data) // 2, len(data) - 3):
+        with pytest.raises(CorruptFileError) as whole:
+            list(iter_decompressed(codec, data[:cut], "f"))
+        with pytest.raises(CorruptFileError) as streamed:
+            list(iter_decompressed(codec, blocks(data[:cut]), "f"))
+        assert str(streamed.value) == str(whole.value)
+    if codec != "lzf":
+        with pytest.raises(CorruptFileError, match="empty file"):
+            list(iter_decompressed(codec, iter([b""])))
+
+
 def _records(n: int) -> tuple[pa.Array, pa.Array]:
     keys = [_blob(int(RNG.integers(0, 40))) for _ in range(n)]
     values = [None if RNG.random() < 0.1 else _blob(int(RNG.integers(0, 90))) for _ in range(n)]
@@ -210,3 +234,51 @@ def test_memory_budget_bounds_savepoint_and_export(tmp_path):
         twin = unbounded / part.relative_to(bounded)
         assert pq.read_table(part).equals(pq.read_table(twin))
     assert pq.read_table(tmp_path / "e2.parquet").num_rows == 600_000
+
+
+@pytest.mark.parametrize("block", [1, 5, 64 << 10])
+@pytest.mark.parametrize("sidecar", ["hadoop", "spark"])
+def test_streamed_verification_equals_the_whole_file_check(fixture_copy, block, sidecar):
+    """iter_verified checks a file's Hadoop or Spark checksum as its blocks pass: intact, the
+    blocks are the file; changed, grown or shrunk, it raises what read_verified raises, before
+    the last block is the end of it."""
+    from statectl.checksums import iter_verified, read_verified
+    from statectl.io import FileIO
+
+    ck = fixture_copy("spark41-agg-hdfs")
+    delta = ck / "state" / "0" / "0" / "2.delta"
+    if sidecar == "hadoop":
+        (delta.parent / "2.delta.crc").unlink()
+    else:
+        (delta.parent / ".2.delta.crc").unlink()
+    io, path = FileIO.for_url(str(delta))
+    assert b"".join(iter_verified(io, path, block=block)) == delta.read_bytes()
+    intact = delta.read_bytes()
+    for damaged in (
+        intact[:7] + bytes([intact[7] ^ 1]) + intact[8:],
+        intact + b"x",
+        intact[:-1],
+    ):
+        delta.write_bytes(damaged)
+        with pytest.raises(CorruptFileError) as whole:
+            read_verified(io, path, data_file=True)
+        with pytest.raises(CorruptFileError) as streamed:
+            b"".join(iter_verified(io, path, block=block))
+        assert str(streamed.value) == str(whole.value)
+        assert "checksum" in str(streamed.value)
+    delta.write_bytes(intact)
+
+
+def test_tiny_budget_savepoint_of_a_damaged_file_fails_and_writes_nothing(fixture_copy, tmp_path):
+    """Under a budget smaller than its files, a checkpoint's files are streamed; a changed byte
+    (its checksum no longer matches) fails the savepoint with the file named, and no savepoint
+    is left that looks complete."""
+    ck = fixture_copy("spark41-agg-hdfs")
+    delta = ck / "state" / "0" / "1" / "3.delta"
+    data = bytearray(delta.read_bytes())
+    data[-10] ^= 0x40
+    delta.write_bytes(bytes(data))
+    out = tmp_path / "sp"
+    with pytest.raises(CorruptFileError, match="3.delta"):
+        take_savepoint(str(ck), str(out), engine=Engine(100, 1))
+    assert not list(out.glob("*/_metadata"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from statectl.backends import RawState, empty_raw_state, version_chain
-from statectl.checksums import read_verified
+from statectl.checksums import iter_verified, read_verified, stream_block
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.records import (
     RecordBatch,
@@ -67,20 +67,24 @@ def hdfs_events(
     io: FileIO, store_dir: str, version: int, codec: str, *, verify: bool = True, max_bytes: int
 ) -> tuple[bool, Iterator[RecordBatch]]:
     """The records that make up ``version``, in replay order and about ``max_bytes`` at a time
-    (a file larger than that is decompressed and scanned a window at a time; its compressed
-    bytes are held, for their checksum), for a bounded read:
+    (a file larger than that is read, verified, decompressed and scanned a window at a time),
+    for a bounded read:
     (whether they are one snapshot's unique keys, needing no replay; chunks)."""
     files = files_for_version(io, store_dir, version)
 
     def chunks() -> Iterator[RecordBatch]:
         for p in files:
-            data = read_verified(io, p, data_file=True, verify=verify)
             deletes = not p.endswith(".snapshot")
-            if len(data) * EXPANSION > max_bytes:  # decompressed and scanned in windows
+            if io.size(p) * EXPANSION > max_bytes:  # read, decompressed and scanned in windows
+                blocks = iter_verified(io, p, verify=verify, block=stream_block(max_bytes))
                 yield from iter_record_stream(
-                    iter_decompressed(codec, data, p), p, allow_deletes=deletes, max_bytes=max_bytes
+                    iter_decompressed(codec, blocks, p),
+                    p,
+                    allow_deletes=deletes,
+                    max_bytes=max_bytes,
                 )
                 continue
+            data = read_verified(io, p, data_file=True, verify=verify)
             raw = decompress_stream(codec, data, p)
             yield from iter_state_records(raw, p, allow_deletes=deletes, max_bytes=max_bytes)
 

@@ -18,14 +18,14 @@ import re
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from statectl.backends import RawState, empty_raw_state, version_chain
-from statectl.checksums import read_verified
+from statectl.checksums import iter_verified, read_verified, stream_block
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.jsonfields import Fields, loads
 from statectl.codecs.records import (
@@ -394,10 +394,11 @@ def rocksdb_events(
         for f in chain:
             batch = parsed.pop((f.version, f.unique_id or ""), None)
             if batch is None:
-                data = read_verified(io, f.path, data_file=True, verify=verify)
-                if len(data) * EXPANSION > max_bytes:  # decompressed in windows
-                    yield from _changelog_chunks(codec, data, f.path, max_bytes)
+                if io.size(f.path) * EXPANSION > max_bytes:  # read and decompressed in windows
+                    blocks = iter_verified(io, f.path, verify=verify, block=stream_block(max_bytes))
+                    yield from _changelog_chunks(codec, blocks, f.path, max_bytes)
                     continue
+                data = read_verified(io, f.path, data_file=True, verify=verify)
                 batch = parse_changelog(decompress_stream(codec, data, f.path), f.path)
             rows = max(
                 16, max_bytes * len(batch) // max(1, batch.keys.nbytes + batch.values.nbytes)
@@ -414,7 +415,9 @@ def rocksdb_events(
     return not chain, chunks()
 
 
-def _changelog_chunks(codec: str, data: bytes, path: str, max_bytes: int) -> Iterator[RecordBatch]:
+def _changelog_chunks(
+    codec: str, data: Iterable[bytes], path: str, max_bytes: int
+) -> Iterator[RecordBatch]:
     """A large changelog's records a window at a time: formats 1 and 3 (puts and deletes, as
     key-value stores write them) streamed, formats 2 and 4 (column families) parsed whole."""
     pieces = iter_decompressed(codec, data, path)

@@ -22,11 +22,12 @@ data; the record layer then reports the missing end marker of the state file.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import cramjam
 import zstandard
 
+from statectl.codecs.bytesource import Bytes, ByteSource
 from statectl.codecs.lz4block import (
     decode_lz4_block_stream,
     encode_lz4_block_stream,
@@ -83,12 +84,19 @@ def decompress_stream(codec: str, data: bytes | memoryview, path: str | None = N
 
 
 def iter_decompressed(
-    codec: str, data: bytes | memoryview, path: str | None = None
+    codec: str, data: Bytes | Iterable[Bytes], path: str | None = None
 ) -> Iterator[bytes | memoryview]:
     """:func:`decompress_stream` in pieces (codec blocks or frames' output), for reads that
-    must not hold a file's decompressed bytes at once; the same checks, raised as reached."""
+    must not hold a file's decompressed bytes at once; the same checks, raised as reached.
+    ``data`` may itself come in pieces (a large file read a block at a time), so that its
+    compressed bytes are not held at once either."""
     codec = normalize_codec(codec)
-    if len(data) == 0 and codec != "lzf":
+    if not isinstance(data, bytes | bytearray | memoryview):
+        src = ByteSource(data)
+        if src.at_end() and codec != "lzf":
+            raise CorruptFileError(f"empty file (a {codec} stream is never empty)", path)
+        data = _rest_of(src)
+    elif len(data) == 0 and codec != "lzf":
         raise CorruptFileError(f"empty file (a {codec} stream is never empty)", path)
     if codec == "lz4":
         yield from iter_lz4_block_stream(data, path)
@@ -113,20 +121,24 @@ def compress_stream(codec: str, raw: bytes | memoryview) -> bytes:
     return _lzf_compress(raw)
 
 
+def _rest_of(src: ByteSource) -> Iterator[Bytes]:
+    """The unread bytes of ``src`` as blocks (what was peeked first, then the rest)."""
+    while (n := src.available(1 << 20)) > 0:
+        yield src.take(n)
+
+
 # -- zstd ------------------------------------------------------------------------------------
-def _zstd_pieces(data: bytes | memoryview, path: str | None) -> Iterator[bytes]:
+def _zstd_pieces(data: Bytes | Iterable[Bytes], path: str | None) -> Iterator[bytes]:
     """Frame by frame, fed 1 MiB of input at a time (output bounded by the input's ratio)."""
-    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
-    offset = 0
+    src = ByteSource(data)
     step = 1 << 20
-    while offset < len(view):
+    while not src.at_end():
+        offset = src.pos
         dobj = zstandard.ZstdDecompressor().decompressobj()
-        pos = offset
         unused = b""
         try:
-            while pos < len(view) and not dobj.eof:
-                piece = dobj.decompress(view[pos : pos + step])
-                pos += step
+            while not dobj.eof and not src.at_end():
+                piece = dobj.decompress(src.take(step))
                 if piece:
                     yield piece
             unused = dobj.unused_data if dobj.eof else b""
@@ -138,7 +150,7 @@ def _zstd_pieces(data: bytes | memoryview, path: str | None) -> Iterator[bytes]:
             raise CorruptFileError(
                 f"truncated: zstd frame at byte {offset} ends before its last block", path
             )
-        offset = min(pos, len(view)) - len(unused)
+        src.unread(len(unused))  # the next frame's first bytes
 
 
 def _zstd_decompress(data: bytes | memoryview, path: str | None) -> bytes:
@@ -167,52 +179,49 @@ def _snappy_decompress(data: bytes | memoryview, path: str | None) -> bytes:
     return b"".join(_snappy_pieces(data, path))
 
 
-def _snappy_pieces(data: bytes | memoryview, path: str | None) -> Iterator[bytes]:
-    view = memoryview(data)
-    n = len(view)
-    if n < len(SNAPPY_HEADER) or bytes(view[:8]) != SNAPPY_MAGIC:
+def _snappy_pieces(data: Bytes | Iterable[Bytes], path: str | None) -> Iterator[bytes]:
+    src = ByteSource(data)
+    if src.available(len(SNAPPY_HEADER)) < len(SNAPPY_HEADER) or bytes(src.peek(8)) != SNAPPY_MAGIC:
         # SnappyInputStream reads a stream without the magic as one raw block (data written by
         # Snappy.compress); Spark itself always writes the header.
         try:
-            yield bytes(cramjam.snappy.decompress_raw(view))
+            yield bytes(cramjam.snappy.decompress_raw(src.rest()))
             return
         except cramjam.DecompressionError:
             raise CorruptFileError(
                 "not a snappy-java stream: no 82 'SNAPPY' 00 header, and not a raw snappy block",
                 path,
             ) from None
-    pos = 0
-    while pos < n:
-        if n - pos < 4:
+    while not src.at_end():
+        pos = src.pos
+        if src.available(4) < 4:
             raise CorruptFileError(
                 f"truncated: stream ends inside a snappy chunk length at byte {pos}", path
             )
-        if bytes(view[pos : pos + 8]) == SNAPPY_MAGIC:  # a header: first one, or concatenated
-            if n - pos < len(SNAPPY_HEADER):
+        if bytes(src.peek(8)) == SNAPPY_MAGIC:  # a header: first one, or concatenated
+            if src.available(len(SNAPPY_HEADER)) < len(SNAPPY_HEADER):
                 raise CorruptFileError(f"truncated snappy-java header at byte {pos}", path)
-            (version,) = _BE_INT.unpack_from(view, pos + 8)
+            (version,) = _BE_INT.unpack_from(src.take(len(SNAPPY_HEADER)), 8)
             if version < 1:  # SnappyInputStream.isValidHeader
                 raise CorruptFileError(
                     f"snappy-java header at byte {pos}: incompatible version {version}", path
                 )
-            pos += len(SNAPPY_HEADER)
             continue
-        (size,) = _BE_INT.unpack_from(view, pos)
-        start = pos + 4
+        (size,) = _BE_INT.unpack_from(src.take(4))
         if size < 0:
             raise CorruptFileError(f"snappy chunk at byte {pos}: negative length {size}", path)
-        if start + size > n:
+        have = src.available(size)
+        if have < size:
             raise CorruptFileError(
-                f"truncated: snappy chunk at byte {pos} needs {size} bytes, only {n - start} remain",
+                f"truncated: snappy chunk at byte {pos} needs {size} bytes, only {have} remain",
                 path,
             )
         try:
-            yield bytes(cramjam.snappy.decompress_raw(view[start : start + size]))
+            yield bytes(cramjam.snappy.decompress_raw(src.take(size)))
         except cramjam.DecompressionError as e:
             raise CorruptFileError(
                 f"snappy chunk at byte {pos} does not decompress ({e})", path
             ) from None
-        pos = start + size
 
 
 def _snappy_compress(raw: bytes | memoryview, block: int = SNAPPY_BLOCK_SIZE) -> bytes:
@@ -230,40 +239,38 @@ def _lzf_decompress(data: bytes | memoryview, path: str | None) -> bytes:
     return b"".join(_lzf_pieces(data, path))
 
 
-def _lzf_pieces(data: bytes | memoryview, path: str | None) -> Iterator[bytes]:
-    buf = bytes(data)
-    n = len(buf)
-    pos = 0
-    while pos < n:
+def _lzf_pieces(data: Bytes | Iterable[Bytes], path: str | None) -> Iterator[bytes]:
+    src = ByteSource(data)
+    while not src.at_end():
+        pos = src.pos
         # ChunkDecoder.decodeChunk: 'Z' 'V' type, then uint16 lengths; type 0 = stored and
         # any other type = compressed (Java does not check the value further).
-        if n - pos < 5 or buf[pos : pos + 2] != b"ZV":
+        head = bytes(src.peek(7))
+        if len(head) < 5 or head[:2] != b"ZV":
             raise CorruptFileError(
                 f"bad LZF chunk header at byte {pos} (expected 'ZV', type, length)", path
             )
-        kind = buf[pos + 2]
-        (clen,) = _BE_U16.unpack_from(buf, pos + 3)
+        kind = head[2]
+        (clen,) = _BE_U16.unpack_from(head, 3)
         if kind == 0:
-            start = pos + 5
-            if start + clen > n:
+            src.take(5)
+            if src.available(clen) < clen:
                 raise CorruptFileError(f"truncated: stored LZF chunk at byte {pos}", path)
-            yield buf[start : start + clen]
-            pos = start + clen
+            yield bytes(src.take(clen))
             continue
-        if n - pos < 7:
+        if len(head) < 7:
             raise CorruptFileError(f"truncated: LZF chunk header at byte {pos}", path)
-        (dlen,) = _BE_U16.unpack_from(buf, pos + 5)
-        start = pos + 7
-        if start + clen > n:
+        (dlen,) = _BE_U16.unpack_from(head, 5)
+        src.take(7)
+        if src.available(clen) < clen:
             raise CorruptFileError(f"truncated: compressed LZF chunk at byte {pos}", path)
         try:
-            piece = lzf_decompress_block(buf[start : start + clen], dlen)
+            piece = lzf_decompress_block(bytes(src.take(clen)), dlen)
         except ValueError as e:
             raise CorruptFileError(
                 f"LZF chunk at byte {pos} does not decompress ({e})", path
             ) from None
         yield piece
-        pos = start + clen
 
 
 def lzf_decompress_block(src: bytes, dlen: int) -> bytes:

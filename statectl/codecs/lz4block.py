@@ -13,11 +13,12 @@ the end mark, which turns that truncation into an error.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import lz4.block
 import xxhash
 
+from statectl.codecs.bytesource import Bytes, ByteSource
 from statectl.errors import CorruptFileError
 
 MAGIC = b"LZ4Block"
@@ -55,22 +56,24 @@ def decode_lz4_block_stream(data: bytes | memoryview, path: str | None = None) -
 
 
 def iter_lz4_block_stream(
-    data: bytes | memoryview, path: str | None = None
+    data: Bytes | Iterable[Bytes], path: str | None = None
 ) -> Iterator[bytes | memoryview]:
-    """:func:`decode_lz4_block_stream` a block at a time (a bounded read's pieces)."""
-    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
-    n = len(view)
+    """:func:`decode_lz4_block_stream` a block at a time (a bounded read's pieces); ``data`` is
+    the whole stream or its bytes in pieces (:class:`~statectl.codecs.bytesource.ByteSource`)."""
+    src = ByteSource(data)
     unpack = HEADER.unpack_from
-    pos = 0
     ended = False
-    while pos < n:
-        if n - pos < HEADER_SIZE:
+    empty = src.at_end()
+    while not src.at_end():
+        pos = src.pos
+        have = src.available(HEADER_SIZE)
+        if have < HEADER_SIZE:
             raise CorruptFileError(
                 f"truncated: stream ends inside a block header at byte {pos} "
-                f"({n - pos} of {HEADER_SIZE} bytes)",
+                f"({have} of {HEADER_SIZE} bytes)",
                 path,
             )
-        magic, token, clen, dlen, check = unpack(view, pos)
+        magic, token, clen, dlen, check = unpack(src.take(HEADER_SIZE))
         if magic != MAGIC:
             raise CorruptFileError(
                 f"LZ4 block at byte {pos}: bad magic {bytes(magic)!r} (not an lz4-java LZ4Block "
@@ -78,19 +81,17 @@ def iter_lz4_block_stream(
                 path,
             )
         _check_header(pos, token, clen, dlen, check, path)
-        start = pos + HEADER_SIZE
         if dlen == 0:
             ended = True  # end mark; Spark's reader keeps going if another stream follows
-            pos = start
             continue
-        end = start + clen
-        if end > n:
+        have = src.available(clen)
+        if have < clen:
             raise CorruptFileError(
                 f"truncated: LZ4 block at byte {pos} needs {clen} payload bytes, "
-                f"only {n - start} remain",
+                f"only {have} remain",
                 path,
             )
-        payload = view[start:end]
+        payload = src.take(clen)
         if token & 0xF0 == METHOD_RAW:
             raw: bytes | memoryview = payload
         else:
@@ -116,12 +117,11 @@ def iter_lz4_block_stream(
             )
         yield raw
         ended = False
-        pos = end
     if not ended:
         raise CorruptFileError(
-            "missing LZ4 end mark: the stream stops after a data block (file truncated?)"
-            if n
-            else "missing LZ4 end mark: the file is empty",
+            "missing LZ4 end mark: the file is empty"
+            if empty
+            else "missing LZ4 end mark: the stream stops after a data block (file truncated?)",
             path,
         )
 
