@@ -279,6 +279,6 @@ def test_tiny_budget_savepoint_of_a_damaged_file_fails_and_writes_nothing(fixtur
     data[-10] ^= 0x40
     delta.write_bytes(bytes(data))
     out = tmp_path / "sp"
-    with pytest.raises(CorruptFileError, match="3.delta"):
+    with pytest.raises(CorruptFileError, match=r"3\.delta"):
         take_savepoint(str(ck), str(out), engine=Engine(100, 1))
     assert not list(out.glob("*/_metadata"))
