@@ -180,14 +180,14 @@ def savepoint(
     same savepoint as the local engine's. ``engine="auto"``: Spark for large state when a
     session is at hand (docs/guide.md); the result's ``engine`` says which ran. ``memory``
     (bytes or ``"512M"``) bounds the local engine: partitions larger than a worker's share are
-    read and written in chunks."""
+    read and written in chunks; on the Spark engine it is each task's budget."""
     from statectl.engine import Engine
     from statectl.savepoints.create import take_savepoint
 
     chosen = (
         None
         if engine == "local" and spark is None
-        else _engine(engine, spark, spark_confs, _state_size(as_url(checkpoint), "state"))
+        else _engine(engine, spark, spark_confs, _state_size(as_url(checkpoint), "state"), memory)
     )
     runner = None if isinstance(chosen, Engine) else chosen  # local: sized by ``workers``
 

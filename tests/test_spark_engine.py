@@ -113,6 +113,17 @@ def test_spark_engine_savepoint_equals_local(spark, tmp_path: Path, name: str) -
     on_spark = statectl.savepoint(str(FIXTURES / name), str(tmp_path / "spark"), spark=spark)
     assert _contents(on_spark.path) == _contents(local.path)
     assert on_spark.operators == local.operators and sum(local.operators.values()) > 0
+    # --memory is each Spark task's budget: 2000 bytes streams every partition in chunks and
+    # spills in the executor's own temporary directory, with the same result.
+    tiny = statectl.savepoint(
+        str(FIXTURES / name), str(tmp_path / "tiny"), spark=spark, memory=2000
+    )
+    local_tiny = statectl.savepoint(
+        str(FIXTURES / name), str(tmp_path / "local-tiny"), memory=2000, workers=1
+    )
+    assert _contents(tiny.path) == _contents(local_tiny.path)
+    assert tiny.operators == local.operators
+    assert tiny.to_dict()["engine"] == "spark"
 
 
 @pytest.mark.spark

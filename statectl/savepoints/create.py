@@ -335,12 +335,13 @@ def build_savepoint(
                     PartitionTask(ckpt, op, task.selection, p, batch, enc, out_io, out_root, rel)
                 )
     runner = engine or Engine.of(workers=1)
-    # The local engine's share per task bounds each partition's read (statectl/state.py);
-    # Spark's executors are sized by their own confs.
-    budget = runner.per_task if isinstance(runner, Engine) else None
+    # The engine's share per task bounds each partition's read (statectl/state.py): the local
+    # engine's part of --memory, or what one Spark task may hold. Spark tasks spill under the
+    # executor's own temporary directory (the driver's is not theirs).
+    local = isinstance(runner, Engine)
     with spill_dir() as scratch:
         for job in jobs:
-            job.budget, job.scratch = budget, scratch
+            job.budget, job.scratch = runner.per_task, scratch if local else None
         results = iter(run_tasks(jobs, runner, progress))
     operators = []
     for op in ops:
