@@ -433,3 +433,22 @@ def test_changed_key_type_is_named_and_not_offered_n(tmp_path):
     noise = [ln for ln in proc.stderr.splitlines() if not ln.startswith("statectl: ")]
     assert not noise, noise
     assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize("fmt", [2, 3, 4])
+def test_a_join_savepoint_pinning_avro_encoding_is_refused_with_sparks_reason(tmp_path, fmt):
+    """Spark 4.3 refuses Avro state encoding for stream-stream joins at every join state
+    format (checked with a real query: "State store encoding format as avro is not supported
+    for operator=join"), so a join savepoint that pins it was not written by Spark as it is:
+    refused at plan time, whatever --join-state-format says."""
+    url, _ = take_savepoint(str(FIXTURES / "join3-rocksdb"), str(tmp_path / "sp"))
+
+    def avro(meta):
+        meta["pinned_confs"]["spark.sql.streaming.stateStore.encodingFormat"] = "avro"
+
+    sp = crafted(tmp_path, url, "avro", avro)
+    plan = restore(sp, str(tmp_path / "ck"), dry_run=True, join_state_format=fmt)
+    assert any("Avro state encoding is not supported for joins" in p for p in plan.problems)
+    p = cli("restore", str(tmp_path / "ck"), "-s", sp, "--join-state-format", str(fmt))
+    assert p.returncode == 2 and "refuses to run" in p.stderr
+    assert not (tmp_path / "ck").exists()
