@@ -50,26 +50,9 @@ def _mismatch(path: str, sidecar: str) -> CorruptFileError:
 
 def check_hadoop_crc(data: bytes, sidecar: bytes, path: str, sidecar_path: str) -> None:
     """Verify ``data`` against the bytes of its Hadoop ``.crc`` sidecar."""
-    if len(sidecar) < 8 or sidecar[:4] != _HADOOP_MAGIC:
-        raise CorruptFileError("is not a Hadoop checksum file (bad header)", sidecar_path)
-    (chunk,) = struct.unpack(">i", sidecar[4:8])
-    if chunk <= 0:
-        raise CorruptFileError(f"invalid bytesPerChecksum {chunk}", sidecar_path)
-    n_chunks = -(-len(data) // chunk)
-    if len(sidecar) != 8 + 4 * n_chunks:  # also a file that grew or shrank
-        raise _mismatch(path, sidecar_path)
-    if n_chunks == 0:
-        return
-    stored = np.frombuffer(sidecar, dtype=">u4", offset=8)
-    view = memoryview(data)
-    crc = zlib.crc32
-    computed = np.fromiter(
-        (crc(view[i : i + chunk]) for i in range(0, len(data), chunk)),
-        dtype=np.uint32,
-        count=n_chunks,
-    )
-    if not np.array_equal(computed, stored):
-        raise _mismatch(path, sidecar_path)
+    crc = _HadoopCrc(sidecar, path, sidecar_path)
+    crc.update(data)
+    crc.finish()
 
 
 def crc32c(data: bytes) -> int:
