@@ -74,7 +74,3 @@ class ByteSource:
         while not self.at_end():
             chunks.append(bytes(self.take(len(self._buf) - self._at)))
         return memoryview(b"".join(chunks))
-
-    def remaining_hint(self) -> int:
-        """The unread bytes buffered now (what an error message can say remains)."""
-        return len(self._buf) - self._at
