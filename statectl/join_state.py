@@ -40,10 +40,10 @@ from statectl.checkpoint.model import StoreDescription
 from statectl.checkpoint.state_metadata import ColumnFamilySchema
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.errors import StatectlError, UnsupportedError
-from statectl.operators import JOIN_STORES, JOIN_V3, JOIN_V4, JOIN_V4_FAMILIES
+from statectl.operators import JOIN_STORES, JOIN_V2, JOIN_V3, JOIN_V4, JOIN_V4_FAMILIES
 
 NAME = "symmetricHashJoin"
-FORMAT_CONF = "spark.sql.streaming.join.stateFormatVersion"
+FORMAT_CONF = JOIN_V2.format_conf
 EVENT_TIME = "__event_time"
 WATERMARK_KEY = "spark.watermarkDelayMs"
 # Which backends Spark runs each format on; formats 3 and 4 as RocksDB snapshots here (statectl
@@ -81,8 +81,7 @@ def format_of(kind: Any) -> int | None:
 
 def pinned_format(confs: dict[str, str]) -> int:
     """The join state format a checkpoint's pinned confs say (Spark's legacy default: 1)."""
-    raw = confs.get(FORMAT_CONF, "1")
-    return int(raw) if str(raw).isdigit() else 1
+    return JOIN_V2.state_format(confs) or 1
 
 
 # -- the format-2 view of formats 3 and 4 (inspect, savepoint) --------------------------------

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from statectl.checkpoint.logs import PINNED_CONF_LEGACY_DEFAULTS
 from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import UnsupportedError
 
@@ -117,19 +118,18 @@ class OperatorKind:
     # The operator runs in one task (StreamingGlobalLimitExec): its state is in partition 0
     # only, whatever the partition count, and Spark never creates the other partitions.
     single_partition: bool = False
-    # The SQL conf that pins this kind's state format in the offset log, and the format Spark
-    # assumes when an old checkpoint does not pin it (OffsetSeqMetadata's legacy defaults).
+    # The SQL conf that pins this kind's state format in the offset log.
     format_conf: str = ""
-    legacy_format: int = 1
     fixed_format: int | None = None  # the format this spec is (join formats 3 and 4)
 
     def state_format(self, confs: dict[str, str]) -> int | None:
-        """The state format version this operator's state is in (None: the kind has one)."""
+        """The state format version this operator's state is in (None: the kind has one).
+        An old checkpoint that does not pin it has Spark's legacy default."""
         if self.fixed_format is not None:
             return self.fixed_format
         if not self.format_conf:
             return None
-        raw = str(confs.get(self.format_conf, self.legacy_format))
+        raw = str(confs.get(self.format_conf, PINNED_CONF_LEGACY_DEFAULTS[self.format_conf]))
         return int(raw) if raw.isdigit() else None
 
     def partitions_of(self, table: str, key: pa.StructArray, partitions: int) -> np.ndarray:
