@@ -120,13 +120,9 @@ def read_verified(io: FileIO, path: str, *, data_file: bool = False, verify: boo
     data = io.read_bytes(path)
     if data_file and not verify:
         return data
-    check_hadoop_crc_of(io, path, data)
-    if data_file:
-        spark_path = spark_crc_path(path)
-        text = io.read_bytes_if_exists(spark_path)
-        if text is not None:
-            check_hadoop_crc_of(io, spark_path, text)
-            check_spark_checksum(data, text, path, spark_path)
+    checks = _FileChecks(io, path, data_file=data_file)
+    checks.update(data)
+    checks.finish()
     return data
 
 
@@ -141,28 +137,41 @@ def iter_verified(
     if not verify:
         yield from io.iter_bytes(path, block)
         return
-    hadoop_path = hadoop_crc_path(path)
-    hadoop = io.read_bytes_if_exists(hadoop_path)
-    spark_path = spark_crc_path(path)
-    spark = io.read_bytes_if_exists(spark_path)
-    if spark is not None:
-        check_hadoop_crc_of(io, spark_path, spark)
-    hadoop_crc = _HadoopCrc(hadoop, path, hadoop_path) if hadoop is not None else None
-    crc32c_state = _crc32c_state() if spark is not None else None
-    size = 0
+    checks = _FileChecks(io, path, data_file=True)
     for chunk in io.iter_bytes(path, block):
-        size += len(chunk)
-        if hadoop_crc is not None:
-            hadoop_crc.update(chunk)
-        if crc32c_state is not None:
-            crc32c_state.update(chunk)
+        checks.update(chunk)
         yield chunk
-    if hadoop_crc is not None:
-        hadoop_crc.finish()
-    if spark is not None and crc32c_state is not None:
-        check_spark_checksum_of(
-            size, int.from_bytes(crc32c_state.digest(), "big"), spark, path, spark_path
-        )
+    checks.finish()
+
+
+class _FileChecks:
+    """The checksums stored beside one file (its Hadoop ``.crc``; for a state file also Spark's
+    ``<name>.crc``), computed over its bytes as they pass, whole or in blocks."""
+
+    def __init__(self, io: FileIO, path: str, *, data_file: bool) -> None:
+        self.io, self.path = io, path
+        hadoop_path = hadoop_crc_path(path)
+        sidecar = io.read_bytes_if_exists(hadoop_path)
+        self.hadoop = _HadoopCrc(sidecar, path, hadoop_path) if sidecar is not None else None
+        self.spark_path = spark_crc_path(path)
+        self.spark = io.read_bytes_if_exists(self.spark_path) if data_file else None
+        self.crc32c = _crc32c_state() if self.spark is not None else None
+        self.size = 0
+
+    def update(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.hadoop is not None:
+            self.hadoop.update(data)
+        if self.crc32c is not None:
+            self.crc32c.update(data)
+
+    def finish(self) -> None:
+        if self.hadoop is not None:
+            self.hadoop.finish()
+        if self.spark is not None and self.crc32c is not None:
+            check_hadoop_crc_of(self.io, self.spark_path, self.spark)
+            value = int.from_bytes(self.crc32c.digest(), "big")
+            check_spark_checksum_of(self.size, value, self.spark, self.path, self.spark_path)
 
 
 class _HadoopCrc:
