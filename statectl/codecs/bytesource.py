@@ -45,6 +45,12 @@ class ByteSource:
         self._at = 0
         return min(have, n)
 
+    @classmethod
+    def of(cls, data: Bytes | Iterable[Bytes] | ByteSource) -> ByteSource:
+        """``data`` as a source (a source already is one: a reader may look ahead, then hand
+        the same cursor on)."""
+        return data if isinstance(data, ByteSource) else cls(data)
+
     def peek(self, n: int) -> memoryview:
         """The next ``n`` bytes (fewer at the end), not consumed."""
         k = self.available(n)

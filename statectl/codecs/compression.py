@@ -91,21 +91,17 @@ def iter_decompressed(
     ``data`` may itself come in pieces (a large file read a block at a time), so that its
     compressed bytes are not held at once either."""
     codec = normalize_codec(codec)
-    if not isinstance(data, bytes | bytearray | memoryview):
-        src = ByteSource(data)
-        if src.at_end() and codec != "lzf":
-            raise CorruptFileError(f"empty file (a {codec} stream is never empty)", path)
-        data = _rest_of(src)
-    elif len(data) == 0 and codec != "lzf":
+    src = ByteSource.of(data)
+    if src.at_end() and codec != "lzf":
         raise CorruptFileError(f"empty file (a {codec} stream is never empty)", path)
     if codec == "lz4":
-        yield from iter_lz4_block_stream(data, path)
+        yield from iter_lz4_block_stream(src, path)
     elif codec == "zstd":
-        yield from _zstd_pieces(data, path)
+        yield from _zstd_pieces(src, path)
     elif codec == "snappy":
-        yield from _snappy_pieces(data, path)
+        yield from _snappy_pieces(src, path)
     else:
-        yield from _lzf_pieces(data, path)
+        yield from _lzf_pieces(src, path)
 
 
 def compress_stream(codec: str, raw: bytes | memoryview) -> bytes:
@@ -121,16 +117,10 @@ def compress_stream(codec: str, raw: bytes | memoryview) -> bytes:
     return _lzf_compress(raw)
 
 
-def _rest_of(src: ByteSource) -> Iterator[Bytes]:
-    """The unread bytes of ``src`` as blocks (what was peeked first, then the rest)."""
-    while (n := src.available(1 << 20)) > 0:
-        yield src.take(n)
-
-
 # -- zstd ------------------------------------------------------------------------------------
-def _zstd_pieces(data: Bytes | Iterable[Bytes], path: str | None) -> Iterator[bytes]:
+def _zstd_pieces(data: Bytes | Iterable[Bytes] | ByteSource, path: str | None) -> Iterator[bytes]:
     """Frame by frame, fed 1 MiB of input at a time (output bounded by the input's ratio)."""
-    src = ByteSource(data)
+    src = ByteSource.of(data)
     step = 1 << 20
     while not src.at_end():
         offset = src.pos
@@ -179,8 +169,8 @@ def _snappy_decompress(data: bytes | memoryview, path: str | None) -> bytes:
     return b"".join(_snappy_pieces(data, path))
 
 
-def _snappy_pieces(data: Bytes | Iterable[Bytes], path: str | None) -> Iterator[bytes]:
-    src = ByteSource(data)
+def _snappy_pieces(data: Bytes | Iterable[Bytes] | ByteSource, path: str | None) -> Iterator[bytes]:
+    src = ByteSource.of(data)
     if src.available(len(SNAPPY_HEADER)) < len(SNAPPY_HEADER) or bytes(src.peek(8)) != SNAPPY_MAGIC:
         # SnappyInputStream reads a stream without the magic as one raw block (data written by
         # Snappy.compress); Spark itself always writes the header.
@@ -239,8 +229,8 @@ def _lzf_decompress(data: bytes | memoryview, path: str | None) -> bytes:
     return b"".join(_lzf_pieces(data, path))
 
 
-def _lzf_pieces(data: Bytes | Iterable[Bytes], path: str | None) -> Iterator[bytes]:
-    src = ByteSource(data)
+def _lzf_pieces(data: Bytes | Iterable[Bytes] | ByteSource, path: str | None) -> Iterator[bytes]:
+    src = ByteSource.of(data)
     while not src.at_end():
         pos = src.pos
         # ChunkDecoder.decodeChunk: 'Z' 'V' type, then uint16 lengths; type 0 = stored and

@@ -56,11 +56,11 @@ def decode_lz4_block_stream(data: bytes | memoryview, path: str | None = None) -
 
 
 def iter_lz4_block_stream(
-    data: Bytes | Iterable[Bytes], path: str | None = None
+    data: Bytes | Iterable[Bytes] | ByteSource, path: str | None = None
 ) -> Iterator[bytes | memoryview]:
     """:func:`decode_lz4_block_stream` a block at a time (a bounded read's pieces); ``data`` is
     the whole stream or its bytes in pieces (:class:`~statectl.codecs.bytesource.ByteSource`)."""
-    src = ByteSource(data)
+    src = ByteSource.of(data)
     unpack = HEADER.unpack_from
     ended = False
     empty = src.at_end()
