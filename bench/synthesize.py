@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -70,12 +71,11 @@ def rows(keys: int, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     key_type = schema.field("key").type
     value_type = schema.field("value").type
     for start in range(0, keys, CHUNK):
-        ids = pa.array(range(start, min(start + CHUNK, keys)), pa.int64())
+        ids = pa.array(np.arange(start, min(start + CHUNK, keys), dtype=np.int64))
         k = pc.binary_join_element_wise("key-", pc.cast(ids, pa.string()), "")
         key = pa.StructArray.from_arrays([k], fields=list(key_type))
-        value = pa.StructArray.from_arrays(
-            [ids, pa.array([1] * len(ids), pa.int64())], fields=list(value_type)
-        )
+        ones = pa.array(np.ones(len(ids), dtype=np.int64))
+        value = pa.StructArray.from_arrays([ids, ones], fields=list(value_type))
         yield pa.RecordBatch.from_arrays([key, value], names=["key", "value"])
 
 
