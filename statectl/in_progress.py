@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from typing import Any
 
 from statectl.errors import StatectlError
@@ -18,12 +19,20 @@ from statectl.io import FileIO
 
 IN_PROGRESS_TOKEN = "STATECTL_RESTORE_IN_PROGRESS"
 
+# FileIO.write_atomic's temporary name for the marker itself: a restore killed while writing the
+# marker leaves a directory holding only this.
+_MARKER_TEMP = re.compile(
+    r"\.metadata\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.tmp"
+)
+
 
 def read_in_progress(io: FileIO, root: str) -> dict[str, Any] | None:
     """What an unfinished statectl restore's marker says, or None if ``root`` is not one."""
     p = posixpath.join(root, "metadata")
     try:
-        if not io.exists(p) or io.is_dir(p) or io.size(p) > 65536:
+        if not io.exists(p):
+            return {"before_marker": True} if _only_marker_temps(io, root) else None
+        if io.is_dir(p) or io.size(p) > 65536:
             return None
         text = io.read_bytes(p).decode("utf-8", "replace")
     except (OSError, StatectlError):
@@ -38,8 +47,18 @@ def read_in_progress(io: FileIO, root: str) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else {}
 
 
+def _only_marker_temps(io: FileIO, root: str) -> bool:
+    """``root`` holds nothing but temporaries of the marker (killed before it was renamed)."""
+    entries = io.list_dir(root)
+    return bool(entries) and all(
+        not e.is_dir and not e.is_link and _MARKER_TEMP.fullmatch(e.name) for e in entries
+    )
+
+
 def describe_in_progress(info: dict[str, Any]) -> str:
     what = info.get("command", "restore")
+    if info.get("before_marker"):
+        return "a statectl restore or migrate stopped while marking the target; it wrote nothing"
     src = f" from {info['source']}" if info.get("source") else ""
     when = f", started {info['started_at']}" if info.get("started_at") else ""
     who = f" by pid {info['pid']} on {info['host']}" if info.get("pid") else ""

@@ -1374,6 +1374,10 @@ def begin_target(
         marker = read_in_progress(io, root)
         if marker is None:  # re-checked here: never delete anything but an unfinished restore
             raise StatectlError("--overwrite replaces only an interrupted statectl restore", root)
+        # The marker goes last: killed mid-way, what is left is still an overwritable restore.
+        for entry in io.list_dir(root):
+            if entry.name != "metadata":
+                io.remove(entry.path, recursive=entry.is_dir and not entry.is_link)
         io.remove(root, recursive=True)
     io.makedirs(root)
     io.write_atomic(_under(root, "metadata"), _marker(plan, command, source), overwrite=True)

@@ -283,6 +283,49 @@ def test_a_killed_migrate_leaves_no_savepoint_behind(tmp_path, sig):
     assert Checkpoint.open(str(target)).operator_ids() == [0, 1]
 
 
+KILLED_MARKING = """
+import os, signal, sys
+from fsspec.implementations.local import LocalFileSystem
+orig = LocalFileSystem.mv
+def mv(self, src, dst, *a, **k):
+    if os.path.basename(src).startswith(".metadata."):
+        os.kill(os.getpid(), signal.SIGKILL)  # the marker's temporary is written, not renamed
+    return orig(self, src, dst, *a, **k)
+LocalFileSystem.mv = mv
+sys.argv = ["statectl", *sys.argv[1:]]
+from statectl.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("command", ["restore", "migrate"])
+def test_killed_while_marking_the_target_is_overwritable(tmp_path, savepoints, command):
+    """kill -9 between writing the marker's temporary and renaming it leaves a directory with
+    only that temporary: reported as an unfinished restore, refused, replaced by --overwrite."""
+    target = tmp_path / "out"
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_MARKING)
+    args = (
+        ["restore", str(target), "-s", savepoints["agg"]]
+        if command == "restore"
+        else ["migrate", str(FIXTURES / "agg-hdfs"), str(target)]
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, env=env)
+    assert proc.returncode == -9
+    [left] = list(target.iterdir())
+    assert left.name.startswith(".metadata.") and left.name.endswith(".tmp")
+    again = cli(*args)
+    assert again.returncode == 2 and "stopped while marking the target" in again.stderr
+    assert "--overwrite" in again.stderr
+    ok = cli(*args, "--overwrite")
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(p.name for p in target.iterdir() if p.name.startswith(".")) == []
+    ck = Checkpoint.open(str(target))
+    src = Checkpoint.open(str(FIXTURES / "agg-hdfs"))
+    assert arrow_rows(read_state(ck, Selection(0))) == arrow_rows(read_state(src, Selection(0)))
+
+
 # -- with Spark ---------------------------------------------------------------------------
 @pytest.mark.spark
 def test_spark_refuses_an_interrupted_restore_and_continues_after_overwrite(
