@@ -187,7 +187,9 @@ def _spark_partitions(name: str, store: str | None = None) -> list[tuple[Any, in
     return [(row[0], row[-1]) for row in read["rows"]]
 
 
-@pytest.mark.parametrize("name", ["session-hdfs", "session-rocksdb", "session-dynamic-hdfs"])
+@pytest.mark.parametrize(
+    "name", ["session-hdfs", "session-rocksdb", "session-dynamic-hdfs", "session-dynamic-rocksdb"]
+)
 def test_session_keys_are_placed_by_the_grouping_columns_only(name):
     """Session state key (k, sessionStartTime), numColsPrefixKey 1: Spark places every session
     by hash(k) alone, so all sessions of a key share a partition; the session spec does the

@@ -502,6 +502,7 @@ def test_restore_every_fixture_reads_back(tmp_path):
         "agg-ckptv2-rocksdb-changelog",
         "session-hdfs",
         "session-dynamic-hdfs",
+        "session-dynamic-rocksdb",
         "limit-rocksdb",
     ]
     for name in names:
@@ -986,14 +987,14 @@ def test_spark35_state_moves_to_spark43_with_query(spark, tmp_path):
     assert got == {"k0": before["k0"] + 1, "k3": before["k3"] + 1, "znew": 1}
 
 
+@pytest.mark.parametrize("name", ["session-rocksdb", "session-dynamic-rocksdb"])
 @pytest.mark.parametrize("changelog", [False, True])
-def test_session_state_restores_byte_for_byte_as_spark_wrote_it(tmp_path, changelog):
-    """A session window restored to RocksDB at the fixture's own partition count holds exactly
-    the bytes Spark wrote: keys prefix-encoded (numColsPrefixKey 1), values, the schema file and
-    the operator metadata."""
+def test_session_state_restores_byte_for_byte_as_spark_wrote_it(tmp_path, changelog, name):
+    """A session window (fixed or dynamic gap) restored to RocksDB at the fixture's own
+    partition count holds exactly the bytes Spark wrote: keys prefix-encoded (numColsPrefixKey
+    1), values, the schema file and the operator metadata."""
     from statectl.state import StoreEncoding, load_raw
 
-    name = "session-rocksdb"
     url, _ = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
     restore(url, str(tmp_path / "ck"), backend="rocksdb", partitions=2, changelog=changelog)
     src, dst = Checkpoint.open(str(FIXTURES / name)), Checkpoint.open(str(tmp_path / "ck"))
