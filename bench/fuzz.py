@@ -1060,13 +1060,17 @@ def run_kill_case(dirs: CaseDirs, fixture: str, cls: str, delay: float) -> dict[
             r.name = v.name.replace(":verify", f":{role}")
             results.append(_result_dict(r, dirs) | {"compare_as": v.name, "role": role})
 
-    read_back("after-kill", sp_path)
-    if finished and done["rc"] == 0:
+    # Killed after the restore/migrate wrote its real `metadata` (its last file) but before the
+    # command exited: the output is complete, must read back the same, and is not re-run
+    # (restore rightly refuses to overwrite a checkpoint).
+    completed = not finished and cls != "kill-savepoint" and _wrote_real_metadata(dirs, cls)
+    read_back("after-complete" if completed else "after-kill", sp_path)
+    if completed or (finished and done["rc"] == 0):
         # nothing to recover (and restore/migrate rightly refuse to overwrite a checkpoint)
         watch.active = False
         events = list(watch.events) + watch.logged()
         events += diff_snapshots(before, snapshot(dirs.root, (dirs.out, dirs.tmp)))
-        return {"results": results, "events": events, "killed": False}
+        return {"results": results, "events": events, "killed": completed}
     # recovery: the same command again; restore/migrate ask for --overwrite after an interrupt
     watch.writes = cmd.writes
     rerun = _run_in_process(cmd, dirs, None)
@@ -1084,6 +1088,15 @@ def run_kill_case(dirs: CaseDirs, fixture: str, cls: str, delay: float) -> dict[
     events = list(watch.events) + watch.logged()
     events += diff_snapshots(before, snapshot(dirs.root, (dirs.out, dirs.tmp)))
     return {"results": results, "events": events, "killed": killed}
+
+
+def _wrote_real_metadata(dirs: CaseDirs, cls: str) -> bool:
+    """The restore/migrate target has its final ``metadata`` (``{"id": ...}``), not the marker."""
+    meta = dirs.out / ("ck" if cls == "kill-restore" else "mk") / "metadata"
+    try:
+        return "id" in json.loads(meta.read_text())
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def _run_in_process(c: Command, dirs: CaseDirs, sp_path: str | None) -> Result:
@@ -1106,7 +1119,7 @@ def classify_kill(r: dict[str, Any], base: dict[str, Any] | None) -> str:
         if outcome in ("TRACEBACK", "CRASH"):
             return outcome
         return "same" if r["rc"] == 0 else "NO-RECOVERY"
-    if r.get("role") == "after-rerun" and outcome == "clean-error":
+    if r.get("role") in ("after-rerun", "after-complete") and outcome == "clean-error":
         return "NO-RECOVERY"
     return outcome
 
