@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from statectl.backends import RawState, empty_raw_state
 from statectl.backends.hdfs import hdfs_events, read_hdfs_store
 from statectl.backends.replay import bounded_replay
-from statectl.backends.rocksdb import read_rocksdb_store, rocksdb_events
+from statectl.backends.rocksdb import SnapshotMetadata, read_rocksdb_store, rocksdb_events
 from statectl.checkpoint.model import (
     CODEC_CONF,
     ENCODING_CONF,
@@ -406,12 +406,19 @@ def iter_partition(
     scratch: str,
 ) -> Iterator[pa.Table]:
     """:func:`read_partition` in chunks, holding about ``budget`` bytes: the same rows in the
-    same order. Key-value stores (aggregations, deduplication, joins at format 2, ...) are
-    replayed in bounded memory (statectl/backends/replay.py); state in column families
-    (transformWithState, joins at formats 3/4) is still read whole, one partition at a time.
+    same order. Key-value stores (aggregations, deduplication, joins at format 2, ...) and
+    transformWithState's column families are replayed in bounded memory
+    (statectl/backends/replay.py); joins at formats 3/4 are still read whole, one partition at
+    a time.
     ``scratch`` is a private directory for spill files."""
+    if partition_absent(ckpt, op, partition):
+        yield read_partition(ckpt, op, sel, partition, batch, enc)
+        return
+    if op.uses_column_families and format_of(op.kind) is None and enc.backend != HDFS:
+        yield from _cf_chunks(ckpt, op, sel, partition, batch, enc, budget, scratch)
+        return
     plain = _plain_store(op, sel)
-    if plain is None or partition_absent(ckpt, op, partition):
+    if plain is None:
         yield read_partition(ckpt, op, sel, partition, batch, enc)
         return
     store, side = plain
@@ -432,6 +439,34 @@ def iter_partition(
         yield join_side_view(table) if side else table
 
 
+def _cf_chunks(
+    ckpt: Checkpoint,
+    op: Operator,
+    sel: Selection,
+    partition: int,
+    batch: int,
+    enc: StoreEncoding,
+    budget: int,
+    scratch: str,
+) -> Iterator[pa.Table]:
+    """transformWithState: one state variable's rows (or the timers), a chunk of the
+    partition's live column-family entries at a time."""
+    where = ckpt.path("state", str(op.operator_id), str(partition))
+    metas: list[SnapshotMetadata] = []  # the snapshot's metadata: its column family ids
+    empty = True
+    for keys, values in _live_entries(
+        ckpt, op, "default", partition, batch, enc, budget, scratch, metas
+    ):
+        raw = RawState(keys, values, cf_ids=metas[0].cf_ids if metas else {})
+        table = _cf_table(raw, op, sel, partition, enc, where)
+        if ckpt.verify:
+            check_placement(ckpt, op, table, None, partition, batch)
+        empty = False
+        yield table
+    if empty:  # no live entries: still one (empty) table, with the columns
+        yield read_partition(ckpt, op, sel, partition, batch, enc)
+
+
 def _live_entries(
     ckpt: Checkpoint,
     op: Operator,
@@ -441,8 +476,10 @@ def _live_entries(
     enc: StoreEncoding,
     budget: int,
     scratch: str,
+    metas: list[SnapshotMetadata] | None = None,
 ) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
-    """A store partition's live entries, as :func:`load_raw` has them, a chunk at a time."""
+    """A store partition's live entries, as :func:`load_raw` has them, a chunk at a time
+    (RocksDB: the base snapshot's metadata is appended to ``metas`` before its first chunk)."""
     directory = store_dir(ckpt, op.operator_id, partition, store)
     # A chunk is decoded (and written) after it is read: about a tenth of the budget each.
     chunk_bytes = max(1 << 10, budget // 10)
@@ -459,6 +496,7 @@ def _live_entries(
             unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
             verify=ckpt.verify,
             max_bytes=chunk_bytes,
+            metas=metas,
         )
     if unique:  # one snapshot: each key once, no replay
         for chunk in chunks:
@@ -486,6 +524,50 @@ def _plain_store(op: Operator, sel: Selection) -> tuple[str, bool] | None:
     return (store, False) if store in op.store_names else None
 
 
+def _cf_table(
+    raw: RawState, op: Operator, sel: Selection, partition: int, enc: StoreEncoding, where: str
+) -> pa.Table:
+    """The rows of one state variable (or the registered timers) among the column-family
+    entries ``raw`` (a whole partition or a chunk of its live entries)."""
+    if sel.registered_timers:
+        time_mode = op.properties.get("timeMode", "")
+        name = TIMER_CFS[0] if time_mode == "EventTime" else TIMER_CFS[1]
+        desc = op.schema(name)
+        keys, _ = _cf_entries(raw, name, where)
+        # Key {key: grouping key, expiryTimestampMs}; Spark shows the two as columns.
+        k = decode_key(keys, desc, enc, where)
+        return pa.Table.from_arrays(
+            [
+                k.field("key"),
+                k.field("expiryTimestampMs"),
+                pa.array(np.full(len(k), partition, dtype=np.int32)),
+            ],
+            names=["key", "expiration_timestamp_ms", "partition_id"],
+        )
+    name = sel.state_var or sel.store or "default"
+    desc = op.schema(name)
+    check_schema(desc)
+    keys, values = _cf_entries(raw, name, where)
+    kind = state_variable_type(op, name)
+    k = decode_key(keys, desc, enc, where)
+    if kind == "ListState":
+        owners, elems = split_list_values(values, where)
+        v = decode_rows(elems, desc.value_schema, enc, where)
+        return _table(k.take(pa.array(owners)), "list_element", v, partition)
+    v = decode_rows(values, desc.value_schema, enc, where)
+    if kind == "MapState":
+        return pa.Table.from_arrays(
+            [
+                k.field("key"),
+                k.field("userKey"),
+                v,
+                pa.array(np.full(len(k), partition, dtype=np.int32)),
+            ],
+            names=["key", "user_map_key", "user_map_value", "partition_id"],
+        )
+    return _table(k, "value", v, partition)
+
+
 def _read_partition(
     ckpt: Checkpoint, op: Operator, sel: Selection, partition: int, batch: int, enc: StoreEncoding
 ) -> tuple[pa.Table, str | None]:
@@ -503,43 +585,7 @@ def _read_partition(
         )
     if op.uses_column_families:
         raw = load_raw(ckpt, op, "default", partition, batch, enc)
-        if sel.registered_timers:
-            time_mode = op.properties.get("timeMode", "")
-            name = TIMER_CFS[0] if time_mode == "EventTime" else TIMER_CFS[1]
-            desc = op.schema(name)
-            keys, _ = _cf_entries(raw, name, where)
-            # Key {key: grouping key, expiryTimestampMs}; Spark shows the two as columns.
-            k = decode_key(keys, desc, enc, where)
-            return pa.Table.from_arrays(
-                [
-                    k.field("key"),
-                    k.field("expiryTimestampMs"),
-                    pa.array(np.full(len(k), partition, dtype=np.int32)),
-                ],
-                names=["key", "expiration_timestamp_ms", "partition_id"],
-            ), None
-        name = sel.state_var or sel.store or "default"
-        desc = op.schema(name)
-        check_schema(desc)
-        keys, values = _cf_entries(raw, name, where)
-        kind = state_variable_type(op, name)
-        k = decode_key(keys, desc, enc, where)
-        if kind == "ListState":
-            owners, elems = split_list_values(values, where)
-            v = decode_rows(elems, desc.value_schema, enc, where)
-            return _table(k.take(pa.array(owners)), "list_element", v, partition), None
-        v = decode_rows(values, desc.value_schema, enc, where)
-        if kind == "MapState":
-            return pa.Table.from_arrays(
-                [
-                    k.field("key"),
-                    k.field("userKey"),
-                    v,
-                    pa.array(np.full(len(k), partition, dtype=np.int32)),
-                ],
-                names=["key", "user_map_key", "user_map_value", "partition_id"],
-            ), None
-        return _table(k, "value", v, partition), None
+        return _cf_table(raw, op, sel, partition, enc, where), None
     if sel.join_side:
         store = f"{sel.join_side}-keyWithIndexToValue"
         desc = op.schema(store)

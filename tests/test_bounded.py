@@ -163,7 +163,18 @@ def _table_files(url: str, meta) -> list[pa.Table]:  # type: ignore[no-untyped-d
 
 
 @pytest.mark.parametrize(
-    "name", ["agg-hdfs", "agg-rocksdb", "agg-rocksdb-changelog", "join-hdfs", "dedup-rocksdb"]
+    "name",
+    [
+        "agg-hdfs",
+        "agg-rocksdb",
+        "agg-rocksdb-changelog",
+        "join-hdfs",
+        "dedup-rocksdb",
+        # transformWithState: column families filtered a chunk of live entries at a time
+        "tws-rocksdb-changelog",
+        "tws-mergev1-rocksdb-changelog",
+        "tws-ttl-rocksdb",
+    ],
 )
 def test_tiny_budget_savepoint_and_export_equal_in_memory(tmp_path, name):
     """Every partition replayed through hash buckets on disk, in chunks of 16 rows."""
@@ -178,7 +189,13 @@ def test_tiny_budget_savepoint_and_export_equal_in_memory(tmp_path, name):
     for fmt in ("jsonl", "csv"):
         big = tmp_path / f"big.{fmt}"
         tiny = tmp_path / f"tiny.{fmt}"
-        side = {"join_side": "left"} if name.startswith("join") else {}
+        side = (
+            {"join_side": "left"}
+            if name.startswith("join")
+            else {"state_var": "lst"}
+            if name.startswith("tws")
+            else {}
+        )
         export_state(src, 0, out_url=str(big), memory=1 << 34, **side)
         export_state(src, 0, out_url=str(tiny), memory=2000, **side)
         assert big.read_bytes() == tiny.read_bytes()
@@ -282,3 +299,63 @@ def test_tiny_budget_savepoint_of_a_damaged_file_fails_and_writes_nothing(fixtur
     with pytest.raises(CorruptFileError, match=r"3\.delta"):
         take_savepoint(str(ck), str(out), engine=Engine(100, 1))
     assert not list(out.glob("*/_metadata"))
+
+
+def _tws_checkpoint(tmp_path: Path, keys: int) -> str:
+    """The tws-rocksdb-changelog fixture with ``keys`` wide keys in its value state ``cnt``
+    (bootstrapped with SavepointWriter.with_state, restored to RocksDB snapshots)."""
+    import pyarrow.compute as pc
+
+    import statectl
+    from statectl.processor.writing import SavepointWriter
+
+    tmp_path.mkdir()
+    url, meta = take_savepoint(str(FIXTURES / "tws-rocksdb-changelog"), str(tmp_path / "sp"))
+    (op,) = meta.operators
+    ids = pa.array(np.arange(keys))
+    k = pc.binary_join_element_wise("key-", ids.cast(pa.string()), "-" + "x" * 150, "")
+    data = pa.table(
+        {
+            "key": pa.StructArray.from_arrays([k], ["k"]),
+            "value": pa.StructArray.from_arrays([ids], ["c"]),
+        }
+    )
+    SavepointWriter.from_savepoint(statectl.open(url)).with_state(op.uid, data, "cnt").write(
+        str(tmp_path / "big")
+    )
+    target = tmp_path / "ckpt"
+    plan = restore(str(tmp_path / "big"), str(target), memory=1 << 34, workers=1)
+    assert not plan.problems, plan.problems
+    return str(target)
+
+
+@pytest.mark.slow
+def test_memory_budget_bounds_a_transform_with_state_savepoint(tmp_path):
+    """transformWithState's column families are read a chunk of live entries at a time: under
+    32M the savepoint's peak RSS does not grow with the state (200,000 vs 600,000 wide keys in
+    one value state), in memory (8G) it does, and both hold the same rows."""
+    small = _tws_checkpoint(tmp_path / "s", 200_000)
+    large = _tws_checkpoint(tmp_path / "l", 600_000)
+
+    def savepoint_rss(ckpt: str, out: str, memory: str) -> float:
+        return peak_rss_of_cli(
+            ["savepoint", ckpt, str(tmp_path / out), "--memory", memory, "--workers", "1"]
+        )
+
+    baseline = savepoint_rss(str(FIXTURES / "tws-rocksdb-changelog"), "sp0", "32M")
+    sp_small = min(savepoint_rss(small, f"sp1{i}", "32M") for i in range(2))
+    sp_large = min(savepoint_rss(large, f"sp2{i}", "32M") for i in range(2))
+    sp_unbounded = savepoint_rss(large, "sp3", "8G")
+    print(
+        f"peak RSS MB: fixture {baseline:.0f}; under 32M: 200k keys {sp_small:.0f}, "
+        f"600k keys {sp_large:.0f}; under 8G: 600k keys {sp_unbounded:.0f}"
+    )
+    assert sp_large - sp_small <= 64  # 3x the keys, the same peak (allocator noise aside)
+    assert sp_unbounded - baseline >= 2 * (sp_large - baseline)
+    (bounded,) = (tmp_path / "sp20").iterdir()
+    (unbounded,) = (tmp_path / "sp3").iterdir()
+    parts = sorted(bounded.glob("operators/*/*/*.parquet"))
+    assert sum(pq.read_metadata(p).num_rows for p in parts if p.parent.name == "cnt") == 600_000
+    for part in parts:
+        twin = unbounded / part.relative_to(bounded)
+        assert pq.read_table(part).equals(pq.read_table(twin))

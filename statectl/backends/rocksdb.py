@@ -379,17 +379,22 @@ def rocksdb_events(
     unique_id: str | None = None,
     verify: bool = True,
     max_bytes: int,
+    metas: list[SnapshotMetadata] | None = None,
 ) -> tuple[bool, Iterator[RecordBatch]]:
     """The records that make up ``version``, in replay order and about ``max_bytes`` at a
-    time, for a
-    bounded read: (whether they are one snapshot's unique keys, needing no replay; chunks)."""
+    time, for a bounded read: (whether they are one snapshot's unique keys, needing no replay;
+    chunks). The base snapshot's metadata (its column family ids) is appended to ``metas``
+    before its first chunk."""
     if version == 0:
         return True, iter(())
     base, chain, parsed = _version_chain(io, store_dir, version, codec, unique_id, verify)
 
     def chunks() -> Iterator[RecordBatch]:
         if base is not None:
-            for k, v in iter_zip(io, store_dir, base.path, verify, metas=[], max_bytes=max_bytes):
+            found = [] if metas is None else metas
+            for k, v in iter_zip(
+                io, store_dir, base.path, verify, metas=found, max_bytes=max_bytes
+            ):
                 yield RecordBatch(np.full(len(k), OP_PUT, dtype=np.uint8), k, v, None, 1)
         for f in chain:
             batch = parsed.pop((f.version, f.unique_id or ""), None)
