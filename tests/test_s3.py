@@ -488,3 +488,57 @@ def test_spark_engine_restore_on_s3_equals_local(bucket, s3_endpoint, cluster_sa
     io.fs.get(root, str(tmp_path / "spark"), recursive=True)
     (tmp_path / "dbs").mkdir()
     assert_same_checkpoint(local, tmp_path / "spark", tmp_path / "dbs")
+
+
+@pytest.mark.spark
+def test_spark_engine_errors_name_the_s3_url(bucket, s3_endpoint, spark, fixture_copy):
+    """A damaged file that an executor reads fails the run as it fails on the local engine: the
+    same class, message and path, with the s3:// URL the user gave (an executor only has s3fs's
+    form of the path, "bucket/key"), for savepoint's tasks and restore's spill stage alike."""
+    import s3fs
+
+    import statectl
+    from statectl.errors import CorruptFileError
+    from statectl.io import storage_options
+    from statectl.savepoints.store import Savepoint
+    from tests.conftest import drop_crc
+
+    endpoint = s3_endpoint["AWS_ENDPOINT_URL"]
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint})
+    ck = fixture_copy("agg-hdfs")
+    delta = max((ck / "state/0/1").glob("*.delta"), key=lambda p: int(p.stem))
+    delta.write_bytes(delta.read_bytes()[:-7])
+    drop_crc(delta)
+    fs.put(str(ck), "statectl-test/damaged-spark/agg-hdfs", recursive=True)
+    src = "s3://statectl-test/damaged-spark/agg-hdfs"
+    # The session's executors were started without this module's AWS_* environment: the options
+    # reach them with the tasks.
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+
+    def failures(run) -> tuple[CorruptFileError, CorruptFileError]:
+        with storage_options(options):
+            with pytest.raises(CorruptFileError) as local:
+                run()
+            with pytest.raises(CorruptFileError) as on_spark:
+                run(engine="spark", spark=spark)
+        return local.value, on_spark.value
+
+    local, on_spark = failures(lambda **kw: statectl.savepoint(src, "s3://statectl-test/x", **kw))
+    assert local.path == f"{src}/state/0/1/{delta.name}"
+    assert (str(on_spark), on_spark.path) == (str(local), local.path)
+
+    with storage_options(options):
+        url = statectl.savepoint(f"{bucket}/agg-hdfs", "s3://statectl-test/sp-damaged").path
+        sp = Savepoint.open(url)
+    data = f"{url}/{sp.metadata.operators[0].tables[0].files[0].path}"
+    damaged = bytearray(fs.cat_file(data.removeprefix("s3://")))
+    damaged[len(damaged) // 2] ^= 0xFF  # the same size, other bytes: the sha256 tells
+    fs.pipe_file(data.removeprefix("s3://"), bytes(damaged))
+    targets = iter(
+        ("s3://statectl-test/restored-damaged/a", "s3://statectl-test/restored-damaged/b")
+    )
+    local, on_spark = failures(
+        lambda **kw: statectl.restore(url, next(targets), backend="rocksdb", partitions=3, **kw)
+    )
+    assert local.path == data and "sha256 differs" in str(local)
+    assert (str(on_spark), on_spark.path) == (str(local), local.path)

@@ -93,6 +93,16 @@ def test_task_errors_cross_back_as_the_same_class() -> None:
         _unwrap(run((1, 1)))
     with pytest.raises(RuntimeError, match="a Spark task failed: ValueError: a bug"):
         _unwrap(run((2, 2)))
+    # Restore's stages: the error inside Spark's error text, path and hint kept apart (the driver
+    # rebuilds the path's URL), brackets and newlines in the message included.
+    from statectl.errors import CorruptFileError
+    from statectl.spark_engine import _marked, _reraise
+
+    sent = CorruptFileError("bad [block] ]x\nend", "/sp/operators/a/part-0.parquet", "re-take it")
+    spark_text = f"Py4JJavaError: ...\nTraceback...\nRuntimeError: {_marked(sent)}\n\tat ..."
+    with pytest.raises(CorruptFileError) as got:
+        _reraise(RuntimeError(spark_text))
+    assert (str(got.value), got.value.path, got.value.hint) == (str(sent), sent.path, sent.hint)
 
 
 def test_cli_refuses_spark_conf_without_the_spark_engine(tmp_path: Path) -> None:
