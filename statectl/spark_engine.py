@@ -233,6 +233,26 @@ def _error_fields(e: StatectlError) -> tuple[str, str, str | None, str | None]:
     return type(e).__name__, e.message, e.path, e.hint
 
 
+def _user_error(e: Exception) -> StatectlError | None:
+    """A task's failure as the StatectlError the local engine's run would end with, or None
+    for a bug. Storage errors (no credentials, an endpoint the executor cannot reach) and OS
+    errors are the user's to fix, and the CLI tells them so when they happen locally; the
+    Spark boundary loses the exception's class and cause, so they are classified here, where
+    both are still known, by the CLI's own rule (statectl.errors.describe_failure)."""
+    if isinstance(e, StatectlError):
+        return e
+    from statectl.errors import describe_failure
+
+    line, code = describe_failure(e)
+    if code != 2:
+        return None
+    message = line.removeprefix("error: ")
+    filename = getattr(e, "filename", None)
+    if filename and message.startswith(f"{filename}: "):  # the driver rebuilds its URL
+        return StatectlError(message.removeprefix(f"{filename}: "), str(filename))
+    return StatectlError(message)
+
+
 def _marked(e: StatectlError) -> RuntimeError:
     """A StatectlError as an exception whose text Spark carries to the driver intact (JSON:
     one line, whatever the message quotes)."""
@@ -276,8 +296,11 @@ class _SpillRecords:
             task.directory = scratch
             try:
                 task()
-            except StatectlError as e:
-                raise _marked(e) from None
+            except Exception as e:
+                user = _user_error(e)
+                if user is None:
+                    raise  # a bug: Spark reports it with its traceback
+                raise _marked(user) from None
             d = os.path.join(scratch, f"f{task.file_index:06d}")
             for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
                 p = int(name.removesuffix(".arrow"))
@@ -326,8 +349,11 @@ class _BuildPartition:
             )
             try:
                 yield index, task()
-            except StatectlError as e:
-                raise _marked(e) from None
+            except Exception as e:
+                user = _user_error(e)
+                if user is None:
+                    raise  # a bug: Spark reports it with its traceback
+                raise _marked(user) from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -337,9 +363,11 @@ def _guarded(fn: Callable[[Any], Any]) -> Callable[[tuple[int, Any]], tuple]:
         index, job = item
         try:
             return (index, "ok", fn(job))
-        except StatectlError as e:
-            return (index, "statectl", *_error_fields(e))
-        except Exception as e:  # a bug: its traceback goes to the driver
+        except Exception as e:
+            user = _user_error(e)
+            if user is not None:
+                return (index, "statectl", *_error_fields(user))
+            # a bug: its traceback goes to the driver
             return (index, "bug", f"{type(e).__name__}: {e}", traceback.format_exc())
 
     return run

@@ -105,6 +105,33 @@ def test_task_errors_cross_back_as_the_same_class() -> None:
     assert (str(got.value), got.value.path, got.value.hint) == (str(sent), sent.path, sent.hint)
 
 
+def test_storage_and_os_errors_in_tasks_are_the_users_not_bugs() -> None:
+    """An executor that cannot reach the object store, or misses a file, fails the command with
+    the line a local run prints (exit 2), not as a bug in statectl; a file's path is shown as
+    the URL the driver opened it under (an executor has only s3fs's "bucket/key")."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from statectl.errors import describe_failure, register_url_root
+    from statectl.spark_engine import _marked, _reraise, _user_error
+
+    unreachable = EndpointConnectionError(endpoint_url="http://minio.internal:9000/lake")
+    missing = FileNotFoundError(2, "No such file or directory", "unit-lake/ck/state/0/1/2.delta")
+
+    def fails(job: int) -> int:
+        raise unreachable if job == 0 else missing
+
+    run = _guarded(fails)
+    with pytest.raises(StatectlError) as got:
+        _unwrap(run((0, 0)))
+    assert describe_failure(got.value) == describe_failure(unreachable)
+    assert "cannot reach the storage endpoint" in str(got.value)
+    register_url_root("unit-lake/ck", lambda p: f"s3://{p}")  # what the driver's FileIO did
+    for outcome in (lambda: _unwrap(run((1, 1))), lambda: _reraise(_marked(_user_error(missing)))):
+        with pytest.raises(StatectlError) as got:
+            outcome()
+        assert str(got.value) == "s3://unit-lake/ck/state/0/1/2.delta: No such file or directory"
+
+
 def test_cli_refuses_spark_conf_without_the_spark_engine(tmp_path: Path) -> None:
     p = _cli("savepoint", str(FIXTURES / "agg-hdfs"), str(tmp_path), "--spark-conf", "a=b")
     assert p.returncode == 2, p.stderr
