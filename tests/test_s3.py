@@ -367,6 +367,8 @@ CLUSTER = [
     "spark.ui.enabled=false",
 ]
 MULTI = "multi-hdfs"  # two operators (aggregation, deduplication) on HDFS, 2 partitions
+# Not under the bucket fixture's ckpts/: test_cli_list_and_export_on_s3 lists exactly those.
+CLUSTER_CKPT = f"s3://statectl-test/cluster-ckpts/{MULTI}"
 
 
 def _download_savepoint(url: str, local) -> tuple[dict, dict[str, str]]:
@@ -396,12 +398,12 @@ def cluster_savepoint(bucket, s3_endpoint) -> str:
     import s3fs
 
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
-    fs.put(str(FIXTURES / MULTI), f"statectl-test/ckpts/{MULTI}", recursive=True)
+    fs.put(str(FIXTURES / MULTI), CLUSTER_CKPT.removeprefix("s3://"), recursive=True)
     fs.invalidate_cache()
     proc = _statectl(
         *_options(s3_endpoint),
         "savepoint",
-        f"{bucket}/{MULTI}",
+        CLUSTER_CKPT,
         "s3://statectl-test/sp-cluster",
         "--json",
         *CLUSTER,
@@ -414,14 +416,14 @@ def cluster_savepoint(bucket, s3_endpoint) -> str:
 
 
 @pytest.mark.spark
-def test_spark_engine_savepoint_on_s3_equals_local(bucket, cluster_savepoint, tmp_path):
+def test_spark_engine_savepoint_on_s3_equals_local(cluster_savepoint, tmp_path):
     """The executors read the checkpoint from S3 and write the data files there: every
     operator's tables read the rows the local engine's savepoint of the same checkpoint reads,
     from the same files (byte for byte) under the same _metadata."""
     from statectl.savepoints.create import take_savepoint
     from statectl.savepoints.store import Savepoint, table_selection
 
-    local_url, _ = take_savepoint(f"{bucket}/{MULTI}", "s3://statectl-test/sp-cluster-local")
+    local_url, _ = take_savepoint(CLUSTER_CKPT, "s3://statectl-test/sp-cluster-local")
     on_spark, local = Savepoint.open(cluster_savepoint), Savepoint.open(local_url)
     ops = local.metadata.operators
     assert [op.uid for op in on_spark.metadata.operators] == [op.uid for op in ops]
@@ -438,7 +440,7 @@ def test_spark_engine_savepoint_on_s3_equals_local(bucket, cluster_savepoint, tm
 
 
 @pytest.mark.spark
-def test_spark_engine_restore_on_s3_equals_local(bucket, s3_endpoint, cluster_savepoint, tmp_path):
+def test_spark_engine_restore_on_s3_equals_local(s3_endpoint, cluster_savepoint, tmp_path):
     """``statectl restore --engine spark`` of the cluster's S3 savepoint to a new S3 target at 3
     partitions (the checkpoint has 2) on RocksDB (it is HDFS), the bucket configured by
     statectl.toml only (in the driver's directory: the executors have none), equals the local
