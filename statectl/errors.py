@@ -33,6 +33,7 @@ class StatectlError(Exception):
 
     def __init__(self, message: str, path: str | None = None, hint: str | None = None) -> None:
         path = display_path(path) if path else path
+        self.message = message  # without path and hint: what a Spark task sends to the driver
         self.path = path
         self.hint = hint
         text = f"{path}: {message}" if path else message

@@ -18,11 +18,14 @@ data that Spark's shuffle already moves, spills to each executor's local disks a
 The driver writes the checkpoint logs and ``_metadata`` last, after every build task returned.
 
 Errors a task raises on purpose (a ``StatectlError``: a damaged file, a missing one) come back to
-the driver as the same error class and message, so a Spark run fails exactly like a local one.
+the driver as the same error class, message, path and hint, so a Spark run fails exactly like a
+local one. The path is rebuilt on the driver: only there is it known that ``lake/ckpt/...``
+(s3fs's form of the path, which is all an executor has) was opened as ``s3://lake/ckpt``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -46,9 +49,10 @@ DEFAULT_TASK_MEMORY = 512 << 20
 # --engine auto: Spark when a session is at hand and the state's files are at least this big.
 ENV_AUTO_THRESHOLD = "STATECTL_SPARK_THRESHOLD"
 DEFAULT_AUTO_THRESHOLD = 1 << 30
-# A StatectlError raised inside a Spark task travels to the driver inside Spark's own error text.
+# A StatectlError raised inside a Spark task travels to the driver inside Spark's own error text,
+# as a JSON list: [class name, message, path, hint].
 _MARK = "statectl-error"
-_MARKED = re.compile(_MARK + r"\[(\w+)\]\[(.*?)\]" + _MARK, re.S)
+_MARKED = re.compile(_MARK + r"(\[.*?\])" + _MARK, re.S)
 
 # How executors get statectl: printed when they cannot import it.
 SHIP_HINT = (
@@ -224,16 +228,47 @@ def _from_ipc(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
+def _error_fields(e: StatectlError) -> tuple[str, str, str | None, str | None]:
+    """What rebuilds ``e`` on the driver: its class name, bare message, path and hint."""
+    return type(e).__name__, e.message, e.path, e.hint
+
+
+def _user_error(e: Exception) -> StatectlError | None:
+    """A task's failure as the StatectlError the local engine's run would end with, or None
+    for a bug. Storage errors (no credentials, an endpoint the executor cannot reach) and OS
+    errors are the user's to fix, and the CLI tells them so when they happen locally; the
+    Spark boundary loses the exception's class and cause, so they are classified here, where
+    both are still known, by the CLI's own rule (statectl.errors.describe_failure)."""
+    if isinstance(e, StatectlError):
+        return e
+    from statectl.errors import describe_failure
+
+    line, code = describe_failure(e)
+    if code != 2:
+        return None
+    message = line.removeprefix("error: ")
+    filename = getattr(e, "filename", None)
+    if filename and message.startswith(f"{filename}: "):  # the driver rebuilds its URL
+        return StatectlError(message.removeprefix(f"{filename}: "), str(filename))
+    return StatectlError(message)
+
+
 def _marked(e: StatectlError) -> RuntimeError:
-    """A StatectlError as an exception whose text Spark carries to the driver intact."""
-    return RuntimeError(f"{_MARK}[{type(e).__name__}][{e}]{_MARK}")
+    """A StatectlError as an exception whose text Spark carries to the driver intact (JSON:
+    one line, whatever the message quotes)."""
+    return RuntimeError(f"{_MARK}{json.dumps(_error_fields(e))}{_MARK}")
 
 
 def _reraise(e: Exception) -> None:
     """Raise a Spark job's failure on the driver: a task's StatectlError as itself."""
     m = _MARKED.search(str(e))
     if m:
-        _unwrap((0, "statectl", m.group(1), m.group(2)))
+        try:
+            fields = json.loads(m.group(1))
+        except ValueError:  # not ours after all: reported as the job's failure below
+            fields = None
+        if isinstance(fields, list) and len(fields) == 4:
+            _unwrap((0, "statectl", *fields))
     if isinstance(e, StatectlError):
         raise e
     raise StatectlError(f"the Spark engine's job failed: {_last_line(str(e))}") from e
@@ -261,8 +296,11 @@ class _SpillRecords:
             task.directory = scratch
             try:
                 task()
-            except StatectlError as e:
-                raise _marked(e) from None
+            except Exception as e:
+                user = _user_error(e)
+                if user is None:
+                    raise  # a bug: Spark reports it with its traceback
+                raise _marked(user) from None
             d = os.path.join(scratch, f"f{task.file_index:06d}")
             for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
                 p = int(name.removesuffix(".arrow"))
@@ -311,8 +349,11 @@ class _BuildPartition:
             )
             try:
                 yield index, task()
-            except StatectlError as e:
-                raise _marked(e) from None
+            except Exception as e:
+                user = _user_error(e)
+                if user is None:
+                    raise  # a bug: Spark reports it with its traceback
+                raise _marked(user) from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -322,9 +363,11 @@ def _guarded(fn: Callable[[Any], Any]) -> Callable[[tuple[int, Any]], tuple]:
         index, job = item
         try:
             return (index, "ok", fn(job))
-        except StatectlError as e:
-            return (index, "statectl", type(e).__name__, str(e))
-        except Exception as e:  # a bug: its traceback goes to the driver
+        except Exception as e:
+            user = _user_error(e)
+            if user is not None:
+                return (index, "statectl", *_error_fields(user))
+            # a bug: its traceback goes to the driver
             return (index, "bug", f"{type(e).__name__}: {e}", traceback.format_exc())
 
     return run
@@ -336,10 +379,17 @@ def _unwrap(outcome: tuple) -> Any:
     if outcome[1] == "statectl":
         import statectl.errors as errors
 
-        cls = getattr(errors, outcome[2], StatectlError)
+        _, _, name, message, path, hint = outcome
+        cls = getattr(errors, name, StatectlError)
         if not (isinstance(cls, type) and issubclass(cls, StatectlError)):
             cls = StatectlError
-        raise cls(outcome[3])
+        # Built here, not on the executor: the driver knows which URL a stripped path lies under
+        # (statectl.errors.display_path), so the user reads the s3:// URL they typed.
+        try:
+            error = cls(message, path, hint)
+        except TypeError:  # a subclass with a constructor of its own
+            error = StatectlError(message, path, hint)
+        raise error
     raise RuntimeError(f"a Spark task failed: {outcome[2]}\n{outcome[3]}")
 
 

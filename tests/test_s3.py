@@ -159,14 +159,16 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-def _statectl(*args: str, cwd=None, check: bool = True) -> subprocess.CompletedProcess:
+def _statectl(
+    *args: str, cwd=None, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "statectl.cli", *args],
         capture_output=True,
         text=True,
         env=_clean_env(),
         cwd=cwd,
-        timeout=120,
+        timeout=timeout,
     )
     if check:
         assert proc.returncode == 0, proc.stderr
@@ -349,3 +351,196 @@ def test_restore_on_s3_with_parallel_transfers(bucket, tmp_path, monkeypatch):
     io.fs.get(root, str(tmp_path / "got"), recursive=True)
     (tmp_path / "dbs").mkdir()
     assert_same_checkpoint(expected, tmp_path / "got", tmp_path / "dbs")
+
+
+# -- the Spark engine on S3: executors open the bucket with the options the driver was given ---
+# A local cluster: a master, two workers and their executors in processes of their own, started
+# from the CLI's environment, which has no AWS_*; so the storage options reach the executors
+# only inside the tasks (the pickled FileIO carries its filesystem's options), as on a real
+# cluster whose executors share nothing with the driver's machine.
+CLUSTER = [
+    "--engine",
+    "spark",
+    "--spark-conf",
+    "spark.master=local-cluster[2,1,1024]",
+    "--spark-conf",
+    "spark.ui.enabled=false",
+]
+MULTI = "multi-hdfs"  # two operators (aggregation, deduplication) on HDFS, 2 partitions
+# Not under the bucket fixture's ckpts/: test_cli_list_and_export_on_s3 lists exactly those.
+CLUSTER_CKPT = f"s3://statectl-test/cluster-ckpts/{MULTI}"
+
+
+def _download_savepoint(url: str, local) -> tuple[dict, dict[str, str]]:
+    """An S3 savepoint's _metadata (without what differs between runs) and its data files'
+    sha256, from a local copy."""
+    import hashlib
+
+    from statectl.io import FileIO
+
+    io, root = FileIO.for_url(url)
+    io.fs.get(root, str(local), recursive=True)
+    meta = json.loads((local / "_metadata").read_text())
+    for volatile in ("created_at", "metadata_sha256"):
+        meta.pop(volatile)
+    files = {
+        str(p.relative_to(local)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(local.rglob("*.parquet"))
+    }
+    return meta, files
+
+
+@pytest.fixture(scope="module")
+def cluster_savepoint(bucket, s3_endpoint) -> str:
+    """``statectl savepoint --engine spark`` of multi-hdfs on S3, run on a local cluster, the
+    bucket configured by --storage-option only; its savepoint URL (on S3). Module-scoped: the
+    cluster's start is most of its 20-40 s."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint["AWS_ENDPOINT_URL"]})
+    fs.put(str(FIXTURES / MULTI), CLUSTER_CKPT.removeprefix("s3://"), recursive=True)
+    fs.invalidate_cache()
+    proc = _statectl(
+        *_options(s3_endpoint),
+        "savepoint",
+        CLUSTER_CKPT,
+        "s3://statectl-test/sp-cluster",
+        "--json",
+        *CLUSTER,
+        timeout=600,
+    )
+    out = json.loads(proc.stdout)
+    assert out["engine"] == "spark"
+    assert out["path"].startswith("s3://statectl-test/sp-cluster/savepoint-")
+    return out["path"]
+
+
+@pytest.mark.spark
+def test_spark_engine_savepoint_on_s3_equals_local(cluster_savepoint, tmp_path):
+    """The executors read the checkpoint from S3 and write the data files there: every
+    operator's tables read the rows the local engine's savepoint of the same checkpoint reads,
+    from the same files (byte for byte) under the same _metadata."""
+    from statectl.savepoints.create import take_savepoint
+    from statectl.savepoints.store import Savepoint, table_selection
+
+    local_url, _ = take_savepoint(CLUSTER_CKPT, "s3://statectl-test/sp-cluster-local")
+    on_spark, local = Savepoint.open(cluster_savepoint), Savepoint.open(local_url)
+    ops = local.metadata.operators
+    assert [op.uid for op in on_spark.metadata.operators] == [op.uid for op in ops]
+    assert len(ops) == 2
+    for op in ops:
+        for t in op.tables:
+            sel = table_selection(op.operator_id, t)
+            rows = arrow_rows(local.read(sel, op.uid))
+            assert rows, (op.uid, t.name)
+            assert arrow_rows(on_spark.read(sel, op.uid)) == rows, (op.uid, t.name)
+    assert _download_savepoint(cluster_savepoint, tmp_path / "spark") == _download_savepoint(
+        local_url, tmp_path / "local"
+    )
+
+
+@pytest.mark.spark
+def test_spark_engine_restore_on_s3_equals_local(s3_endpoint, cluster_savepoint, tmp_path):
+    """``statectl restore --engine spark`` of the cluster's S3 savepoint to a new S3 target at 3
+    partitions (the checkpoint has 2) on RocksDB (it is HDFS), the bucket configured by
+    statectl.toml only (in the driver's directory: the executors have none), equals the local
+    engine's restore: the same rows in the same partitions, the same files."""
+    from statectl.io import FileIO
+    from statectl.restoring import restore
+    from statectl.savepoints.store import Savepoint, table_selection
+    from tests.test_engine import assert_same_checkpoint
+
+    (tmp_path / "statectl.toml").write_text(
+        '[storage."s3://statectl-test/"]\n'
+        f'endpoint_url = "{s3_endpoint["AWS_ENDPOINT_URL"]}"\n'
+        'key = "testing"\nsecret = "testing"\n'
+    )
+    target = "s3://statectl-test/restored-cluster/multi"
+    argv = ["--backend", "rocksdb", "--partitions", "3"]
+    proc = _statectl(
+        "restore",
+        target,
+        "-s",
+        cluster_savepoint,
+        *argv,
+        "--json",
+        *CLUSTER,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    out = json.loads(proc.stdout)
+    assert out["engine"] == "spark" and out["ok"] and out["partitions"] == 3
+    local = tmp_path / "local"
+    restore(cluster_savepoint, str(local), backend="rocksdb", partitions=3)
+
+    on_spark, expected = Checkpoint.open(target), Checkpoint.open(str(local))
+    batch = expected.latest_committed_batch
+    assert on_spark.latest_committed_batch == batch
+    assert on_spark.backend(batch) == "rocksdb" and on_spark.num_partitions(batch) == 3
+    placed = set()
+    for op in Savepoint.open(cluster_savepoint).metadata.operators:
+        for t in op.tables:
+            sel = table_selection(op.operator_id, t)
+            rows = read_state(expected, sel)  # with partition_id: placement must match too
+            assert rows.num_rows > 0, (op.uid, t.name)
+            assert arrow_rows(read_state(on_spark, sel)) == arrow_rows(rows), (op.uid, t.name)
+            placed |= set(rows.column("partition_id").to_pylist())
+    assert placed == {0, 1, 2}
+    io, root = FileIO.for_url(target)
+    io.fs.get(root, str(tmp_path / "spark"), recursive=True)
+    (tmp_path / "dbs").mkdir()
+    assert_same_checkpoint(local, tmp_path / "spark", tmp_path / "dbs")
+
+
+@pytest.mark.spark
+def test_spark_engine_errors_name_the_s3_url(bucket, s3_endpoint, spark, fixture_copy):
+    """A damaged file that an executor reads fails the run as it fails on the local engine: the
+    same class, message and path, with the s3:// URL the user gave (an executor only has s3fs's
+    form of the path, "bucket/key"), for savepoint's tasks and restore's spill stage alike."""
+    import s3fs
+
+    import statectl
+    from statectl.errors import CorruptFileError
+    from statectl.io import storage_options
+    from statectl.savepoints.store import Savepoint
+    from tests.conftest import drop_crc
+
+    endpoint = s3_endpoint["AWS_ENDPOINT_URL"]
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint})
+    ck = fixture_copy("agg-hdfs")
+    delta = max((ck / "state/0/1").glob("*.delta"), key=lambda p: int(p.stem))
+    delta.write_bytes(delta.read_bytes()[:-7])
+    drop_crc(delta)
+    fs.put(str(ck), "statectl-test/damaged-spark/agg-hdfs", recursive=True)
+    src = "s3://statectl-test/damaged-spark/agg-hdfs"
+    # The session's executors were started without this module's AWS_* environment: the options
+    # reach them with the tasks.
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing"}
+
+    def failures(run) -> tuple[CorruptFileError, CorruptFileError]:
+        with storage_options(options):
+            with pytest.raises(CorruptFileError) as local:
+                run()
+            with pytest.raises(CorruptFileError) as on_spark:
+                run(engine="spark", spark=spark)
+        return local.value, on_spark.value
+
+    local, on_spark = failures(lambda **kw: statectl.savepoint(src, "s3://statectl-test/x", **kw))
+    assert local.path == f"{src}/state/0/1/{delta.name}"
+    assert (str(on_spark), on_spark.path) == (str(local), local.path)
+
+    with storage_options(options):
+        url = statectl.savepoint(f"{bucket}/agg-hdfs", "s3://statectl-test/sp-damaged").path
+        sp = Savepoint.open(url)
+    data = f"{url}/{sp.metadata.operators[0].tables[0].files[0].path}"
+    damaged = bytearray(fs.cat_file(data.removeprefix("s3://")))
+    damaged[len(damaged) // 2] ^= 0xFF  # the same size, other bytes: the sha256 tells
+    fs.pipe_file(data.removeprefix("s3://"), bytes(damaged))
+    targets = iter(
+        ("s3://statectl-test/restored-damaged/a", "s3://statectl-test/restored-damaged/b")
+    )
+    local, on_spark = failures(
+        lambda **kw: statectl.restore(url, next(targets), backend="rocksdb", partitions=3, **kw)
+    )
+    assert local.path == data and "sha256 differs" in str(local)
+    assert (str(on_spark), on_spark.path) == (str(local), local.path)

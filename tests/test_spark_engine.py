@@ -93,6 +93,43 @@ def test_task_errors_cross_back_as_the_same_class() -> None:
         _unwrap(run((1, 1)))
     with pytest.raises(RuntimeError, match="a Spark task failed: ValueError: a bug"):
         _unwrap(run((2, 2)))
+    # Restore's stages: the error inside Spark's error text, path and hint kept apart (the driver
+    # rebuilds the path's URL), brackets and newlines in the message included.
+    from statectl.errors import CorruptFileError
+    from statectl.spark_engine import _marked, _reraise
+
+    sent = CorruptFileError("bad [block] ]x\nend", "/sp/operators/a/part-0.parquet", "re-take it")
+    spark_text = f"Py4JJavaError: ...\nTraceback...\nRuntimeError: {_marked(sent)}\n\tat ..."
+    with pytest.raises(CorruptFileError) as got:
+        _reraise(RuntimeError(spark_text))
+    assert (str(got.value), got.value.path, got.value.hint) == (str(sent), sent.path, sent.hint)
+
+
+def test_storage_and_os_errors_in_tasks_are_the_users_not_bugs() -> None:
+    """An executor that cannot reach the object store, or misses a file, fails the command with
+    the line a local run prints (exit 2), not as a bug in statectl; a file's path is shown as
+    the URL the driver opened it under (an executor has only s3fs's "bucket/key")."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from statectl.errors import describe_failure, register_url_root
+    from statectl.spark_engine import _marked, _reraise, _user_error
+
+    unreachable = EndpointConnectionError(endpoint_url="http://minio.internal:9000/lake")
+    missing = FileNotFoundError(2, "No such file or directory", "unit-lake/ck/state/0/1/2.delta")
+
+    def fails(job: int) -> int:
+        raise unreachable if job == 0 else missing
+
+    run = _guarded(fails)
+    with pytest.raises(StatectlError) as got:
+        _unwrap(run((0, 0)))
+    assert describe_failure(got.value) == describe_failure(unreachable)
+    assert "cannot reach the storage endpoint" in str(got.value)
+    register_url_root("unit-lake/ck", lambda p: f"s3://{p}")  # what the driver's FileIO did
+    for outcome in (lambda: _unwrap(run((1, 1))), lambda: _reraise(_marked(_user_error(missing)))):
+        with pytest.raises(StatectlError) as got:
+            outcome()
+        assert str(got.value) == "s3://unit-lake/ck/state/0/1/2.delta: No such file or directory"
 
 
 def test_cli_refuses_spark_conf_without_the_spark_engine(tmp_path: Path) -> None:
