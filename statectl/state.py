@@ -9,7 +9,7 @@ state flattened, timers).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -407,15 +407,40 @@ def iter_partition(
 ) -> Iterator[pa.Table]:
     """:func:`read_partition` in chunks, holding about ``budget`` bytes: the same rows in the
     same order. Key-value stores (aggregations, deduplication, joins at format 2, ...) and
-    transformWithState's column families are replayed in bounded memory
-    (statectl/backends/replay.py); joins at formats 3/4 are still read whole, one partition at
-    a time.
+    column families (transformWithState, joins at formats 3/4) are replayed in bounded memory
+    (statectl/backends/replay.py); only format 4's view as format 2's stores (what savepoints
+    hold), which numbers each key's values, still reads a whole partition.
     ``scratch`` is a private directory for spill files."""
     if partition_absent(ckpt, op, partition):
         yield read_partition(ckpt, op, sel, partition, batch, enc)
         return
-    if op.uses_column_families and format_of(op.kind) is None and enc.backend != HDFS:
-        yield from _cf_chunks(ckpt, op, sel, partition, batch, enc, budget, scratch)
+    fmt = format_of(op.kind)
+    if fmt is not None and not (fmt == 4 and sel.join_store):
+        _check_join_selection(op, sel)
+        yield from _family_chunks(
+            ckpt,
+            op,
+            sel,
+            partition,
+            batch,
+            enc,
+            budget,
+            scratch,
+            lambda raw, where: _join_rows(raw, op, sel, partition, enc, fmt, where),
+        )
+        return
+    if op.uses_column_families and fmt is None:
+        yield from _family_chunks(
+            ckpt,
+            op,
+            sel,
+            partition,
+            batch,
+            enc,
+            budget,
+            scratch,
+            lambda raw, where: (_cf_table(raw, op, sel, partition, enc, where), None),
+        )
         return
     plain = _plain_store(op, sel)
     if plain is None:
@@ -439,7 +464,7 @@ def iter_partition(
         yield join_side_view(table) if side else table
 
 
-def _cf_chunks(
+def _family_chunks(
     ckpt: Checkpoint,
     op: Operator,
     sel: Selection,
@@ -448,9 +473,10 @@ def _cf_chunks(
     enc: StoreEncoding,
     budget: int,
     scratch: str,
+    rows: Callable[[RawState, str], tuple[pa.Table, str | None]],
 ) -> Iterator[pa.Table]:
-    """transformWithState: one state variable's rows (or the timers), a chunk of the
-    partition's live column-family entries at a time."""
+    """State in column families (transformWithState; joins at formats 3/4): the selection's
+    rows, ``rows(chunk, where)`` of a chunk of the partition's live entries at a time."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
     metas: list[SnapshotMetadata] = []  # the snapshot's metadata: its column family ids
     empty = True
@@ -458,9 +484,9 @@ def _cf_chunks(
         ckpt, op, "default", partition, batch, enc, budget, scratch, metas
     ):
         raw = RawState(keys, values, cf_ids=metas[0].cf_ids if metas else {})
-        table = _cf_table(raw, op, sel, partition, enc, where)
+        table, store = rows(raw, where)
         if ckpt.verify:
-            check_placement(ckpt, op, table, None, partition, batch)
+            check_placement(ckpt, op, table, store, partition, batch)
         empty = False
         yield table
     if empty:  # no live entries: still one (empty) table, with the columns
@@ -618,12 +644,31 @@ def _read_join_families(
     """A join at state format 3 or 4 (statectl/join_state.py): a column family (``--store``),
     a join side, or format 2's view of a store (savepoints)."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
+    _check_join_selection(op, sel)
+    raw = load_raw(ckpt, op, "default", partition, batch, enc)
+    return _join_rows(raw, op, sel, partition, enc, fmt, where)
+
+
+def _check_join_selection(op: Operator, sel: Selection) -> None:
     if sel.state_var or sel.registered_timers:
         raise StatectlError(
             f"operator {op.operator_id} is a stream-stream join; use --join-side left|right or "
             f"--store NAME (column families: {', '.join(s.name for s in op.schemas)})"
         )
-    raw = load_raw(ckpt, op, "default", partition, batch, enc)
+
+
+def _join_rows(
+    raw: RawState,
+    op: Operator,
+    sel: Selection,
+    partition: int,
+    enc: StoreEncoding,
+    fmt: int,
+    where: str,
+) -> tuple[pa.Table, str | None]:
+    """:func:`_read_join_families` on the column-family entries ``raw`` (a whole partition, or
+    a chunk of its live entries where each row stands alone: every selection but format 4's
+    view as format 2's stores, which numbers each key's values)."""
 
     def family(name: str) -> pa.Table:
         desc = op.schema(name)
