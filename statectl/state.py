@@ -415,32 +415,14 @@ def iter_partition(
         yield read_partition(ckpt, op, sel, partition, batch, enc)
         return
     fmt = format_of(op.kind)
+    rows: Callable[[RawState, str], tuple[pa.Table, str | None]] | None = None
     if fmt is not None and not (fmt == 4 and sel.join_store):
         _check_join_selection(op, sel)
-        yield from _family_chunks(
-            ckpt,
-            op,
-            sel,
-            partition,
-            batch,
-            enc,
-            budget,
-            scratch,
-            lambda raw, where: _join_rows(raw, op, sel, partition, enc, fmt, where),
-        )
-        return
-    if op.uses_column_families and fmt is None:
-        yield from _family_chunks(
-            ckpt,
-            op,
-            sel,
-            partition,
-            batch,
-            enc,
-            budget,
-            scratch,
-            lambda raw, where: (_cf_table(raw, op, sel, partition, enc, where), None),
-        )
+        rows = lambda raw, where: _join_rows(raw, op, sel, partition, enc, fmt, where)  # noqa: E731
+    elif op.uses_column_families and fmt is None:
+        rows = lambda raw, where: (_cf_table(raw, op, sel, partition, enc, where), None)  # noqa: E731
+    if rows is not None:
+        yield from _family_chunks(ckpt, op, sel, partition, batch, enc, budget, scratch, rows)
         return
     plain = _plain_store(op, sel)
     if plain is None:

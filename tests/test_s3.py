@@ -374,20 +374,12 @@ CLUSTER_CKPT = f"s3://statectl-test/cluster-ckpts/{MULTI}"
 def _download_savepoint(url: str, local) -> tuple[dict, dict[str, str]]:
     """An S3 savepoint's _metadata (without what differs between runs) and its data files'
     sha256, from a local copy."""
-    import hashlib
-
     from statectl.io import FileIO
+    from tests.test_spark_engine import _contents
 
     io, root = FileIO.for_url(url)
     io.fs.get(root, str(local), recursive=True)
-    meta = json.loads((local / "_metadata").read_text())
-    for volatile in ("created_at", "metadata_sha256"):
-        meta.pop(volatile)
-    files = {
-        str(p.relative_to(local)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(local.rglob("*.parquet"))
-    }
-    return meta, files
+    return _contents(str(local))
 
 
 @pytest.fixture(scope="module")
