@@ -172,7 +172,9 @@ def v4_to_v2(table: pa.Table, store: str, key_schema: str) -> pa.Table:
         return pa.Table.from_arrays([k, v, part.take(pa.array(rows))], names=table.column_names)
     sorted_codes = codes[order]
     starts = (
-        np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]]) if len(order) else []
+        np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+        if len(order)
+        else np.zeros(0, np.int64)  # an empty partition (a float [] would fail np.repeat)
     )
     index = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
     take = pa.array(order)

@@ -602,3 +602,18 @@ def test_outer_join_continues_from_a_restore(
     last = restored.latest_committed_batch
     assert restored.backend(last) == dst and restored.num_partitions(last) == n
     assert restored.offsets(last).conf[FORMAT_CONF] == str(asked or src_fmt)
+
+
+@pytest.mark.parametrize("store", ["left-keyToNumValues", "left-keyWithIndexToValue"])
+def test_an_empty_format_4_partition_reads_as_empty_format_2_stores(store):
+    """A format 4 partition without rows (a restore to more partitions than keys leaves some)
+    reads as empty format 2 stores with their columns, not as a numpy error."""
+    from statectl.join_state import v4_to_v2
+
+    ck = Checkpoint.open(str(FIXTURES / "join4-rocksdb"))
+    (op,) = ck.operators(ck.latest_committed_batch)
+    family = read_state(ck, Selection(0, store="left-keyWithTsToValues"))
+    assert family.num_rows
+    whole = v4_to_v2(family, store, op.schema("left-keyWithTsToValues").key_schema)
+    empty = v4_to_v2(family.slice(0, 0), store, op.schema("left-keyWithTsToValues").key_schema)
+    assert empty.num_rows == 0 and empty.schema == whole.schema
