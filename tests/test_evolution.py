@@ -3,6 +3,7 @@ changed aggregation that restores with --query and continues on Spark."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -13,6 +14,7 @@ import time
 import pyarrow as pa
 import pytest
 
+from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
 from statectl.evolution import (
     AggregateBuffer,
@@ -22,10 +24,18 @@ from statectl.evolution import (
     aggregation_values,
     apply_transform,
     evolve_table,
+    grouping_key,
 )
-from statectl.restoring import restore
+from statectl.query_plan import PlannedQuery, PlannedSource
+from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
-from tests.test_restore import PROVIDERS, run, write_input  # the continuation helpers
+from statectl.savepoints.store import Savepoint
+from tests.conftest import FIXTURES
+from tests.test_restore import (  # the continuation helpers
+    PROVIDERS,
+    run,
+    write_input,
+)
 
 
 def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
@@ -182,6 +192,161 @@ def test_a_nested_user_state_struct_gains_fields_as_nulls():
                 }
             ),
         )
+
+
+def _tws_keys(grouping: str, user_key: str = struct(("mk", "string"))) -> dict[str, str]:
+    """The key schemas of a transformWithState operator's column families (value, list and
+    map state, a list's row counter, event-time timers) for a grouping key struct."""
+    g = json.loads(grouping)
+
+    def with_key(*fields: dict) -> str:
+        return json.dumps({"type": "struct", "fields": list(fields)})
+
+    key = {"name": "key", "type": g, "nullable": True, "metadata": {}}
+    expiry = {"name": "expiryTimestampMs", "type": "long", "nullable": False, "metadata": {}}
+    user = {"name": "userKey", "type": json.loads(user_key), "nullable": True, "metadata": {}}
+    return {
+        "cnt": grouping,
+        "lst": grouping,
+        "$rowCounter_lst": grouping,
+        "mp": with_key(key, user),
+        "$eventTimers_keyToTimestamp": with_key(key, expiry),
+        "$eventTimers_timestampToKey": with_key(expiry, key),
+    }
+
+
+TWS_KINDS = {"cnt": "ValueState", "lst": "ListState", "mp": "MapState", "$timers": "timers"}
+
+
+def test_transform_with_state_grouping_key_widens_and_renames_for_every_column_family():
+    stored = _tws_keys(struct(("g", "integer"), ("d", "decimal(5,2)")))
+    evo, notes = grouping_key(
+        stored, _tws_keys(struct(("v", "long"), ("d", "decimal(7,2)"))), TWS_KINDS
+    )
+    assert evo is not None
+    assert notes == [
+        "grouping key field 0 (v): widened integer -> long",
+        "grouping key field 0 (v): renamed g -> v, matched by position",
+        "grouping key field 1 (d): widened decimal(5,2) -> decimal(7,2)",
+    ]
+    key = pa.StructArray.from_arrays(
+        [pa.array([7, None], pa.int32()), pa.array([1, 2], pa.decimal128(5, 2))], names=["g", "d"]
+    )
+    out = evo.convert(key)
+    assert [f.name for f in out.type] == ["v", "d"] and out.type.field(0).type == pa.int64()
+    assert out.field(0).to_pylist() == [7, None]
+    # Renamed only: the same bytes, so nothing is converted, and the plan says so.
+    evo, notes = grouping_key(
+        stored, _tws_keys(struct(("v", "integer"), ("d", "decimal(5,2)"))), TWS_KINDS
+    )
+    assert evo is None and notes == [
+        "grouping key field 0 (v): renamed g -> v, matched by position"
+    ]
+    assert grouping_key(stored, stored, TWS_KINDS) == (None, [])
+    # Refused, with the field: narrowed or retyped keys, and a map user key that changed.
+    with pytest.raises(
+        Refused, match=r"grouping key field 0 \(g\): long in the savepoint, integer"
+    ):
+        grouping_key(
+            _tws_keys(struct(("g", "long"))), _tws_keys(struct(("g", "integer"))), TWS_KINDS
+        )
+    with pytest.raises(Refused, match=r"grouping key has 1 fields in the savepoint"):
+        grouping_key(
+            _tws_keys(struct(("g", "long"))),
+            _tws_keys(struct(("g", "long"), ("h", "long"))),
+            TWS_KINDS,
+        )
+    with pytest.raises(Refused, match=r"column family mp: key field 1 \(userKey\)\.mk: string"):
+        grouping_key(
+            _tws_keys(struct(("g", "integer"))),
+            _tws_keys(struct(("g", "long")), struct(("mk", "integer"))),
+            TWS_KINDS,
+        )
+    with pytest.raises(Refused, match=r"column family mp: key field 1 \(userKey\)\.mk"):
+        grouping_key(  # the grouping key unchanged: the user key is still checked
+            _tws_keys(struct(("g", "long"))),
+            _tws_keys(struct(("g", "long")), struct(("mk", "integer"))),
+            TWS_KINDS,
+        )
+    # A TTL index nests the grouping key in its element key: not re-keyed.
+    ttl = json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "expirationMs", "type": "long", "nullable": True, "metadata": {}},
+                {"name": "elementKey", "type": json.loads(struct(("g", "integer")))},
+            ],
+        }
+    )
+    with pytest.raises(Refused, match=r"\$ttl_cnt \(state TTL\) nests the grouping key"):
+        grouping_key(
+            {**_tws_keys(struct(("g", "integer"))), "$ttl_cnt": ttl},
+            {**_tws_keys(struct(("g", "long"))), "$ttl_cnt": ttl},
+            TWS_KINDS,
+        )
+
+
+def _retyped_k(schema: str, type_: str, name: str = "k") -> str:
+    """A tws fixture schema with its grouping key field k (a string) as ``name type_``."""
+    return schema.replace('{"name":"k","type":"string"', f'{{"name":"{name}","type":"{type_}"')
+
+
+def _tws_plan(tmp_path, fixture: str, stored: str, planned: str, name: str = "k"):
+    """Plan restoring the fixture's transformWithState state, its grouping key k read as
+    ``stored``, into the same operator planned with the key ``name planned``."""
+    sp_url, meta = take_savepoint(str(FIXTURES / fixture), str(tmp_path / fixture))
+    sp = Savepoint.open(sp_url)
+    (op,) = sp.metadata.operators
+    op.tables = [
+        dataclasses.replace(t, key_schema=_retyped_k(t.key_schema, stored)) for t in op.tables
+    ]
+    op.column_families = [
+        {**cf, "key_schema": _retyped_k(cf["key_schema"], stored)} for cf in op.column_families
+    ]
+    (qop,) = Checkpoint.open(str(FIXTURES / fixture)).operators(meta.batch_id)
+    qop.schemas = [
+        dataclasses.replace(s, key_schema=_retyped_k(s.key_schema, planned, name))
+        for s in qop.schemas
+    ]
+    # One file source, as the fixture's query has: matched by its index.
+    query = PlannedQuery(
+        "queries.py:after", "update", [qop], sources=[PlannedSource(0, "FileSource[in]", "/in")]
+    )
+    return op.uid, plan_restore(sp, str(tmp_path / "ck"), "rocksdb", 3, {}, False, query=query)
+
+
+def test_transform_with_state_key_evolution_is_planned_or_refused_with_the_reason(tmp_path):
+    uid, plan = _tws_plan(tmp_path, "tws-rocksdb", "integer", "long", "key")
+    assert not plan.problems, plan.problems
+    assert plan.restored == {uid: 0}
+    assert plan.evolved == [
+        f"uid {uid}: grouping key field 0 (key): widened integer -> long",
+        f"uid {uid}: grouping key field 0 (key): renamed k -> key, matched by position",
+    ]
+    # Every state variable and the timers get the same converted key.
+    evolutions = plan.evolutions[uid]
+    assert sorted(evolutions) == ["$timers", "cnt", "lst", "mp"]
+    assert len({id(e.key) for e in evolutions.values()}) == 1
+    _, plan = _tws_plan(tmp_path / "narrowed", "tws-rocksdb", "long", "integer")
+    # Spark's reason for each column family (the timers' too), the first with restore's.
+    problem = plan.problems[0]
+    assert "restore cannot evolve it: grouping key: grouping key field 0 (k): long in the " in (
+        problem
+    )
+    assert "integer in the query, which is not a widening" in problem
+    assert sorted(p.split("'")[1] for p in plan.problems) == ["$timers", "cnt", "lst", "mp"]
+    assert all("--drop" in p for p in plan.problems) and not plan.evolutions
+    # Avro rows and TTL indexes are not re-keyed: refused, saying which.
+    _, plan = _tws_plan(tmp_path / "avro", "tws-avro-rocksdb", "integer", "long")
+    assert any(
+        "restore re-keys state only with the UnsafeRow encoding and without TTL (the savepoint "
+        "is Avro-encoded)" in p
+        for p in plan.problems
+    ), plan.problems
+    _, plan = _tws_plan(tmp_path / "ttl", "tws-ttl-rocksdb", "integer", "long")
+    assert any("nests the grouping key in its element key" in p for p in plan.problems), (
+        plan.problems
+    )
 
 
 def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
