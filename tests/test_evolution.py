@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
+from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.evolution import (
     AggregateBuffer,
@@ -33,6 +34,7 @@ from statectl.savepoints.store import Savepoint
 from tests.conftest import FIXTURES
 from tests.test_restore import (  # the continuation helpers
     PROVIDERS,
+    assert_exactly_once,
     run,
     write_input,
 )
@@ -618,6 +620,151 @@ def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path)
     old_keys = {r["k"] for r in old}
     # A key's first update after the restore reads the added field as null.
     assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
+
+
+TWS_KEY_QUERIES = '''
+import pandas as pd
+import pyspark.sql.functions as F
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+class Processor(StatefulProcessor):
+    """Value, list and map state and event-time timers (tests/test_restore.py's tws processor):
+    the output depends on every kind of restored state."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.cnt = handle.getValueState("cnt", StructType([StructField("c", LongType())]))
+        self.lst = handle.getListState("lst", StructType([StructField("v", LongType())]))
+        self.mp = handle.getMapState(
+            "mp",
+            StructType([StructField("mk", StringType())]),
+            StructType([StructField("mv", LongType())]),
+        )
+
+    def handleInputRows(self, key, rows, timerValues):
+        n, latest = 0, 0
+        for pdf in rows:
+            for v, ts in zip(pdf["v"], pdf["ts"]):
+                self.lst.appendValue((int(v),))
+                self.mp.updateValue((str(int(v) % 3),), (int(v),))
+                latest = max(latest, int(pd.Timestamp(ts).timestamp() * 1000))
+                n += 1
+        total = sum(1 for _ in self.lst.get())
+        first = self.mp.getValue(("1",))[0] if self.mp.containsKey(("1",)) else -2
+        c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+        self.cnt.update((c,))
+        self.handle.registerTimer(latest + 10_000)
+        yield pd.DataFrame({{"g": [int(key[0])], "c": [c * 1_000_000 + total * 100 + first]}})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        if self.mp.containsKey(("0",)):
+            self.mp.removeKey(("0",))
+        yield pd.DataFrame({{"g": [int(key[0])], "c": [-1]}})
+
+    def close(self):
+        pass
+
+
+def build(df, key):
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy(key)
+        .transformWithStateInPandas(
+            Processor(), outputStructType="g long, c long", outputMode="Update",
+            timeMode="EventTime",
+        )
+    )
+
+
+def before(spark):
+    return build(src(spark).withColumn("g", F.col("v").cast("int")), "g")
+
+
+def after(spark):
+    """The grouping key widened (int -> bigint) and renamed (g -> v)."""
+    return build(src(spark), "v")
+'''
+
+
+@pytest.mark.spark
+def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path):
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    # Read in batch order (the file source goes by modification time): an event-time query
+    # drops a batch read after a later one as late.
+    now = time.time()
+    for b in range(3):
+        os.utime(d / f"part-{b:03d}.json", (now - 10 + b, now - 10 + b))
+    queries = tmp_path / "tws_key_queries.py"
+    queries.write_text(TWS_KEY_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    # An int and a long key hash to other partitions: restored keys placed by the savepoint's
+    # int would not be found by the query (9 keys, v = 0..8, over 3 partitions).
+    keys = list(range(9))
+    as_int = pa.StructArray.from_arrays([pa.array(keys, pa.int32())], ["g"])
+    as_long = pa.StructArray.from_arrays([pa.array(keys, pa.int64())], ["v"])
+    assert (partition_ids(as_int, 3) != partition_ids(as_long, 3)).sum() >= 3
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    first = run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (uid,) = [op.uid for op in meta.operators]
+    assert meta.operators[0].partitions == 2  # restored to 3
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [
+        f"uid {uid}: grouping key field 0 (v): widened integer -> long",
+        f"uid {uid}: grouping key field 0 (v): renamed g -> v, matched by position",
+    ]
+    # Spark's own reader sees the restored state under the query's key, every row of it.
+    for var in ("cnt", "lst", "mp"):
+        df = (
+            spark.read.format("statestore")
+            .option("operatorId", 0)
+            .option("stateVarName", var)
+            .load(str(tmp_path / "ck2"))
+        )
+        assert df.schema["key"].dataType.simpleString() == "struct<v:bigint>", var
+        stored = Savepoint.open(sp_url).read_table(
+            next(t for t in meta.operators[0].tables if t.name == var)
+        )
+        assert df.count() == stored.num_rows, var
+
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    assert continued and all(b > meta.batch_id for b in continued)
+    # Old state intact, new events added: each key's last count, list length and map value
+    # are those of all five batches (computed from the input alone).
+    events = _rows(d, range(5))
+    last: dict[int, int] = {}
+    for b in sorted(continued):
+        for g, c in continued[b]:
+            if c >= 0:
+                last[g] = c
+    assert last
+    for g, c in last.items():
+        mine = [r["v"] for r in events if r["v"] == g]
+        ones = [v for v in mine if v % 3 == 1]
+        assert c == len(mine) * 1_000_000 + len(mine) * 100 + (ones[-1] if ones else -2), g
+    # And exactly once: the split run emitted what one run of the widened query emits.
+    full = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck3", confs=rocksdb)
+    assert_exactly_once(first, continued, full)
 
 
 FMGWS_QUERIES = '''
