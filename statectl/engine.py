@@ -456,7 +456,7 @@ class SpillTask:
         schema = (
             pa.schema([("key", pa.large_binary()), ("value", pa.large_binary())])
             if self.encoder is not None
-            else self.sp.table_schema(self.table)
+            else table_schema(self.sp, self.table, self.convert)
         )
         out = SpillWriters(os.path.join(self.directory, f"f{self.file_index:06d}"), schema)
         rows = 0
@@ -477,6 +477,15 @@ class SpillTask:
         finally:
             out.close()
         return rows
+
+
+def table_schema(
+    sp: Any, table: Any, convert: Callable[[Any, pa.Table], pa.Table] | None
+) -> pa.Schema:
+    """The schema of a table's rows as spilled: the savepoint's, or what ``convert`` makes of
+    it (schema evolution changes key and value types)."""
+    schema = sp.table_schema(table)
+    return convert(table, schema.empty_table()).schema if convert is not None else schema
 
 
 def _spills(directory: str, files: int, p: int) -> list[str]:
@@ -554,7 +563,16 @@ def restore_stores(
     stages (:meth:`statectl.spark_engine.SparkEngine.restore_stores`)."""
     if not isinstance(engine, Engine):
         return engine.restore_stores(
-            sp, tables, place, partitions, fmt, io, store_dir, encoder=encoder, only=only
+            sp,
+            tables,
+            place,
+            partitions,
+            fmt,
+            io,
+            store_dir,
+            encoder=encoder,
+            only=only,
+            convert=convert,
         )
     threads = _uses_threads(sp.io, io)
     built = list(range(partitions)) if only is None else only
@@ -586,22 +604,33 @@ def partition_tables(
     place: Place,
     partitions: int,
     engine: Engine | TaskRunner,
+    *,
+    convert: Callable[[Any, pa.Table], pa.Table] | None = None,
 ) -> Iterator[tuple[int, dict[str, pa.Table]]]:
     """Each target partition's rows of ``tables`` (by name, in savepoint order), one partition
-    in memory at a time: for state whose partition is encoded as a whole (transformWithState)."""
+    in memory at a time: for state whose partition is encoded as a whole (transformWithState).
+    ``convert`` makes the rows the target keeps (schema evolution) before they are placed."""
     if not isinstance(engine, Engine):  # the Spark engine: a shuffle, then partition by partition
-        yield from engine.partition_tables(sp, tables, place, partitions)
+        yield from engine.partition_tables(sp, tables, place, partitions, convert=convert)
         return
     threads = _uses_threads(sp.io)
     with spill_dir() as directory:
         dirs = spill_tables(
-            sp, tables, place, partitions, directory, engine, encoder=None, threads=threads
+            sp,
+            tables,
+            place,
+            partitions,
+            directory,
+            engine,
+            encoder=None,
+            threads=threads,
+            convert=convert,
         )
         for p in range(partitions):
             out = {}
             for t, d in zip(tables, dirs, strict=True):
                 batches = list(_read_spills(_spills(d, len(t.files), p), engine.per_task))
-                schema = sp.table_schema(t)
+                schema = table_schema(sp, t, convert)
                 out[t.name] = (
                     pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
                 )

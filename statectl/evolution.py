@@ -80,9 +80,23 @@ class PartEvolution:
             elif src.nested is not None:
                 children.append(src.nested.convert(arr.field(src.index)))
             else:
-                children.append(arr.field(src.index).cast(f.type))
+                children.append(retyped(arr.field(src.index), f.type))
         mask = arr.is_null() if arr.null_count else None
         return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+
+
+def retyped(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """``arr`` as Arrow type ``t``, struct fields matched by position as Spark reads them:
+    Arrow casts a struct by field name, which would turn a renamed nested field into nulls."""
+    if (
+        pa.types.is_struct(t)
+        and pa.types.is_struct(arr.type)
+        and arr.type.num_fields == t.num_fields
+    ):
+        children = [retyped(arr.field(i), t.field(i).type) for i in range(t.num_fields)]
+        mask = arr.is_null() if arr.null_count else None
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
+    return arr.cast(t)
 
 
 @dataclass
@@ -272,6 +286,82 @@ def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None
         notes.append(f"{part} field {i} ({f['name']}): added, starts null")
     stored_sources = kept.sources if kept is not None else [Source(i) for i in range(len(a))]
     return PartEvolution(new, stored_sources + [Source(None)] * (len(b) - len(a))), notes
+
+
+def _grouping_at(family: str, kinds: dict[str, str]) -> int | None:
+    """Where a transformWithState column family's key holds the grouping key (Spark 4.3's
+    layout): -1 for the whole key (value and list state, ``$rowCounter_``, a TTL'd list's
+    ``$min_``/``$count_``), else the index of its ``key`` field (map state ``(key, userKey)``,
+    timers ``(key, expiryTimestampMs)`` and ``(expiryTimestampMs, key)``); None: not known
+    (``$ttl_`` indexes nest it in an element key)."""
+    kind = kinds.get(family)
+    if kind in ("ValueState", "ListState"):
+        return -1
+    if kind == "MapState" or family.endswith("_keyToTimestamp"):
+        return 0
+    if family.endswith("_timestampToKey"):
+        return 1
+    if family.startswith(("$rowCounter_", "$min_", "$count_")):
+        return -1
+    return None
+
+
+def _grouping_part(schema: dict, at: int) -> dict:
+    return schema if at < 0 else schema["fields"][at]["type"]
+
+
+def _with_grouping(schema: dict, at: int, grouping: dict) -> dict:
+    if at < 0:
+        return grouping
+    fields = list(schema["fields"])
+    fields[at] = {**fields[at], "type": grouping}
+    return {**schema, "fields": fields}
+
+
+def grouping_key(
+    stored: dict[str, str], new: dict[str, str], kinds: dict[str, str]
+) -> tuple[PartEvolution | None, list[str]]:
+    """transformWithState's grouping key, read as the query's: every column family keeps it
+    (state variables, timers, row counters), so it changes for all of them alike, by
+    :func:`positional`'s rule (widened, renamed by position). ``stored`` and ``new``: each
+    column family's key schema (JSON) in the savepoint and in the query; ``kinds``: the state
+    variables' kinds. None when the bytes stay (renamed or nullability widened only): Spark
+    reads those keys as they are. Refused: the reason, with the family and field."""
+    olds, news = [], []
+    for name, schema in stored.items():
+        at = _grouping_at(name, kinds)
+        if at is None or name not in new:
+            continue
+        for part, text in ((olds, schema), (news, new[name])):
+            s = json.loads(text)
+            if at >= len(s["fields"]) and at >= 0:
+                raise Refused(f"column family {name}: key {simple_string(s)} has no grouping key")
+            part.append(_grouping_part(s, at))
+    if not olds:
+        return None, []
+    old, want = olds[0], news[0]
+    if any(o != old for o in olds) or any(n != want for n in news):
+        raise Refused("the column families do not agree on the grouping key")
+    evo, notes = positional(json.dumps(old), json.dumps(want), "grouping key")
+    # The rest of each family's key (a map's user key, a timer's expiry) stays as Spark's rule
+    # wants it.
+    for name, schema in stored.items():
+        at = _grouping_at(name, kinds)
+        if name not in new:
+            if evo is None:
+                continue  # written as the savepoint has it
+            raise Refused(f"column family {name} is not in the query, so cannot be re-keyed")
+        if at is None and evo is not None:
+            raise Refused(
+                f"column family {name} (state TTL) nests the grouping key in its element key, "
+                "which restore does not re-key"
+            )
+        stored_key = json.loads(schema)
+        rekeyed = stored_key if at is None else _with_grouping(stored_key, at, want)
+        diff = difference(rekeyed, json.loads(new[name]))
+        if diff:
+            raise Refused(f"column family {name}: key {diff}")
+    return evo, notes
 
 
 def evolve_table(

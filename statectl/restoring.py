@@ -18,7 +18,7 @@ import posixpath
 import re
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from statectl.evolution import (
     added_fields,
     apply_transform,
     evolve_table,
+    grouping_key,
     load_transform,
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
@@ -265,37 +266,63 @@ def _evolve_state_variables(
     problems: list[str],
     where: str,
 ) -> list[str]:
-    """transformWithState: a state variable's value struct may gain fields (null), with the
-    UnsafeRow encoding; keys and everything else stay as Spark's rule wants them."""
-    if not problems or not op.column_families:
+    """transformWithState: the grouping key may be widened or renamed (every state variable,
+    row counter and timer re-keyed alike: :func:`statectl.evolution.grouping_key`), and a state
+    variable's value struct may gain fields (null); both with the UnsafeRow encoding and
+    without TTL. Everything else stays as Spark's rule wants it."""
+    if not op.column_families:
         return problems
     sp = plan.sp
     avro = sp is not None and sp.metadata.pinned_confs.get(ENCODING_CONF) == "avro"
     ttl = any(cf["name"].startswith(TTL_INDEX) for cf in op.column_families)
     schemas = {s.name: s for s in logical_stores(target)[1]}
+    kinds = {t.name: t.kind for t in op.tables}
+
+    def refused(what: str, reason: object) -> list[str]:
+        # Spark's reason first (what the query changed), then why restore cannot bridge it.
+        if not problems:
+            return [f"{where} {what}: {reason}"]
+        return [f"{problems[0]}; restore cannot evolve it: {what}: {reason}", *problems[1:]]
+
+    try:
+        key, notes = grouping_key(
+            {cf["name"]: cf["key_schema"] for cf in op.column_families},
+            {name: s.key_schema for name, s in schemas.items()},
+            kinds,
+        )
+    except Refused as e:
+        return refused("grouping key", e)
+    if key is not None and (avro or ttl):
+        # Avro rows carry schema ids Spark resolves against the schema files' history, and TTL
+        # indexes nest the grouping key in their own keys: neither is rewritten here.
+        return refused(
+            "grouping key",
+            "restore re-keys state only with the UnsafeRow encoding and without TTL "
+            f"({'the savepoint is Avro-encoded' if avro else 'the operator has state TTL'})",
+        )
+    notes = [f"uid {uid}: {n}" for n in notes]
     evolutions = {}
-    notes = []
     for table in op.tables:
         desc = schemas.get(table.name)
         if desc is None or table.kind not in VALUE_COLUMNS:
             if table.kind == "timers":
+                if key is not None:
+                    evolutions[table.name] = TableEvolution(key=key)
                 continue
             return problems
-        what = f"{where} state variable {table.name!r}"
-        if difference(json.loads(table.key_schema), json.loads(desc.key_schema)):
-            return problems
+        what = f"state variable {table.name!r}"
         try:
             value, changes = added_fields(table.value_schema, desc.value_schema, "value")
         except Refused as e:
-            return [f"{problems[0]}; restore cannot evolve it: {what}: {e}", *problems[1:]]
+            return refused(what, e)
         if value is not None and (avro or ttl):
             return [
                 f"{problems[0]}; restore evolves state variables only with the UnsafeRow "
-                f"encoding and without TTL ({what})",
+                f"encoding and without TTL ({where} {what})",
                 *problems[1:],
             ]
-        if value is not None:
-            evolutions[table.name] = TableEvolution(value=value)
+        if value is not None or key is not None:
+            evolutions[table.name] = TableEvolution(key=key, value=value)
         notes += [f"uid {uid} state variable {table.name!r}: {n}" for n in changes]
     if evolutions:
         plan.evolutions[uid] = evolutions
@@ -303,23 +330,23 @@ def _evolve_state_variables(
     return []
 
 
-def _evolved_tables(
-    evolutions: dict[str, TableEvolution],
-    kinds: dict[str, str],
-    parts: Iterable[tuple[int, dict[str, pa.Table]]],
-) -> Iterator[tuple[int, dict[str, pa.Table]]]:
-    """transformWithState partitions with evolved value structs."""
-    for p, tables in parts:
-        out = dict(tables)
-        for name, evo in evolutions.items():
-            if name in out and evo.value is not None:
-                t = out[name]
-                column = VALUE_COLUMNS[kinds[name]]
-                i = t.schema.get_field_index(column)
-                out[name] = t.set_column(
-                    i, column, evo.value.convert(t.column(column).combine_chunks())
-                )
-        yield p, out
+def _evolved_cf_rows(
+    evolutions: dict[str, TableEvolution], kinds: dict[str, str], table: Any, rows: pa.Table
+) -> pa.Table:
+    """A transformWithState savepoint chunk as the query keeps it, before placement: the
+    grouping key (the ``key`` column of every table, timers included) converted, since a
+    widened key hashes differently, and value structs evolved."""
+    evo = evolutions.get(table.name)
+    if evo is None:
+        return rows
+    if evo.key is not None:
+        i = rows.schema.get_field_index("key")
+        rows = rows.set_column(i, "key", evo.key.convert(rows.column("key").combine_chunks()))
+    if evo.value is not None:
+        column = VALUE_COLUMNS[kinds[table.name]]
+        i = rows.schema.get_field_index(column)
+        rows = rows.set_column(i, column, evo.value.convert(rows.column(column).combine_chunks()))
+    return rows
 
 
 def _plan_transform(
@@ -368,7 +395,13 @@ def _schema_problems(uid: str, op: OperatorState, target: Operator) -> list[str]
     for table in op.tables:
         # A join at state format 3/4 is compared as format 2's stores (what savepoints hold).
         schemas = logical_stores(target)[1]
-        desc = next((s for s in schemas if s.name == table.name), None)
+        # transformWithState's timers table is its key-to-timestamp column family.
+        names = (
+            {f"${mode}Timers_keyToTimestamp" for mode in ("event", "proc")}
+            if table.kind == "timers"
+            else {table.name}
+        )
+        desc = next((s for s in schemas if s.name in names), None)
         if desc is None:
             problems.append(
                 f"{where} ({op.name}): the query has no store {table.name!r} "
@@ -1126,23 +1159,36 @@ def _hadoop_url(io: FileIO, path: str, scheme: str) -> str:
 def _write_cf_operator(
     sp: Savepoint, op: OperatorState, new_id: int, plan: RestorePlan, io: FileIO, root: str
 ) -> dict[str, int]:
-    """transformWithState from the savepoint: its tables and its column families verbatim."""
+    """transformWithState from the savepoint: its tables and its column families, evolved to
+    the query's schemas where the plan says so."""
     evolutions = plan.evolutions.get(op.uid, {})
-    families = [
-        dataclasses.replace(
-            ColumnFamilySchema(**cf), value_schema=evolutions[cf["name"]].value.new_schema
-        )
-        if cf["name"] in evolutions and evolutions[cf["name"]].value is not None
-        else ColumnFamilySchema(**cf)
-        for cf in op.column_families or []
-    ]
-    kinds = {t.name: t.kind for t in op.tables}
-    # One target partition in memory at a time (statectl/engine.py).
-    parts = partition_tables(
-        sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
+    # A re-keyed operator takes every family's key schema from the query's plan (checked when
+    # planning): what Spark's own schema check compares the query with.
+    planned = (
+        {s.name: s for s in plan.query_operators[new_id].schemas}
+        if any(e.key is not None for e in evolutions.values())
+        else {}
     )
-    if evolutions:
-        parts = _evolved_tables(evolutions, kinds, parts)
+    families = []
+    for cf in op.column_families or []:
+        family = ColumnFamilySchema(**cf)
+        if cf["name"] in planned:
+            family = dataclasses.replace(family, key_schema=planned[cf["name"]].key_schema)
+        evo = evolutions.get(cf["name"])
+        if evo is not None and evo.value is not None:
+            family = dataclasses.replace(family, value_schema=evo.value.new_schema)
+        families.append(family)
+    kinds = {t.name: t.kind for t in op.tables}
+    # One target partition in memory at a time (statectl/engine.py), each row placed by its
+    # converted key.
+    parts = partition_tables(
+        sp,
+        op.tables,
+        op.kind.partitions_of,
+        plan.partitions,
+        plan.engine or Engine.of(),
+        convert=functools.partial(_evolved_cf_rows, evolutions, kinds) if evolutions else None,
+    )
     _write_cf_state(sp, new_id, op.name, op.properties, families, parts, kinds, plan, io, root)
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 

@@ -38,7 +38,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from statectl.engine import BuildTask, Encoder, Engine, Place, SpillTask, StoreFormat, parse_memory
+from statectl.engine import (
+    BuildTask,
+    Encoder,
+    Engine,
+    Place,
+    SpillTask,
+    StoreFormat,
+    parse_memory,
+    table_schema,
+)
 from statectl.errors import StatectlError
 from statectl.io import FileIO
 
@@ -103,11 +112,12 @@ class SparkEngine:
         *,
         encoder: Encoder,
         only: list[int] | None = None,
+        convert: Callable[[Any, pa.Table], pa.Table] | None = None,
     ) -> list[list[tuple[int, str | None]]]:
         """:func:`statectl.engine.restore_stores` as two Spark stages and a shuffle: build
         tasks write the target's store files; returns [table] -> [(partition, unique id)]."""
         built = list(range(partitions)) if only is None else only
-        shuffled = self._shuffled(sp, tables, place, partitions, encoder, built)
+        shuffled = self._shuffled(sp, tables, place, partitions, encoder, built, convert)
         n_tables = len(tables)
         # Paths computed here: the driver owns where files go, tasks only write them.
         dirs = [[store_dir(t.name, p) for p in built] for t in tables]
@@ -119,13 +129,19 @@ class SparkEngine:
         ]
 
     def partition_tables(
-        self, sp: Any, tables: list[Any], place: Place, partitions: int
+        self,
+        sp: Any,
+        tables: list[Any],
+        place: Place,
+        partitions: int,
+        *,
+        convert: Callable[[Any, pa.Table], pa.Table] | None = None,
     ) -> Iterator[tuple[int, dict[str, pa.Table]]]:
         """:func:`statectl.engine.partition_tables` through the shuffle: each target
         partition's rows arrive at the driver one partition at a time (transformWithState and
         joins at formats 3/4 encode a partition as a whole, here)."""
         built = list(range(partitions))
-        shuffled = self._shuffled(sp, tables, place, partitions, None, built)
+        shuffled = self._shuffled(sp, tables, place, partitions, None, built, convert)
         rows: dict[int, dict[int, list[pa.RecordBatch]]] = {}
         current = 0
 
@@ -133,7 +149,7 @@ class SparkEngine:
             got = rows.pop(p, {})
             out = {}
             for t_index, t in enumerate(tables):
-                schema = sp.table_schema(t)
+                schema = table_schema(sp, t, convert)
                 batches = got.get(t_index, [])
                 out[t.name] = (
                     pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
@@ -160,6 +176,7 @@ class SparkEngine:
         partitions: int,
         encoder: Encoder | None,
         built: list[int],
+        convert: Callable[[Any, pa.Table], pa.Table] | None = None,
     ) -> Any:
         """Stage 1 (spill tasks, one per savepoint data file) and the shuffle: an RDD whose
         partition ``i * len(tables) + t`` holds table ``t``'s rows of target partition
@@ -167,7 +184,10 @@ class SparkEngine:
         self.check_executors()
         sc = self.spark.sparkContext
         jobs = [
-            (t_index, SpillTask(sp, t, f, place, partitions, "", self.per_task, encoder))
+            (
+                t_index,
+                SpillTask(sp, t, f, place, partitions, "", self.per_task, encoder, convert),
+            )
             for t_index, t in enumerate(tables)
             for f in range(len(t.files))
         ]

@@ -3,6 +3,7 @@ changed aggregation that restores with --query and continues on Spark."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -13,6 +14,8 @@ import time
 import pyarrow as pa
 import pytest
 
+from statectl.checkpoint.model import Checkpoint
+from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.evolution import (
     AggregateBuffer,
@@ -22,10 +25,20 @@ from statectl.evolution import (
     aggregation_values,
     apply_transform,
     evolve_table,
+    grouping_key,
 )
-from statectl.restoring import restore
+from statectl.query_plan import PlannedQuery, PlannedSource
+from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
-from tests.test_restore import PROVIDERS, run, write_input  # the continuation helpers
+from statectl.savepoints.store import Savepoint
+from statectl.spark_engine import SparkEngine
+from tests.conftest import FIXTURES, spark_rows
+from tests.test_restore import (  # the continuation helpers
+    PROVIDERS,
+    assert_exactly_once,
+    run,
+    write_input,
+)
 
 
 def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
@@ -184,6 +197,161 @@ def test_a_nested_user_state_struct_gains_fields_as_nulls():
         )
 
 
+def _tws_keys(grouping: str, user_key: str = struct(("mk", "string"))) -> dict[str, str]:
+    """The key schemas of a transformWithState operator's column families (value, list and
+    map state, a list's row counter, event-time timers) for a grouping key struct."""
+    g = json.loads(grouping)
+
+    def with_key(*fields: dict) -> str:
+        return json.dumps({"type": "struct", "fields": list(fields)})
+
+    key = {"name": "key", "type": g, "nullable": True, "metadata": {}}
+    expiry = {"name": "expiryTimestampMs", "type": "long", "nullable": False, "metadata": {}}
+    user = {"name": "userKey", "type": json.loads(user_key), "nullable": True, "metadata": {}}
+    return {
+        "cnt": grouping,
+        "lst": grouping,
+        "$rowCounter_lst": grouping,
+        "mp": with_key(key, user),
+        "$eventTimers_keyToTimestamp": with_key(key, expiry),
+        "$eventTimers_timestampToKey": with_key(expiry, key),
+    }
+
+
+TWS_KINDS = {"cnt": "ValueState", "lst": "ListState", "mp": "MapState", "$timers": "timers"}
+
+
+def test_transform_with_state_grouping_key_widens_and_renames_for_every_column_family():
+    stored = _tws_keys(struct(("g", "integer"), ("d", "decimal(5,2)")))
+    evo, notes = grouping_key(
+        stored, _tws_keys(struct(("v", "long"), ("d", "decimal(7,2)"))), TWS_KINDS
+    )
+    assert evo is not None
+    assert notes == [
+        "grouping key field 0 (v): widened integer -> long",
+        "grouping key field 0 (v): renamed g -> v, matched by position",
+        "grouping key field 1 (d): widened decimal(5,2) -> decimal(7,2)",
+    ]
+    key = pa.StructArray.from_arrays(
+        [pa.array([7, None], pa.int32()), pa.array([1, 2], pa.decimal128(5, 2))], names=["g", "d"]
+    )
+    out = evo.convert(key)
+    assert [f.name for f in out.type] == ["v", "d"] and out.type.field(0).type == pa.int64()
+    assert out.field(0).to_pylist() == [7, None]
+    # Renamed only: the same bytes, so nothing is converted, and the plan says so.
+    evo, notes = grouping_key(
+        stored, _tws_keys(struct(("v", "integer"), ("d", "decimal(5,2)"))), TWS_KINDS
+    )
+    assert evo is None and notes == [
+        "grouping key field 0 (v): renamed g -> v, matched by position"
+    ]
+    assert grouping_key(stored, stored, TWS_KINDS) == (None, [])
+    # Refused, with the field: narrowed or retyped keys, and a map user key that changed.
+    with pytest.raises(
+        Refused, match=r"grouping key field 0 \(g\): long in the savepoint, integer"
+    ):
+        grouping_key(
+            _tws_keys(struct(("g", "long"))), _tws_keys(struct(("g", "integer"))), TWS_KINDS
+        )
+    with pytest.raises(Refused, match=r"grouping key has 1 fields in the savepoint"):
+        grouping_key(
+            _tws_keys(struct(("g", "long"))),
+            _tws_keys(struct(("g", "long"), ("h", "long"))),
+            TWS_KINDS,
+        )
+    with pytest.raises(Refused, match=r"column family mp: key field 1 \(userKey\)\.mk: string"):
+        grouping_key(
+            _tws_keys(struct(("g", "integer"))),
+            _tws_keys(struct(("g", "long")), struct(("mk", "integer"))),
+            TWS_KINDS,
+        )
+    with pytest.raises(Refused, match=r"column family mp: key field 1 \(userKey\)\.mk"):
+        grouping_key(  # the grouping key unchanged: the user key is still checked
+            _tws_keys(struct(("g", "long"))),
+            _tws_keys(struct(("g", "long")), struct(("mk", "integer"))),
+            TWS_KINDS,
+        )
+    # A TTL index nests the grouping key in its element key: not re-keyed.
+    ttl = json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "expirationMs", "type": "long", "nullable": True, "metadata": {}},
+                {"name": "elementKey", "type": json.loads(struct(("g", "integer")))},
+            ],
+        }
+    )
+    with pytest.raises(Refused, match=r"\$ttl_cnt \(state TTL\) nests the grouping key"):
+        grouping_key(
+            {**_tws_keys(struct(("g", "integer"))), "$ttl_cnt": ttl},
+            {**_tws_keys(struct(("g", "long"))), "$ttl_cnt": ttl},
+            TWS_KINDS,
+        )
+
+
+def _retyped_k(schema: str, type_: str, name: str = "k") -> str:
+    """A tws fixture schema with its grouping key field k (a string) as ``name type_``."""
+    return schema.replace('{"name":"k","type":"string"', f'{{"name":"{name}","type":"{type_}"')
+
+
+def _tws_plan(tmp_path, fixture: str, stored: str, planned: str, name: str = "k"):
+    """Plan restoring the fixture's transformWithState state, its grouping key k read as
+    ``stored``, into the same operator planned with the key ``name planned``."""
+    sp_url, meta = take_savepoint(str(FIXTURES / fixture), str(tmp_path / fixture))
+    sp = Savepoint.open(sp_url)
+    (op,) = sp.metadata.operators
+    op.tables = [
+        dataclasses.replace(t, key_schema=_retyped_k(t.key_schema, stored)) for t in op.tables
+    ]
+    op.column_families = [
+        {**cf, "key_schema": _retyped_k(cf["key_schema"], stored)} for cf in op.column_families
+    ]
+    (qop,) = Checkpoint.open(str(FIXTURES / fixture)).operators(meta.batch_id)
+    qop.schemas = [
+        dataclasses.replace(s, key_schema=_retyped_k(s.key_schema, planned, name))
+        for s in qop.schemas
+    ]
+    # One file source, as the fixture's query has: matched by its index.
+    query = PlannedQuery(
+        "queries.py:after", "update", [qop], sources=[PlannedSource(0, "FileSource[in]", "/in")]
+    )
+    return op.uid, plan_restore(sp, str(tmp_path / "ck"), "rocksdb", 3, {}, False, query=query)
+
+
+def test_transform_with_state_key_evolution_is_planned_or_refused_with_the_reason(tmp_path):
+    uid, plan = _tws_plan(tmp_path, "tws-rocksdb", "integer", "long", "key")
+    assert not plan.problems, plan.problems
+    assert plan.restored == {uid: 0}
+    assert plan.evolved == [
+        f"uid {uid}: grouping key field 0 (key): widened integer -> long",
+        f"uid {uid}: grouping key field 0 (key): renamed k -> key, matched by position",
+    ]
+    # Every state variable and the timers get the same converted key.
+    evolutions = plan.evolutions[uid]
+    assert sorted(evolutions) == ["$timers", "cnt", "lst", "mp"]
+    assert len({id(e.key) for e in evolutions.values()}) == 1
+    _, plan = _tws_plan(tmp_path / "narrowed", "tws-rocksdb", "long", "integer")
+    # Spark's reason for each column family (the timers' too), the first with restore's.
+    problem = plan.problems[0]
+    assert "restore cannot evolve it: grouping key: grouping key field 0 (k): long in the " in (
+        problem
+    )
+    assert "integer in the query, which is not a widening" in problem
+    assert sorted(p.split("'")[1] for p in plan.problems) == ["$timers", "cnt", "lst", "mp"]
+    assert all("--drop" in p for p in plan.problems) and not plan.evolutions
+    # Avro rows and TTL indexes are not re-keyed: refused, saying which.
+    _, plan = _tws_plan(tmp_path / "avro", "tws-avro-rocksdb", "integer", "long")
+    assert any(
+        "restore re-keys state only with the UnsafeRow encoding and without TTL (the savepoint "
+        "is Avro-encoded)" in p
+        for p in plan.problems
+    ), plan.problems
+    _, plan = _tws_plan(tmp_path / "ttl", "tws-ttl-rocksdb", "integer", "long")
+    assert any("nests the grouping key in its element key" in p for p in plan.problems), (
+        plan.problems
+    )
+
+
 def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
     (tmp_path / "t.py").write_text(
         "import pyarrow as pa\n"
@@ -287,6 +455,22 @@ def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend):
         partitions=3,
     )
     assert not plan.problems, plan.problems
+    if backend == "rocksdb":
+        # The Spark engine converts before it places, as the local engine does (it used to
+        # place and encode the savepoint's int keys: null keys, rows lost).
+        restore(
+            sp_url,
+            str(tmp_path / "ck4"),
+            query=f"{queries}:after",
+            spark=spark,
+            backend=backend,
+            partitions=3,
+            engine=SparkEngine(spark),
+        )
+        reader = spark.read.format("statestore")
+        assert spark_rows(reader.load(str(tmp_path / "ck4"))) == spark_rows(
+            reader.load(str(tmp_path / "ck2"))
+        )
 
     # New data with small values: a max that covered the old data too would be 8.
     for b in range(3, 6):
@@ -453,6 +637,165 @@ def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path)
     old_keys = {r["k"] for r in old}
     # A key's first update after the restore reads the added field as null.
     assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
+
+
+TWS_KEY_QUERIES = '''
+import pandas as pd
+import pyspark.sql.functions as F
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+class Processor(StatefulProcessor):
+    """Value, list and map state and event-time timers (tests/test_restore.py's tws processor):
+    the output depends on every kind of restored state."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.cnt = handle.getValueState("cnt", StructType([StructField("c", LongType())]))
+        self.lst = handle.getListState("lst", StructType([StructField("v", LongType())]))
+        self.mp = handle.getMapState(
+            "mp",
+            StructType([StructField("mk", StringType())]),
+            StructType([StructField("mv", LongType())]),
+        )
+
+    def handleInputRows(self, key, rows, timerValues):
+        n, latest = 0, 0
+        for pdf in rows:
+            for v, ts in zip(pdf["v"], pdf["ts"]):
+                self.lst.appendValue((int(v),))
+                self.mp.updateValue((str(int(v) % 3),), (int(v),))
+                latest = max(latest, int(pd.Timestamp(ts).timestamp() * 1000))
+                n += 1
+        total = sum(1 for _ in self.lst.get())
+        first = self.mp.getValue(("1",))[0] if self.mp.containsKey(("1",)) else -2
+        c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+        self.cnt.update((c,))
+        self.handle.registerTimer(latest + 10_000)
+        yield pd.DataFrame({{"g": [int(key[0])], "c": [c * 1_000_000 + total * 100 + first]}})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        if self.mp.containsKey(("0",)):
+            self.mp.removeKey(("0",))
+        yield pd.DataFrame({{"g": [int(key[0])], "c": [-1]}})
+
+    def close(self):
+        pass
+
+
+def build(df, key):
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy(key)
+        .transformWithStateInPandas(
+            Processor(), outputStructType="g long, c long", outputMode="Update",
+            timeMode="EventTime",
+        )
+    )
+
+
+def before(spark):
+    return build(src(spark).withColumn("g", F.col("v").cast("int")), "g")
+
+
+def after(spark):
+    """The grouping key widened (int -> bigint) and renamed (g -> v)."""
+    return build(src(spark), "v")
+'''
+
+
+@pytest.mark.spark
+def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path):
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    # Read in batch order (the file source goes by modification time): an event-time query
+    # drops a batch read after a later one as late.
+    now = time.time()
+    for b in range(3):
+        os.utime(d / f"part-{b:03d}.json", (now - 10 + b, now - 10 + b))
+    queries = tmp_path / "tws_key_queries.py"
+    queries.write_text(TWS_KEY_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    # An int and a long key hash to other partitions: restored keys placed by the savepoint's
+    # int would not be found by the query (9 keys, v = 0..8, over 3 partitions).
+    keys = list(range(9))
+    as_int = pa.StructArray.from_arrays([pa.array(keys, pa.int32())], ["g"])
+    as_long = pa.StructArray.from_arrays([pa.array(keys, pa.int64())], ["v"])
+    assert (partition_ids(as_int, 3) != partition_ids(as_long, 3)).sum() >= 3
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    first = run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (uid,) = [op.uid for op in meta.operators]
+    assert meta.operators[0].partitions == 2  # restored to 3
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [
+        f"uid {uid}: grouping key field 0 (v): widened integer -> long",
+        f"uid {uid}: grouping key field 0 (v): renamed g -> v, matched by position",
+    ]
+    # The Spark engine converts before its shuffle as the local engine does before spilling.
+    restore(
+        sp_url,
+        str(tmp_path / "ck4"),
+        query=f"{queries}:after",
+        spark=spark,
+        partitions=3,
+        engine=SparkEngine(spark),
+    )
+    # Spark's own reader sees the restored state under the query's key, every row of it.
+    for var in ("cnt", "lst", "mp"):
+
+        def read(ckpt, var=var):
+            return (
+                spark.read.format("statestore")
+                .option("operatorId", 0)
+                .option("stateVarName", var)
+                .load(str(ckpt))
+            )
+
+        df = read(tmp_path / "ck2")
+        assert df.schema["key"].dataType.simpleString() == "struct<v:bigint>", var
+        stored = Savepoint.open(sp_url).read_table(
+            next(t for t in meta.operators[0].tables if t.name == var)
+        )
+        assert df.count() == stored.num_rows, var
+        assert spark_rows(df) == spark_rows(read(tmp_path / "ck4")), var
+
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    assert continued and all(b > meta.batch_id for b in continued)
+    # Old state intact, new events added: each key's last count, list length and map value
+    # are those of all five batches (computed from the input alone).
+    events = _rows(d, range(5))
+    last: dict[int, int] = {}
+    for b in sorted(continued):
+        for g, c in continued[b]:
+            if c >= 0:
+                last[g] = c
+    assert last
+    for g, c in last.items():
+        mine = [r["v"] for r in events if r["v"] == g]
+        ones = [v for v in mine if v % 3 == 1]
+        assert c == len(mine) * 1_000_000 + len(mine) * 100 + (ones[-1] if ones else -2), g
+    # And exactly once: the split run emitted what one run of the widened query emits.
+    full = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck3", confs=rocksdb)
+    assert_exactly_once(first, continued, full)
 
 
 FMGWS_QUERIES = '''
