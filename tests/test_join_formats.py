@@ -473,20 +473,23 @@ def _semi_continuation(d: Path, sp: Savepoint, uid: str, watermark_ms: int) -> t
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize(("dst", "asked", "n"), [("rocksdb", None, 3), ("hdfs", 2, 2)])
-def test_left_semi_join_continues_from_format_4(spark, tmp_path, dst, asked, n):
-    """join4-leftsemi's query: a restored unmatched left row is emitted when a new right row
-    meets it, and a new left row is emitted for meeting a restored right row, as in an
-    uninterrupted run."""
+@pytest.mark.parametrize(
+    ("src_fmt", "dst", "asked", "n"),
+    [(4, "rocksdb", None, 3), (4, "hdfs", 2, 2), (2, "rocksdb", None, 3), (3, "rocksdb", 4, 2)],
+)
+def test_left_semi_join_continues_from_every_format(spark, tmp_path, src_fmt, dst, asked, n):
+    """join4-leftsemi's query (at join state formats 2, 3 and 4): a restored unmatched left row
+    is emitted when a new right row meets it, and a new left row is emitted for meeting a
+    restored right row, as in an uninterrupted run."""
     d = tmp_path / "input"
     _input(d)
-    confs = {FORMAT_CONF: "4"}
+    confs = {FORMAT_CONF: str(src_fmt)}
     first = run(spark, "join-leftsemi-fixture", d, tmp_path / "ck1", "rocksdb", confs)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     plan = restore(
         sp_url, str(tmp_path / "ck2"), backend=dst, partitions=n, join_state_format=asked
     )
-    assert not plan.problems and plan.join_state_format == (asked or 4)
+    assert not plan.problems and plan.join_state_format == (asked or src_fmt)
     uid = meta.operators[0].uid
     wm = meta.next_batch_watermark_ms
     new_right_v, new_left_v = _semi_continuation(d, Savepoint.open(sp_url), uid, wm)
@@ -551,6 +554,8 @@ OUTER_CELLS = [
     ("full_outer", "rocksdb", 4, "rocksdb", None, 3, "restore"),
     ("full_outer", "hdfs", 2, "rocksdb", 3, 2, "restore"),
     ("full_outer", "hdfs", 2, "rocksdb", 4, 3, "migrate"),
+    ("right_outer", "hdfs", 2, "rocksdb", None, 3, "restore"),
+    ("right_outer", "rocksdb", 3, "rocksdb", 4, 2, "restore"),
 ]
 
 
@@ -583,8 +588,9 @@ def test_outer_join_continues_from_a_restore(
             sp_url, str(tmp_path / "ck2"), backend=dst, partitions=n, join_state_format=asked
         )
         assert not plan.problems and plan.join_state_format == (asked or src_fmt)
+    outer = "right" if how == "right_outer" else "left"  # the side whose rows are padded
     matched = [v[-1] for _, v, _ in arrow_rows(
-        Savepoint.open(sp_url).read(Selection(0, store="left-keyWithIndexToValue"), meta.operators[0].uid)
+        Savepoint.open(sp_url).read(Selection(0, store=f"{outer}-keyWithIndexToValue"), meta.operators[0].uid)
     )]  # fmt: skip
     assert True in matched and False in matched  # both kinds of restored row are exercised
 
@@ -594,8 +600,9 @@ def test_outer_join_continues_from_a_restore(
     rows = [r for part in continued.values() for r in part]  # (lk, lv, lts, rk, rid, rts)
     assert any(r[1] is not None and r[1] < 100 and r[4] is not None and r[4] >= 100 for r in rows)
     assert any(r[4] is not None and r[4] < 100 and r[1] is not None and r[1] >= 100 for r in rows)
-    assert any(r[1] is not None and r[1] < 100 and r[3] is None for r in rows), rows
-    if how == "full_outer":
+    if how in ("left_outer", "full_outer"):  # restored unmatched left rows, null-padded
+        assert any(r[1] is not None and r[1] < 100 and r[3] is None for r in rows), rows
+    if how in ("right_outer", "full_outer"):  # restored unmatched right rows, null-padded
         assert any(r[4] is not None and r[4] < 100 and r[0] is None for r in rows), rows
     assert_exactly_once(first, continued, full)
     restored = Checkpoint.open(str(tmp_path / "ck2"))
