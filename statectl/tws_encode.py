@@ -222,30 +222,78 @@ def encode_operator_partition(
     ``tables``: the savepoint's tables of the operator for this partition, by name (state
     variables and ``$timers``); ``kinds``: their kinds (ValueState, ListState, MapState, timers).
     """
-    by_name = {f.name: f for f in families}
-    out_keys: list[pa.Array] = []
-    out_values: list[pa.Array] = []
-
-    def put(name: str, keys: pa.Array, values: pa.Array) -> None:
-        cf = int(cf_ids[name]).to_bytes(2, "little", signed=True)
-        out_keys.append(concat_binary(cf, keys))
-        out_values.append(values)
-
-    list_counts: dict[str, tuple[pa.Array, np.ndarray]] = {}
-    ttl = {n[len(TTL_INDEX) :] for n in by_name if n.startswith(TTL_INDEX)}
+    encoder = TableEncoder(families, cf_ids, time_mode, merge_delimiter, avro)
+    encoder.check(tables)
+    entries: list[tuple[pa.Array, pa.Array]] = []
     for name, table in tables.items():
-        kind = kinds[name]
+        entries += encoder.encode(name, kinds[name], table)
+    entries += encoder.row_counters()
+    if not entries:
+        empty = pa.array([], pa.large_binary())
+        return empty, empty
+    return (
+        pa.concat_arrays([k.cast(pa.large_binary()) for k, _ in entries]),
+        pa.concat_arrays([v.cast(pa.large_binary()) for _, v in entries]),
+    )
+
+
+class TableEncoder:
+    """One transformWithState operator's tables as RocksDB entries (keys with their 2-byte
+    family id), a table (or a chunk of one) at a time. A list state's chunk must hold every
+    element of its keys: its entries merge them, and its row counter counts them."""
+
+    def __init__(
+        self,
+        families: list[ColumnFamilySchema],
+        cf_ids: dict[str, int],
+        time_mode: str,
+        merge_delimiter: bytes,
+        avro: bool = False,
+    ) -> None:
+        self.families, self.cf_ids = families, cf_ids
+        self.by_name = {f.name: f for f in families}
+        self.time_mode, self.merge_delimiter, self.avro = time_mode, merge_delimiter, avro
+        self.ttl = {n[len(TTL_INDEX) :] for n in self.by_name if n.startswith(TTL_INDEX)}
+        # list state (without TTL) -> its keys and element counts so far, for $rowCounter_
+        self.list_counts: dict[str, list[tuple[pa.Array, np.ndarray]]] = {}
+
+    def check(self, tables: Iterable[str]) -> None:
+        """Refuse internal families the savepoint's tables cannot rebuild."""
+        names = set(tables)
+        for fam in self.families:
+            if fam.name.startswith(ROW_COUNTER):
+                continue
+            if (var := _ttl_variable(fam.name)) is not None and var not in names:
+                raise UnsupportedError(
+                    f"column family {fam.name!r} (state TTL) belongs to no state variable of "
+                    "the savepoint"
+                )
+            if unsupported_families([fam.name]):
+                raise UnsupportedError(
+                    f"internal column family {fam.name!r} (TTL state) cannot be restored yet"
+                )
+
+    def _put(self, name: str, keys: pa.Array, values: pa.Array) -> tuple[pa.Array, pa.Array]:
+        cf = int(self.cf_ids[name]).to_bytes(2, "little", signed=True)
+        return concat_binary(cf, keys), values
+
+    def encode(self, name: str, kind: str, table: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
+        """The entries of one table (or chunk) ``name`` of kind ``kind``."""
+        by_name, avro, put = self.by_name, self.avro, self._put
         if kind == "timers":
-            prefix = "$eventTimers" if time_mode == "EventTime" else "$procTimers"
+            prefix = "$eventTimers" if self.time_mode == "EventTime" else "$procTimers"
             key = table.column("key").combine_chunks()
             ts = table.column("expiration_timestamp_ms").combine_chunks()
+            out = []
             for suffix in TIMER_SUFFIXES:
                 fam = by_name[prefix + suffix]
                 fields = _fields(fam.key_schema)
                 cols = {"key": key, "expiryTimestampMs": ts}
                 data = _struct([cols[f["name"]] for f in fields], fields)
-                put(fam.name, encode_key(data, fam, avro), _dummy(len(table), fam, avro))
-            continue
+                out.append(
+                    put(fam.name, encode_key(data, fam, avro), _dummy(len(table), fam, avro))
+                )
+            return out
         fam = by_name[name]
         vid = fam.value_schema_id
         key = table.column("key").combine_chunks()
@@ -253,54 +301,63 @@ def encode_operator_partition(
         if kind == "MapState":
             fields = _fields(fam.key_schema)
             data = _struct([key, table.column("user_map_key").combine_chunks()], fields)
-            values = _row(table.column("user_map_value").combine_chunks(), value_fields, avro, vid)
-            put(name, encode_key(data, fam, avro), values)
-            if name in ttl:
-                user_map_value = table.column("user_map_value").combine_chunks()
-                put(*_ttl_index(by_name, name, _expiry(user_map_value, name), data, avro))
-        elif kind == "ListState":
+            user_map_value = table.column("user_map_value").combine_chunks()
+            out = [
+                put(
+                    name, encode_key(data, fam, avro), _row(user_map_value, value_fields, avro, vid)
+                )
+            ]
+            if name in self.ttl:
+                out.append(
+                    put(*_ttl_index(by_name, name, _expiry(user_map_value, name), data, avro))
+                )
+            return out
+        if kind == "ListState":
             enc_keys = encode_key(key, fam, avro)
             element = table.column("list_element").combine_chunks()
             elements = _row(element, value_fields, avro, vid)
-            keys, merged, counts = _merge_lists(enc_keys, elements, merge_delimiter)
-            put(name, keys, merged)
-            if name in ttl:
-                for entries in _list_ttl(by_name, name, key, enc_keys, element, avro):
-                    put(*entries)
+            keys, merged, counts = _merge_lists(enc_keys, elements, self.merge_delimiter)
+            out = [put(name, keys, merged)]
+            if name in self.ttl:
+                out += [put(*e) for e in _list_ttl(by_name, name, key, enc_keys, element, avro)]
             else:
-                list_counts[name] = (keys, counts)
-        elif kind == "ValueState":
+                self.list_counts.setdefault(name, []).append((keys, counts))
+            return out
+        if kind == "ValueState":
             value = table.column("value").combine_chunks()
-            put(name, encode_key(key, fam, avro), _row(value, value_fields, avro, vid))
-            if name in ttl:
-                put(*_ttl_index(by_name, name, _expiry(value, name), key, avro))
-        else:
-            raise UnsupportedError(f"state variable {name!r} of kind {kind} cannot be restored yet")
-    for fam in families:
-        if fam.name.startswith(ROW_COUNTER):
+            out = [put(name, encode_key(key, fam, avro), _row(value, value_fields, avro, vid))]
+            if name in self.ttl:
+                out.append(put(*_ttl_index(by_name, name, _expiry(value, name), key, avro)))
+            return out
+        raise UnsupportedError(f"state variable {name!r} of kind {kind} cannot be restored yet")
+
+    def list_key(self, name: str, table: pa.Table) -> pa.Array:
+        """A list state chunk's encoded keys (what groups its elements)."""
+        return encode_key(table.column("key").combine_chunks(), self.by_name[name], self.avro)
+
+    def row_counters(self) -> list[tuple[pa.Array, pa.Array]]:
+        """``$rowCounter_`` entries of the list states encoded since the last call (one per
+        key: its element count; a TTL'd list counts in ``$count_`` and leaves this empty)."""
+        out = []
+        for fam in self.families:
+            if not fam.name.startswith(ROW_COUNTER):
+                continue
             var = fam.name[len(ROW_COUNTER) :]
-            if var in ttl:
+            if var in self.ttl:
                 continue  # a TTL'd list counts in $count_ (Spark never fills this family)
-            keys, counts = list_counts.get(var, (pa.array([], pa.large_binary()), np.zeros(0)))
+            parts = self.list_counts.pop(var, [])
+            keys = (
+                pa.concat_arrays([k.cast(pa.large_binary()) for k, _ in parts])
+                if parts
+                else pa.array([], pa.large_binary())
+            )
+            counts = np.concatenate([c for _, c in parts]) if parts else np.zeros(0)
             fields = _fields(fam.value_schema)
             count = _struct([pa.array(counts, pa.int64())], fields)
-            put(fam.name, keys, _row(count, fields, avro, fam.value_schema_id))
-        elif (var := _ttl_variable(fam.name)) is not None and var not in tables:
-            raise UnsupportedError(
-                f"column family {fam.name!r} (state TTL) belongs to no state variable of the "
-                "savepoint"
+            out.append(
+                self._put(fam.name, keys, _row(count, fields, self.avro, fam.value_schema_id))
             )
-        elif unsupported_families([fam.name]):
-            raise UnsupportedError(
-                f"internal column family {fam.name!r} (TTL state) cannot be restored yet"
-            )
-    if not out_keys:
-        empty = pa.array([], pa.large_binary())
-        return empty, empty
-    return (
-        pa.concat_arrays([k.cast(pa.large_binary()) for k in out_keys]),
-        pa.concat_arrays([v.cast(pa.large_binary()) for v in out_values]),
-    )
+        return out
 
 
 def _ttl_variable(family: str) -> str | None:
