@@ -1,0 +1,304 @@
+"""Peak memory of a command's whole process tree (Linux; issue 11).
+
+    python bench/treemem.py [--interval 0.025] [--devnull] -- CMD [ARGS...]
+
+runs CMD and prints one JSON object on stdout's last line (figures in bytes, ``seconds`` the
+command's wall time)::
+
+    {"seconds": 4.1, "returncode": 0, "tree_rss": ..., "tree_pss": ..., "single_rss": ...,
+     "max_rss_waited": ..., "processes": 3, "samples": 160, "sample_cost": 0.0011, ...}
+
+``ru_maxrss`` (what ``resource.getrusage`` reports) is the high-water mark of the LARGEST
+SINGLE waited-for process. statectl runs its partition tasks in worker processes and Spark runs
+a JVM (and executor JVMs under ``local-cluster``), so the memory a machine must hold for a run
+is the sum over the processes alive at the same moment. No kernel counter keeps that sum's
+high-water mark, so it is sampled: every ``interval`` seconds (default 25 ms) the sampler reads
+``/proc/*/stat`` (parent links and RSS), finds CMD's descendants and sums
+
+* ``tree_rss``: their RSS. Pages shared after ``fork`` (the interpreter, imported modules,
+  anything the parent held when the pool forked) and shared libraries count once per process:
+  an upper bound.
+* ``tree_pss``: their PSS from ``/proc/PID/smaps_rollup`` (each shared page split between the
+  processes mapping it), the fairer sum; ``null`` when some tree process's file is unreadable
+  (another user's process). Shared-library pages are split with processes outside the tree too,
+  so PSS slightly undercounts what the tree alone would need.
+
+and keeps the peak of each sum over the samples, beside ``single_rss`` (the peak of the largest
+single process, comparable with ``ru_maxrss``), ``max_rss_waited`` (``ru_maxrss`` of this
+sampler's waited-for children, exact but single-process: CLI only) and ``processes`` (the most
+alive at once).
+
+Sampling misses a peak shorter than the interval: a run's peak held for less than ~25 ms is
+underestimated. Processes that appear and exit between two samples are never seen; one that
+exits between listing ``/proc`` and reading its files is skipped (its memory is freed).
+
+A process that outlives its parent is reparented to the nearest "child subreaper": the sampler
+makes itself one while CMD runs, so orphans (workers killed by ``PR_SET_PDEATHSIG`` once the
+parent exits, a JVM still shutting down after its Python driver) stay in the tree and are
+reaped. After CMD exits the sampler goes on for up to ``linger`` seconds while such orphans are
+alive (their memory is still in use); ``seconds`` is CMD's own wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+@dataclass
+class TreePeak:
+    """Peaks over the samples of one run (bytes)."""
+
+    seconds: float  # CMD's wall time
+    returncode: int
+    tree_rss: int  # peak of the summed RSS of the tree
+    tree_pss: int | None  # peak of the summed PSS; None when smaps_rollup was unreadable
+    single_rss: int  # peak RSS of the largest single process
+    processes: int  # most processes alive in one sample
+    samples: int
+    sample_cost: float  # mean seconds one sample took (the sampler's own CPU)
+    lingering: list[int] = field(default_factory=list)  # orphans still alive after `linger`
+    max_rss_waited: int | None = None  # ru_maxrss of the waited-for children (CLI only)
+
+
+@dataclass
+class _Sample:
+    rss: int
+    pss: int | None
+    single: int
+    processes: int
+
+
+def _scan() -> dict[int, tuple[int, int, bytes]]:
+    """pid -> (ppid, RSS bytes, state) of every process (threads are not listed in /proc)."""
+    out: dict[int, tuple[int, int, bytes]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:  # exited since listdir
+            continue
+        # comm (field 2) may hold spaces and parentheses: split after its last ")".
+        rest = data[data.rfind(b")") + 2 :].split()
+        if len(rest) < 22:
+            continue
+        # rest[0] is field 3 (state), rest[1] field 4 (ppid), rest[21] field 24 (rss in pages).
+        out[int(name)] = (int(rest[1]), int(rest[21]) * _PAGE, rest[0])
+    return out
+
+
+def _rollup(pid: int) -> tuple[int, int] | None:
+    """(RSS, PSS) bytes from smaps_rollup; None when unreadable. Raises ProcessLookupError when
+    the process is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError) as e:
+        raise ProcessLookupError(pid) from e
+    except OSError:  # EACCES: another user's process
+        return None
+    rss = pss = 0
+    for line in data.splitlines():
+        if line.startswith(b"Rss:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith(b"Pss:"):
+            pss = int(line.split()[1]) * 1024
+    return rss, pss  # a zombie's file is empty: (0, 0)
+
+
+def _descendants(roots: Iterable[int], procs: dict[int, tuple[int, int, bytes]]) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out: list[int] = []
+    todo = [r for r in roots if r in procs]
+    seen = set(todo)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        for c in children.get(pid, ()):
+            if c not in seen:
+                seen.add(c)
+                todo.append(c)
+    return out
+
+
+def _sample(pids: list[int], procs: dict[int, tuple[int, int, bytes]], pss: bool) -> _Sample:
+    rss_sum = single = alive = 0
+    pss_sum: int | None = 0 if pss else None
+    for pid in pids:
+        rss = procs[pid][1]
+        if pss:
+            try:
+                rolled = _rollup(pid)
+            except ProcessLookupError:
+                continue  # exited since the scan: its memory is freed, leave it out of both sums
+            if rolled is None:
+                pss_sum = None
+                pss = False  # one unreadable process makes the PSS sum meaningless
+            else:
+                # smaps_rollup's RSS is exact where stat's per-thread counters may lag.
+                rss = rolled[0]
+                if pss_sum is not None:
+                    pss_sum += rolled[1]
+        rss_sum += rss
+        single = max(single, rss)
+        alive += 1
+    return _Sample(rss_sum, pss_sum, single, alive)
+
+
+def _set_subreaper(on: int) -> int | None:
+    """Make this process a child subreaper (Linux >= 3.4); the previous setting, None if
+    unsupported."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        old = ctypes.c_int(0)
+        if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(old), 0, 0, 0) != 0:
+            return None
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, on, 0, 0, 0) != 0:
+            return None
+        return old.value
+    return None
+
+
+def run(
+    cmd: Sequence[str],
+    interval: float = 0.025,
+    linger: float = 10.0,
+    pss: bool = True,
+    **popen: Any,
+) -> TreePeak:
+    """Run ``cmd`` (``subprocess.Popen(cmd, **popen)``) to completion, sampling its tree.
+
+    While it runs this process is a child subreaper (restored afterwards): processes of the
+    caller's that start meanwhile would be counted too, so call it from a process that does
+    nothing else (``main`` below, as ``bench/scale.py`` does)."""
+    me = os.getpid()
+    before = {pid for pid, (ppid, _, _) in _scan().items() if ppid == me}
+    old = _set_subreaper(1)
+    peak = _Sample(0, 0 if pss else None, 0, 0)
+    samples = 0
+    cost = 0.0
+    seconds: float | None = None
+    adopted: set[int] = set()
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), **popen)
+        pidfd = os.pidfd_open(proc.pid)
+        try:
+            end_linger = None
+            while True:
+                s0 = time.perf_counter()
+                procs = _scan()
+                # Orphans reparented to this subreaper (not children it had before) are the
+                # tree's too; zombies among them are reaped so they do not pile up.
+                orphans = [
+                    p
+                    for p, (ppid, _, _) in procs.items()
+                    if ppid == me and p != proc.pid and p not in before
+                ]
+                for p in orphans:
+                    if procs[p][2] == b"Z":
+                        with contextlib.suppress(ChildProcessError):
+                            os.waitpid(p, os.WNOHANG)
+                live_orphans = [p for p in orphans if procs[p][2] != b"Z"]
+                adopted.update(live_orphans)
+                s = _sample(_descendants([proc.pid, *live_orphans], procs), procs, pss)
+                samples += 1
+                peak.rss = max(peak.rss, s.rss)
+                peak.single = max(peak.single, s.single)
+                peak.processes = max(peak.processes, s.processes)
+                if s.pss is None or peak.pss is None:
+                    peak.pss = None
+                    pss = False
+                else:
+                    peak.pss = max(peak.pss, s.pss)
+                spent = time.perf_counter() - s0
+                cost += spent
+                if seconds is None:
+                    # Waiting on the pidfd wakes at CMD's exit, so `seconds` is exact.
+                    ready, _, _ = select.select([pidfd], [], [], max(interval - spent, 0.001))
+                    if ready:
+                        seconds = time.perf_counter() - t0
+                        proc.wait()
+                        end_linger = time.perf_counter() + linger
+                        continue  # one more sample: the orphans CMD left behind
+                else:
+                    if not live_orphans or time.perf_counter() >= (end_linger or 0):
+                        break
+                    time.sleep(interval)
+        finally:
+            os.close(pidfd)
+            if proc.returncode is None:  # the sampler itself failed: do not leave CMD running
+                proc.kill()
+                proc.wait()
+    finally:
+        if old is not None:
+            _set_subreaper(old)
+    lingering = [p for p in adopted if _alive(p)]
+    return TreePeak(
+        seconds=seconds if seconds is not None else time.perf_counter() - t0,
+        returncode=proc.returncode,
+        tree_rss=peak.rss,
+        tree_pss=peak.pss,
+        single_rss=peak.single,
+        processes=peak.processes,
+        samples=samples,
+        sample_cost=cost / max(samples, 1),
+        lingering=lingering,
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] != b"Z"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--interval", type=float, default=0.025, help="seconds between samples")
+    ap.add_argument("--linger", type=float, default=10.0, help="seconds to follow orphans")
+    ap.add_argument("--no-pss", action="store_true", help="skip smaps_rollup (cheaper)")
+    ap.add_argument("--devnull", action="store_true", help="CMD's stdout to /dev/null")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        ap.error("no command")
+    out = run(
+        cmd,
+        interval=args.interval,
+        linger=args.linger,
+        pss=not args.no_pss,
+        stdout=subprocess.DEVNULL if args.devnull else None,
+    )
+    # This process does nothing but wait for CMD's tree: its RUSAGE_CHILDREN is that tree's
+    # exact single-process high-water mark (kB on Linux), for the processes it reaped.
+    out.max_rss_waited = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    print(json.dumps(asdict(out)), flush=True)
+    return out.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
