@@ -175,6 +175,8 @@ def measured(cmd: list[str]) -> Measured:
     if out["returncode"] != 0:
         sys.stderr.write(res.stderr)
         raise subprocess.CalledProcessError(out["returncode"], cmd)
+    if out["lingering"]:  # still running after the sampler's linger: memory it did not see
+        print(f"  warning: {cmd[:4]} left processes {out['lingering']}", file=sys.stderr)
     mb = 1 << 20
     # ru_maxrss is exact but sees only processes their parents waited for (pyspark never
     # waits for its JVM); the sampled single-process peak sees every one: take the larger.
