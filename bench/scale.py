@@ -17,9 +17,10 @@ its input (``--input-files 40 --driver-memory 8g --hdfs-from-rocksdb``), given h
 
 Builds aggregation checkpoints of N keys with real Spark (HDFS and RocksDB, 2 partitions;
 cached in the work directory between runs), then prints one table, each row one command run
-under ``bench/treemem.py`` (which samples its whole process tree every 25 ms: statectl and its
-``--workers`` processes; every JVM and Python worker below a Spark driver): wall time, rows/s,
-and four memory columns:
+under ``bench/treemem.py``, which samples its whole process tree (statectl and its ``--workers``
+processes; every JVM and Python worker below a Spark driver) every 25 ms, or ~100 ms with JVMs
+(their ``smaps_rollup`` costs more CPU than the sampler allows itself). The columns: wall
+time, rows/s and four of memory (stderr also names the processes at each row's peak):
 
 * ``peak RSS MB, largest process``: the largest SINGLE process's peak (what this column showed
   before issue 11: ``ru_maxrss``, exact for processes their parents waited for; the sampled
@@ -33,8 +34,8 @@ and four memory columns:
   machine, the one to size a container by (``n/a`` where the file is unreadable).
 * ``processes``: the most processes of the tree alive in one sample.
 
-The sums are sampled: a peak held for less than ~25 ms can be missed (statectl's last for
-seconds). The sampler's own process is not counted. The rows:
+The sums are sampled: a peak held for less than a sampling interval can be missed (statectl's
+last for seconds). The sampler's own process is not counted. The rows:
 
 * ``statectl export`` (one operator to Parquet), ``statectl savepoint``, ``statectl restore``
   of that savepoint to RocksDB at 8 partitions under ``--memory 1G`` and the default budget
@@ -157,6 +158,7 @@ class Measured:
     tree_rss: float  # MB: the peak of the tree's summed RSS
     tree_pss: float | None  # MB: the peak of the tree's summed PSS
     processes: int  # most processes of the tree alive at once
+    at_peak: str  # the processes making up the tree's RSS peak ("java 399 + python 254 MB")
 
 
 def measured(cmd: list[str]) -> Measured:
@@ -187,6 +189,7 @@ def measured(cmd: list[str]) -> Measured:
         tree_rss=out["tree_rss"] / mb,
         tree_pss=None if out["tree_pss"] is None else out["tree_pss"] / mb,
         processes=out["processes"],
+        at_peak=" + ".join(f"{name} {rss / mb:.0f}" for _, name, rss, _ in out["at_peak"]) + " MB",
     )
 
 
@@ -229,7 +232,7 @@ def main() -> None:
         rows.append((what, m))
         print(
             f"  {what}: {m.seconds:.1f} s, {m.single_rss:.0f} MB (1 process), "
-            f"tree {m.tree_rss:.0f} MB RSS / {_mb(m.tree_pss)} MB PSS, {m.processes} processes",
+            f"tree {m.tree_rss:.0f} MB RSS / {_mb(m.tree_pss)} MB PSS, {m.processes} processes ({m.at_peak})",
             file=sys.stderr,
         )
 

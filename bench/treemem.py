@@ -1,19 +1,22 @@
 """Peak memory of a command's whole process tree (Linux; issue 11).
 
-    python bench/treemem.py [--interval 0.025] [--devnull] -- CMD [ARGS...]
+    python bench/treemem.py [--interval 0.025] [--max-share 0.1] [--devnull] -- CMD [ARGS...]
 
 runs CMD and prints one JSON object on stdout's last line (figures in bytes, ``seconds`` the
 command's wall time)::
 
     {"seconds": 4.1, "returncode": 0, "tree_rss": ..., "tree_pss": ..., "single_rss": ...,
-     "max_rss_waited": ..., "processes": 3, "samples": 160, "sample_cost": 0.0011, ...}
+     "max_rss_waited": ..., "processes": 3, "samples": 160, "sample_cost": 0.0011,
+     "sample_every": 0.026, "at_peak": [[pid, "java", rss, pss], ...], ...}
 
 ``ru_maxrss`` (what ``resource.getrusage`` reports) is the high-water mark of the LARGEST
 SINGLE waited-for process. statectl runs its partition tasks in worker processes and Spark runs
 a JVM (and executor JVMs under ``local-cluster``), so the memory a machine must hold for a run
 is the sum over the processes alive at the same moment. No kernel counter keeps that sum's
-high-water mark, so it is sampled: every ``interval`` seconds (default 25 ms) the sampler reads
-``/proc/*/stat`` (parent links and RSS), finds CMD's descendants and sums
+high-water mark, so it is sampled: every ``interval`` seconds (default 25 ms; less often when a
+sample would take more than ``max_share`` of one core, 10%: a JVM's ``smaps_rollup`` costs ~3 ms
+of CPU, so Spark trees are sampled about every 100 ms) the sampler reads ``/proc/*/stat``
+(parent links and RSS), finds CMD's descendants and sums
 
 * ``tree_rss``: their RSS. Pages shared after ``fork`` (the interpreter, imported modules,
   anything the parent held when the pool forked) and shared libraries count once per process:
@@ -26,10 +29,11 @@ high-water mark, so it is sampled: every ``interval`` seconds (default 25 ms) th
 and keeps the peak of each sum over the samples, beside ``single_rss`` (the peak of the largest
 single process, comparable with ``ru_maxrss``), ``max_rss_waited`` (``ru_maxrss`` of this
 sampler's waited-for children, exact but single-process: CLI only) and ``processes`` (the most
-alive at once).
+alive at once), and ``at_peak``: each process (pid, name, RSS, PSS) in the sample of the
+largest tree RSS.
 
-Sampling misses a peak shorter than the interval: a run's peak held for less than ~25 ms is
-underestimated. Processes that appear and exit between two samples are never seen; one that
+Sampling misses a peak shorter than the interval: a run's peak held for less than the interval
+is underestimated. Processes that appear and exit between two samples are never seen; one that
 exits between listing ``/proc`` and reading its files is skipped (its memory is freed).
 
 A process that outlives its parent is reparented to the nearest "child subreaper": the sampler
@@ -71,9 +75,13 @@ class TreePeak:
     single_rss: int  # peak RSS of the largest single process
     processes: int  # most processes alive in one sample
     samples: int
-    sample_cost: float  # mean seconds one sample took (the sampler's own CPU)
+    sample_cost: float  # mean CPU seconds one sample took (the sampler's own)
+    sample_every: float  # mean seconds between samples (longer than `interval` if costly)
     lingering: list[int] = field(default_factory=list)  # orphans still alive after `linger`
     max_rss_waited: int | None = None  # ru_maxrss of the waited-for children (CLI only)
+    # (pid, command name, RSS, PSS) of each process in the sample with the largest tree RSS:
+    # which processes the peak is made of.
+    at_peak: list[tuple[int, str, int, int | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -82,11 +90,15 @@ class _Sample:
     pss: int | None
     single: int
     processes: int
+    each: list[tuple[int, str, int, int | None]] = field(default_factory=list)
 
 
-def _scan() -> dict[int, tuple[int, int, bytes]]:
-    """pid -> (ppid, RSS bytes, state) of every process (threads are not listed in /proc)."""
-    out: dict[int, tuple[int, int, bytes]] = {}
+_Procs = dict[int, tuple[int, int, bytes, str]]
+
+
+def _scan() -> _Procs:
+    """pid -> (ppid, RSS bytes, state, comm) of every process (threads are not listed)."""
+    out: _Procs = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -100,7 +112,8 @@ def _scan() -> dict[int, tuple[int, int, bytes]]:
         if len(rest) < 22:
             continue
         # rest[0] is field 3 (state), rest[1] field 4 (ppid), rest[21] field 24 (rss in pages).
-        out[int(name)] = (int(rest[1]), int(rest[21]) * _PAGE, rest[0])
+        comm = data[data.find(b"(") + 1 : data.rfind(b")")].decode(errors="replace")
+        out[int(name)] = (int(rest[1]), int(rest[21]) * _PAGE, rest[0], comm)
     return out
 
 
@@ -123,9 +136,9 @@ def _rollup(pid: int) -> tuple[int, int] | None:
     return rss, pss  # a zombie's file is empty: (0, 0)
 
 
-def _descendants(roots: Iterable[int], procs: dict[int, tuple[int, int, bytes]]) -> list[int]:
+def _descendants(roots: Iterable[int], procs: _Procs) -> list[int]:
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in procs.items():
+    for pid, (ppid, *_) in procs.items():
         children.setdefault(ppid, []).append(pid)
     out: list[int] = []
     todo = [r for r in roots if r in procs]
@@ -140,11 +153,13 @@ def _descendants(roots: Iterable[int], procs: dict[int, tuple[int, int, bytes]])
     return out
 
 
-def _sample(pids: list[int], procs: dict[int, tuple[int, int, bytes]], pss: bool) -> _Sample:
+def _sample(pids: list[int], procs: _Procs, pss: bool) -> _Sample:
     rss_sum = single = alive = 0
     pss_sum: int | None = 0 if pss else None
+    each: list[tuple[int, str, int, int | None]] = []
     for pid in pids:
         rss = procs[pid][1]
+        rolled = None
         if pss:
             try:
                 rolled = _rollup(pid)
@@ -158,10 +173,11 @@ def _sample(pids: list[int], procs: dict[int, tuple[int, int, bytes]], pss: bool
                 rss = rolled[0]
                 if pss_sum is not None:
                     pss_sum += rolled[1]
+        each.append((pid, procs[pid][3], rss, rolled[1] if rolled else None))
         rss_sum += rss
         single = max(single, rss)
         alive += 1
-    return _Sample(rss_sum, pss_sum, single, alive)
+    return _Sample(rss_sum, pss_sum, single, alive, each)
 
 
 def _set_subreaper(on: int) -> int | None:
@@ -181,6 +197,7 @@ def _set_subreaper(on: int) -> int | None:
 def run(
     cmd: Sequence[str],
     interval: float = 0.025,
+    max_share: float = 0.1,
     linger: float = 10.0,
     pss: bool = True,
     **popen: Any,
@@ -191,7 +208,7 @@ def run(
     caller's that start meanwhile would be counted too, so call it from a process that does
     nothing else (``main`` below, as ``bench/scale.py`` does)."""
     me = os.getpid()
-    before = {pid for pid, (ppid, _, _) in _scan().items() if ppid == me}
+    before = {pid for pid, (ppid, *_) in _scan().items() if ppid == me}
     old = _set_subreaper(1)
     peak = _Sample(0, 0 if pss else None, 0, 0)
     samples = 0
@@ -205,13 +222,13 @@ def run(
         try:
             end_linger = None
             while True:
-                s0 = time.perf_counter()
+                s0 = time.thread_time()
                 procs = _scan()
                 # Orphans reparented to this subreaper (not children it had before) are the
                 # tree's too; zombies among them are reaped so they do not pile up.
                 orphans = [
                     p
-                    for p, (ppid, _, _) in procs.items()
+                    for p, (ppid, *_) in procs.items()
                     if ppid == me and p != proc.pid and p not in before
                 ]
                 for p in orphans:
@@ -222,7 +239,8 @@ def run(
                 adopted.update(live_orphans)
                 s = _sample(_descendants([proc.pid, *live_orphans], procs), procs, pss)
                 samples += 1
-                peak.rss = max(peak.rss, s.rss)
+                if s.rss > peak.rss:
+                    peak.rss, peak.each = s.rss, s.each
                 peak.single = max(peak.single, s.single)
                 peak.processes = max(peak.processes, s.processes)
                 if s.pss is None or peak.pss is None:
@@ -230,11 +248,16 @@ def run(
                     pss = False
                 else:
                     peak.pss = max(peak.pss, s.pss)
-                spent = time.perf_counter() - s0
+                spent = time.thread_time() - s0
                 cost += spent
+                # A JVM's smaps_rollup costs ~3 ms of CPU (its many mappings): a Spark tree
+                # would keep the sampler on half a core at 25 ms, on a machine whose cores the
+                # measured command needs. Waiting longer keeps the sampler under `max_share` of
+                # one core; the peaks that matter (a partition held in memory) last seconds.
+                wait = max(interval - spent, spent * (1 / max_share - 1), 0.001)
                 if seconds is None:
                     # Waiting on the pidfd wakes at CMD's exit, so `seconds` is exact.
-                    ready, _, _ = select.select([pidfd], [], [], max(interval - spent, 0.001))
+                    ready, _, _ = select.select([pidfd], [], [], wait)
                     if ready:
                         seconds = time.perf_counter() - t0
                         proc.wait()
@@ -243,7 +266,7 @@ def run(
                 else:
                     if not live_orphans or time.perf_counter() >= (end_linger or 0):
                         break
-                    time.sleep(interval)
+                    time.sleep(wait)
         finally:
             os.close(pidfd)
             if proc.returncode is None:  # the sampler itself failed: do not leave CMD running
@@ -262,7 +285,9 @@ def run(
         processes=peak.processes,
         samples=samples,
         sample_cost=cost / max(samples, 1),
+        sample_every=(time.perf_counter() - t0) / max(samples, 1),
         lingering=lingering,
+        at_peak=peak.each,
     )
 
 
@@ -278,6 +303,9 @@ def _alive(pid: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--interval", type=float, default=0.025, help="seconds between samples")
+    ap.add_argument(
+        "--max-share", type=float, default=0.1, help="the sampler's most CPU, share of a core"
+    )
     ap.add_argument("--linger", type=float, default=10.0, help="seconds to follow orphans")
     ap.add_argument("--no-pss", action="store_true", help="skip smaps_rollup (cheaper)")
     ap.add_argument("--devnull", action="store_true", help="CMD's stdout to /dev/null")
@@ -289,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     out = run(
         cmd,
         interval=args.interval,
+        max_share=args.max_share,
         linger=args.linger,
         pss=not args.no_pss,
         stdout=subprocess.DEVNULL if args.devnull else None,

@@ -69,6 +69,10 @@ def test_tree_peak_sums_concurrent_children() -> None:
     assert out.tree_pss is not None
     assert 2 * CHILD_MB * MB <= out.tree_pss < out.tree_rss
     assert out.lingering == []
+    # The peak's make-up: the three processes, whose RSS add up to it.
+    assert len(out.at_peak) == 3
+    assert sum(rss for _, _, rss, _ in out.at_peak) == out.tree_rss
+    assert out.sample_every >= 0.02
 
 
 def test_pages_shared_after_fork_count_once_in_pss() -> None:
