@@ -275,6 +275,9 @@ def run(
     finally:
         if old is not None:
             _set_subreaper(old)
+    for p in adopted:  # orphans that died after the last sample: not left as zombies
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(p, os.WNOHANG)
     lingering = [p for p in adopted if _alive(p)]
     return TreePeak(
         seconds=seconds if seconds is not None else time.perf_counter() - t0,
