@@ -32,6 +32,10 @@ sampler's waited-for children, exact but single-process: CLI only) and ``process
 alive at once), and ``at_peak``: each process (pid, name, RSS, PSS) in the sample of the
 largest tree RSS.
 
+A process created with ``CLONE_VM`` (``vfork``, ``posix_spawn``: a JVM starting a command,
+until the command execs) shares its parent's address space and reports the parent's RSS and PSS
+whole; the sums count that memory once (``kcmp(2)`` tells; x86_64 and aarch64).
+
 Sampling misses a peak shorter than the interval: a run's peak held for less than the interval
 is underestimated. Processes that appear and exit between two samples are never seen; one that
 exits between listing ``/proc`` and reading its files is skipped (its memory is freed).
@@ -50,6 +54,7 @@ import contextlib
 import ctypes
 import json
 import os
+import platform
 import resource
 import select
 import subprocess
@@ -93,11 +98,11 @@ class _Sample:
     each: list[tuple[int, str, int, int | None]] = field(default_factory=list)
 
 
-_Procs = dict[int, tuple[int, int, bytes, str]]
+_Procs = dict[int, tuple[int, int, bytes, str, int]]
 
 
 def _scan() -> _Procs:
-    """pid -> (ppid, RSS bytes, state, comm) of every process (threads are not listed)."""
+    """pid -> (ppid, RSS bytes, state, comm, vsize) of every process (threads not listed)."""
     out: _Procs = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -111,9 +116,10 @@ def _scan() -> _Procs:
         rest = data[data.rfind(b")") + 2 :].split()
         if len(rest) < 22:
             continue
-        # rest[0] is field 3 (state), rest[1] field 4 (ppid), rest[21] field 24 (rss in pages).
+        # rest[0] is field 3 (state), rest[1] field 4 (ppid), rest[20] field 23 (vsize),
+        # rest[21] field 24 (rss in pages).
         comm = data[data.find(b"(") + 1 : data.rfind(b")")].decode(errors="replace")
-        out[int(name)] = (int(rest[1]), int(rest[21]) * _PAGE, rest[0], comm)
+        out[int(name)] = (int(rest[1]), int(rest[21]) * _PAGE, rest[0], comm, int(rest[20]))
     return out
 
 
@@ -153,11 +159,52 @@ def _descendants(roots: Iterable[int], procs: _Procs) -> list[int]:
     return out
 
 
+_SYS_KCMP = {"x86_64": 312, "aarch64": 272}.get(platform.machine())
+_KCMP_VM = 1
+_libc: Any = None
+
+
+def _same_vm(a: int, b: int) -> bool:
+    """Whether processes a and b share one address space (``kcmp(2)``; False if unsupported)."""
+    global _libc
+    if _SYS_KCMP is None:
+        return False
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc.syscall(_SYS_KCMP, a, b, _KCMP_VM, 0, 0) == 0
+
+
+def _shared_vm(pids: list[int], procs: _Procs) -> dict[int, int]:
+    """pid -> the tree process whose address space it shares, for processes created with
+    ``CLONE_VM`` (``vfork``, ``posix_spawn``: a JVM starting a command, until it execs).
+
+    Their RSS and PSS are the other's, whole: counted twice, a JVM's heap doubles the sum. Only
+    processes of equal virtual size can share one (the size is the address space's)."""
+    by_size: dict[int, list[int]] = {}
+    for pid in pids:
+        by_size.setdefault(procs[pid][4], []).append(pid)
+    out: dict[int, int] = {}
+    for size, group in by_size.items():
+        if size == 0:  # zombies: no address space
+            continue
+        for i, pid in enumerate(group[1:], 1):
+            for other in group[:i]:
+                if other not in out and _same_vm(pid, other):
+                    out[pid] = other
+                    break
+    return out
+
+
 def _sample(pids: list[int], procs: _Procs, pss: bool) -> _Sample:
     rss_sum = single = alive = 0
     pss_sum: int | None = 0 if pss else None
     each: list[tuple[int, str, int, int | None]] = []
+    shared = _shared_vm(pids, procs)
     for pid in pids:
+        if pid in shared:  # its memory is counted with the process it shares it with
+            alive += 1
+            each.append((pid, f"{procs[pid][3]} (memory of {shared[pid]})", 0, 0))
+            continue
         rss = procs[pid][1]
         rolled = None
         if pss:

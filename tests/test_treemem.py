@@ -101,6 +101,32 @@ def test_pages_shared_after_fork_count_once_in_pss() -> None:
     assert CHILD_MB * MB <= out.tree_pss < 2 * CHILD_MB * MB
 
 
+def test_a_process_sharing_its_parents_address_space_counts_once() -> None:
+    # clone(CLONE_VM) without CLONE_THREAD, as vfork and posix_spawn create (a JVM starting a
+    # command): the child runs libc's sleep(1) on its own stack in the parent's address space,
+    # and /proc reports the parent's RSS and PSS for it too.
+    script = textwrap.dedent(
+        f"""
+        import ctypes, os, signal
+        block = bytearray({CHILD_MB} * 2**20)
+        block[::4096] = b"x" * len(range(0, len(block), 4096))
+        libc = ctypes.CDLL(None, use_errno=True)
+        stack = ctypes.create_string_buffer(1 << 16)
+        top = ctypes.c_void_p(ctypes.addressof(stack) + (1 << 16) - 64)
+        CLONE_VM = 0x100
+        sleep = ctypes.cast(libc.sleep, ctypes.c_void_p)
+        pid = libc.clone(sleep, top, CLONE_VM | signal.SIGCHLD, ctypes.c_void_p(1))
+        assert pid > 0, ctypes.get_errno()
+        os.waitpid(pid, 0)
+        """
+    )
+    out = treemem.run([sys.executable, "-c", script], interval=0.02)
+    assert out.returncode == 0
+    assert out.processes == 2
+    assert CHILD_MB * MB <= out.tree_rss < (CHILD_MB + 40) * MB
+    assert out.tree_pss is not None and out.tree_pss < (CHILD_MB + 40) * MB
+
+
 def test_orphans_stay_in_the_tree_and_are_reaped(tmp_path: Path) -> None:
     # CMD forks a child that allocates, then exits at once: the orphan is reparented to the
     # sampler (a child subreaper), still counted, followed until it exits, and reaped.
