@@ -46,10 +46,13 @@ last for seconds). The sampler's own process is not counted. The rows:
   ``--spark-master`` (default ``local-cluster[2,1,2048]``: separate executor JVMs and Python
   workers; cluster start-up included; the tree figures cover statectl's Python driver, the
   driver JVM pyspark launches as its child, the executor JVMs the driver JVM starts and their
-  Python workers; the largest process is a JVM),
+  Python daemons and workers, 8 processes; the largest single one is a Python worker or the
+  driver JVM, at most a quarter of the tree),
 * Spark 4.3's own offline ``repartition`` (RocksDB 2 -> 8, on a copy) and its ``statestore``
   reader writing the same Parquet as the export, JVM start included (a ``local[2]`` session:
-  the tree is the Python driver and its JVM child, executors being threads of that JVM).
+  the tree is the Python driver and its JVM child, whose executors are threads; the JVM's own
+  short-lived commands count too, but a ``posix_spawn`` child sharing the JVM's memory until it
+  execs counts once).
 
 The machine may be shared: times are wall clock, not CPU time.
 """
