@@ -28,7 +28,8 @@ time, rows/s and four of memory (stderr also names the processes at each row's p
   runs partition tasks in parallel worker processes.
 * ``tree peak RSS MB``: the peak of the RSS summed over the tree's processes alive at once.
   Pages shared after ``fork`` (the workers inherit the parent's interpreter and imports) and
-  shared libraries count once per process, so it overstates; an upper bound.
+  shared libraries count once per process, so it overstates; an upper bound. At least the
+  previous column (where the samples missed a single process's exact peak).
 * ``tree peak PSS MB``: the same with PSS (``/proc/PID/smaps_rollup``: each shared page split
   between the processes mapping it): the closest figure to the memory the run takes from the
   machine, the one to size a container by (``n/a`` where the file is unreadable).
@@ -189,7 +190,9 @@ def measured(cmd: list[str]) -> Measured:
     return Measured(
         seconds=out["seconds"],
         single_rss=single / mb,
-        tree_rss=out["tree_rss"] / mb,
+        # The tree's peak is at least its largest process's: that bound is exact where the
+        # samples missed the moment (a one-process run peaking for a few ms).
+        tree_rss=max(out["tree_rss"], single) / mb,
         tree_pss=None if out["tree_pss"] is None else out["tree_pss"] / mb,
         processes=out["processes"],
         at_peak=" + ".join(f"{name} {rss / mb:.0f}" for _, name, rss, _ in out["at_peak"]) + " MB",
