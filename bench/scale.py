@@ -16,10 +16,27 @@ partition, where Spark's own have delta chains). Spark can still build them itse
 its input (``--input-files 40 --driver-memory 8g --hdfs-from-rocksdb``), given hours.
 
 Builds aggregation checkpoints of N keys with real Spark (HDFS and RocksDB, 2 partitions;
-cached in the work directory between runs), then prints one table, each row one process
-tree: wall time, rows/s and the peak RSS of the process tree (``ru_maxrss`` of the waited-for
-children, i.e. the largest single process in it: statectl and its workers; Spark's JVM is
-not waited for by its Python parent, so the Spark rows' figure leaves the JVM out):
+cached in the work directory between runs), then prints one table, each row one command run
+under ``bench/treemem.py``, which samples its whole process tree (statectl and its ``--workers``
+processes; every JVM and Python worker below a Spark driver) every 25 ms, or ~100 ms with JVMs
+(their ``smaps_rollup`` costs more CPU than the sampler allows itself). The columns: wall
+time, rows/s and four of memory (stderr also names the processes at each row's peak):
+
+* ``peak RSS MB, largest process``: the largest SINGLE process's peak (what this column showed
+  before issue 11: ``ru_maxrss``, exact for processes their parents waited for; the sampled
+  figure where larger, since pyspark never waits for its JVM). Not what the run needs: statectl
+  runs partition tasks in parallel worker processes.
+* ``tree peak RSS MB``: the peak of the RSS summed over the tree's processes alive at once.
+  Pages shared after ``fork`` (the workers inherit the parent's interpreter and imports) and
+  shared libraries count once per process, so it overstates; an upper bound. At least the
+  previous column (where the samples missed a single process's exact peak).
+* ``tree peak PSS MB``: the same with PSS (``/proc/PID/smaps_rollup``: each shared page split
+  between the processes mapping it): the closest figure to the memory the run takes from the
+  machine, the one to size a container by (``n/a`` where the file is unreadable).
+* ``processes``: the most processes of the tree alive in one sample.
+
+The sums are sampled: a peak held for less than a sampling interval can be missed (statectl's
+last for seconds). The sampler's own process is not counted. The rows:
 
 * ``statectl export`` (one operator to Parquet), ``statectl savepoint``, ``statectl restore``
   of that savepoint to RocksDB at 8 partitions under ``--memory 1G`` and the default budget
@@ -28,9 +45,15 @@ not waited for by its Python parent, so the Spark rows' figure leaves the JVM ou
   RocksDB source is the previous row's output),
 * the same export, savepoint and both migrates with ``--engine spark`` on
   ``--spark-master`` (default ``local-cluster[2,1,2048]``: separate executor JVMs and Python
-  workers; cluster start-up included; the RSS figure is the driver's Python, not the JVMs),
+  workers; cluster start-up included; the tree figures cover statectl's Python driver, the
+  driver JVM pyspark launches as its child, the executor JVMs the driver JVM starts and their
+  Python daemons and workers, 8 processes; the largest single one is a Python worker or the
+  driver JVM, at most a quarter of the tree),
 * Spark 4.3's own offline ``repartition`` (RocksDB 2 -> 8, on a copy) and its ``statestore``
-  reader writing the same Parquet as the export, JVM start included.
+  reader writing the same Parquet as the export, JVM start included (a ``local[2]`` session:
+  the tree is the Python driver and its JVM child, whose executors are threads; the JVM's own
+  short-lived commands count too, but a ``posix_spawn`` child sharing the JVM's memory until it
+  execs counts once).
 
 The machine may be shared: times are wall clock, not CPU time.
 """
@@ -44,6 +67,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 PROVIDERS = {
@@ -128,24 +152,51 @@ def _spark_build(work: Path, keys: int, input_files: int, providers: dict[str, s
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
-def measured(cmd: list[str]) -> tuple[float, float]:
-    """(seconds, peak RSS in MB) of ``cmd`` run to completion in a fresh process tree.
+TREEMEM = Path(__file__).resolve().parent / "treemem.py"
 
-    ``RUSAGE_CHILDREN`` is the maximum over waited-for descendants, so the command runs under
-    a fresh Python parent whose own figure is the tree's."""
-    probe = textwrap.dedent(
-        f"""
-        import json, resource, subprocess, sys, time
-        t0 = time.perf_counter()
-        subprocess.run({cmd!r}, check=True, stdout=subprocess.DEVNULL)
-        t = time.perf_counter() - t0
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(json.dumps([t, rss]))
-        """
+
+@dataclass
+class Measured:
+    seconds: float
+    single_rss: float  # MB: the largest single process's peak
+    tree_rss: float  # MB: the peak of the tree's summed RSS
+    tree_pss: float | None  # MB: the peak of the tree's summed PSS
+    processes: int  # most processes of the tree alive at once
+    at_peak: str  # the processes making up the tree's RSS peak ("java 399 + python 254 MB")
+
+
+def measured(cmd: list[str]) -> Measured:
+    """``cmd`` run to completion under ``bench/treemem.py`` in a fresh Python process.
+
+    The sampler's process does nothing else, so every process it sees below itself (orphans
+    included: it is their subreaper) is the command's, and its ``RUSAGE_CHILDREN`` is the
+    command's tree alone."""
+    res = subprocess.run(
+        [sys.executable, str(TREEMEM), "--devnull", "--", *cmd], capture_output=True, text=True
     )
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True)
-    t, rss = json.loads(out.stdout.strip().splitlines()[-1])
-    return t, rss
+    try:
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        out = {"returncode": res.returncode}
+    if out["returncode"] != 0:
+        sys.stderr.write(res.stderr)
+        raise subprocess.CalledProcessError(out["returncode"], cmd)
+    if out["lingering"]:  # still running after the sampler's linger: memory it did not see
+        print(f"  warning: {cmd[:4]} left processes {out['lingering']}", file=sys.stderr)
+    mb = 1 << 20
+    # ru_maxrss is exact but sees only processes their parents waited for (pyspark never
+    # waits for its JVM); the sampled single-process peak sees every one: take the larger.
+    single = max(out["max_rss_waited"] or 0, out["single_rss"])
+    return Measured(
+        seconds=out["seconds"],
+        single_rss=single / mb,
+        # The tree's peak is at least its largest process's: that bound is exact where the
+        # samples missed the moment (a one-process run peaking for a few ms).
+        tree_rss=max(out["tree_rss"], single) / mb,
+        tree_pss=None if out["tree_pss"] is None else out["tree_pss"] / mb,
+        processes=out["processes"],
+        at_peak=" + ".join(f"{name} {rss / mb:.0f}" for _, name, rss, _ in out["at_peak"]) + " MB",
+    )
 
 
 def spark_script(body: str) -> list[str]:
@@ -180,12 +231,16 @@ def main() -> None:
     runs = work / ("runs-restore" if args.only_restore else "runs")
     shutil.rmtree(runs, ignore_errors=True)
     runs.mkdir()
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, Measured]] = []
 
     def run(what: str, cmd: list[str]) -> None:
-        t, rss = measured(cmd)
-        rows.append((what, t, rss))
-        print(f"  {what}: {t:.1f} s, {rss:.0f} MB", file=sys.stderr)
+        m = measured(cmd)
+        rows.append((what, m))
+        print(
+            f"  {what}: {m.seconds:.1f} s, {m.single_rss:.0f} MB (1 process), "
+            f"tree {m.tree_rss:.0f} MB RSS / {_mb(m.tree_pss)} MB PSS, {m.processes} processes ({m.at_peak})",
+            file=sys.stderr,
+        )
 
     hdfs, rocks = ckpts["hdfs"], ckpts["rocksdb"]
     if not args.only_restore:
@@ -319,10 +374,20 @@ def main() -> None:
                     """
                 ),
             )
-    print(f"| what ({args.keys:,} keys, {os.cpu_count()} cores) | seconds | rows/s | peak RSS MB |")
-    print("|---|---|---|---|")
-    for what, t, rss in rows:
-        print(f"| {what} | {t:.1f} | {args.keys / t:,.0f} | {rss:,.0f} |")
+    print(
+        f"| what ({args.keys:,} keys, {os.cpu_count()} cores) | seconds | rows/s "
+        "| peak RSS MB, largest process | tree peak RSS MB | tree peak PSS MB | processes |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for what, m in rows:
+        print(
+            f"| {what} | {m.seconds:.1f} | {args.keys / m.seconds:,.0f} | {m.single_rss:,.0f} "
+            f"| {m.tree_rss:,.0f} | {_mb(m.tree_pss)} | {m.processes} |"
+        )
+
+
+def _mb(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.0f}"
 
 
 if __name__ == "__main__":
