@@ -63,6 +63,8 @@ DEFAULT_FRACTION = 4  # default budget: a quarter of the machine's physical memo
 # memory (arrays, the interleaved records, the compressed file; Python objects for the SST
 # writer), and a decode step per byte of Parquet data: generous, measured on aggregations.
 BUILD_FACTOR = 6
+# Bytes per batch of a sorted run: a k-way merge reads one batch of each run at a time.
+RUN_BATCH_BYTES = 256 << 10
 DECODE_FACTOR = 8
 MIN_BATCH_ROWS = 16
 MAX_BATCH_ROWS = 1 << 20
@@ -358,8 +360,11 @@ def _sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
         order = _bytewise_order(table.column(0).chunk(0).cast(pa.large_binary()))
         path = os.path.join(scratch, f"run-{uuid.uuid4()}.arrow")
         sorted_table = table.take(order)
+        # Small batches: the merge holds one batch of every run at once.
+        per_row = max(1, sorted_table.nbytes // max(1, sorted_table.num_rows))
+        rows = max(64, RUN_BATCH_BYTES // per_row)
         with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, sorted_table.schema) as w:
-            for b in sorted_table.to_batches(max_chunksize=8192):
+            for b in sorted_table.to_batches(max_chunksize=rows):
                 w.write_batch(b)
         runs.append(path)
         pending.clear()
@@ -598,6 +603,61 @@ def restore_stores(
     return [list(zip(built, flat[i * n : (i + 1) * n], strict=True)) for i in range(len(tables))]
 
 
+@dataclass(frozen=True)
+class SpilledTable:
+    """One table's rows of one target partition, in its spill files, read back on demand."""
+
+    paths: list[str]
+    schema: pa.Schema
+
+    @property
+    def nbytes(self) -> int:
+        return _spill_size(self.paths)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows a batch at a time (each as large as a spill task wrote it)."""
+        return _read_spills(self.paths, 0)
+
+    def read(self) -> pa.Table:
+        batches = list(self.batches())
+        return pa.Table.from_batches(batches, self.schema) if batches else self.schema.empty_table()
+
+
+def partition_spills(
+    sp: Any,
+    tables: list[Any],
+    place: Place,
+    partitions: int,
+    engine: Engine,
+    *,
+    convert: Callable[[Any, pa.Table], pa.Table] | None = None,
+) -> Iterator[tuple[int, dict[str, SpilledTable]]]:
+    """Each target partition's rows of ``tables`` (by name, in savepoint order) as spill files,
+    one partition after the other; the files live until the next partition is asked for.
+    ``convert`` makes the rows the target keeps (schema evolution) before they are placed."""
+    threads = _uses_threads(sp.io)
+    with spill_dir() as directory:
+        dirs = spill_tables(
+            sp,
+            tables,
+            place,
+            partitions,
+            directory,
+            engine,
+            encoder=None,
+            threads=threads,
+            convert=convert,
+        )
+        for p in range(partitions):
+            yield (
+                p,
+                {
+                    t.name: SpilledTable(_spills(d, len(t.files), p), table_schema(sp, t, convert))
+                    for t, d in zip(tables, dirs, strict=True)
+                },
+            )
+
+
 def partition_tables(
     sp: Any,
     tables: list[Any],
@@ -613,25 +673,5 @@ def partition_tables(
     if not isinstance(engine, Engine):  # the Spark engine: a shuffle, then partition by partition
         yield from engine.partition_tables(sp, tables, place, partitions, convert=convert)
         return
-    threads = _uses_threads(sp.io)
-    with spill_dir() as directory:
-        dirs = spill_tables(
-            sp,
-            tables,
-            place,
-            partitions,
-            directory,
-            engine,
-            encoder=None,
-            threads=threads,
-            convert=convert,
-        )
-        for p in range(partitions):
-            out = {}
-            for t, d in zip(tables, dirs, strict=True):
-                batches = list(_read_spills(_spills(d, len(t.files), p), engine.per_task))
-                schema = table_schema(sp, t, convert)
-                out[t.name] = (
-                    pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
-                )
-            yield p, out
+    for p, spilled in partition_spills(sp, tables, place, partitions, engine, convert=convert):
+        yield p, {name: t.read() for name, t in spilled.items()}

@@ -18,7 +18,7 @@ import posixpath
 import re
 import socket
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ from statectl import join_state
 from statectl.backends.writers import (
     write_rocksdb_snapshot,
 )
+from statectl.cf_stream import EncodedRuns, encode_spilled, fits
 from statectl.checkpoint.model import (
     CODEC_CONF,
     ENCODING_CONF,
@@ -49,7 +50,14 @@ from statectl.checkpoint.state_metadata import (
 )
 from statectl.codecs.compression import normalize_codec
 from statectl.codecs.unsaferow import encode_unsafe_rows
-from statectl.engine import Engine, StoreFormat, partition_tables, restore_stores
+from statectl.engine import (
+    Engine,
+    StoreFormat,
+    partition_spills,
+    partition_tables,
+    restore_stores,
+    spill_dir,
+)
 from statectl.errors import StatectlError
 from statectl.evolution import (
     PartEvolution,
@@ -78,6 +86,7 @@ from statectl.state import read_le_int
 from statectl.tws_encode import (
     TTL_INDEX,
     VERSION,
+    TableEncoder,
     assign_cf_ids,
     concat_binary,
     encode_key,
@@ -1179,52 +1188,58 @@ def _write_cf_operator(
             family = dataclasses.replace(family, value_schema=evo.value.new_schema)
         families.append(family)
     kinds = {t.name: t.kind for t in op.tables}
-    # One target partition in memory at a time (statectl/engine.py), each row placed by its
-    # converted key.
-    parts = partition_tables(
-        sp,
-        op.tables,
-        op.kind.partitions_of,
-        plan.partitions,
-        plan.engine or Engine.of(),
-        convert=functools.partial(_evolved_cf_rows, evolutions, kinds) if evolutions else None,
-    )
-    _write_cf_state(sp, new_id, op.name, op.properties, families, parts, kinds, plan, io, root)
+    convert = functools.partial(_evolved_cf_rows, evolutions, kinds) if evolutions else None
+    _write_cf_state(sp, op, new_id, families, kinds, convert, plan, io, root)
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
 def _write_cf_state(
     sp: Savepoint,
+    op: OperatorState,
     new_id: int,
-    name: str,
-    properties: dict[str, Any],
     families: list[ColumnFamilySchema],
-    parts: Iterable[tuple[int, dict[str, pa.Table]]],
     kinds: dict[str, str],
+    convert: Callable[[Any, pa.Table], pa.Table] | None,
     plan: RestorePlan,
     io: FileIO,
     root: str,
 ) -> None:
-    """transformWithState: every column family in one RocksDB snapshot per partition."""
+    """transformWithState: every column family in one RocksDB snapshot per partition, each row
+    placed by its (converted) key. A partition is encoded whole when it fits the budget, else a
+    chunk at a time through sorted runs on disk (statectl/cf_stream.py); the Spark engine hands
+    each partition over whole."""
     cf_ids = assign_cf_ids(families)
     confs = sp.metadata.pinned_confs
     delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    entries = (
-        (
-            p,
-            encode_operator_partition(
-                tables,
-                kinds,
-                families,
-                cf_ids,
-                properties.get("timeMode", ""),
-                delimiter,
-                avro=confs.get(ENCODING_CONF) == "avro",
-            ),
+    avro = confs.get(ENCODING_CONF) == "avro"
+    time_mode = op.properties.get("timeMode", "")
+    engine = plan.engine or Engine.of()
+    place = op.kind.partitions_of
+    internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
+
+    def encode(tables: dict[str, pa.Table]) -> tuple[pa.Array, pa.Array]:
+        return encode_operator_partition(
+            tables, kinds, families, cf_ids, time_mode, delimiter, avro=avro
         )
-        for p, tables in parts
-    )
-    _write_cf_files(new_id, name, properties, families, cf_ids, entries, plan, io, root)
+
+    def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
+        if not isinstance(engine, Engine):  # the Spark engine: whole partitions
+            for p, tables in partition_tables(
+                sp, op.tables, place, plan.partitions, engine, convert=convert
+            ):
+                yield p, encode(tables)
+            return
+        for p, spilled in partition_spills(
+            sp, op.tables, place, plan.partitions, engine, convert=convert
+        ):
+            if fits(spilled, engine.per_task):
+                yield p, encode({name: t.read() for name, t in spilled.items()})
+                continue
+            with spill_dir() as scratch:
+                encoder = TableEncoder(families, cf_ids, time_mode, delimiter, avro)
+                yield p, encode_spilled(spilled, kinds, encoder, internal, scratch, engine.per_task)
+
+    _write_cf_files(new_id, op.name, op.properties, families, cf_ids, entries(), plan, io, root)
 
 
 def _write_join_families(
@@ -1258,28 +1273,44 @@ def _write_cf_files(
     properties: dict[str, Any],
     families: list[ColumnFamilySchema],
     cf_ids: dict[str, int],
-    entries: Iterable[tuple[int, tuple[pa.Array, pa.Array]]],
+    entries: Iterable[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]],
     plan: RestorePlan,
     io: FileIO,
     root: str,
 ) -> None:
     """One RocksDB snapshot per partition (``entries``: each target partition's encoded keys
-    and values, in partition order), the schema file (v3) and operator metadata v2 pointing at
-    it, as Spark writes a column-family operator."""
+    and values, or their sorted runs on disk, in partition order), the schema file (v3) and
+    operator metadata v2 pointing at it, as Spark writes a column-family operator."""
     internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
     version = plan.batch + 1
     written = 0
-    for p, (keys, values) in entries:
+    for p, encoded in entries:
         # The engine yields every target partition, in order (unique ids are recorded in order).
         if p != written:
             raise AssertionError(f"partition {p} came after {written} partitions")
         written += 1
-        ids = read_le_int(keys, 0, 2) if len(keys) else np.zeros(0)
         unique_id = str(uuid.uuid4()) if plan.checkpoint_format == 2 else None
         _record_unique_id(plan, new_id, p, unique_id)
+        store = _under(root, "state", str(new_id), str(p))
+        if isinstance(encoded, EncodedRuns):
+            write_rocksdb_snapshot(
+                io,
+                store,
+                version,
+                None,
+                None,
+                column_families=cf_ids,
+                num_internal_keys=encoded.num_internal_keys,
+                unique_id=unique_id,
+                pairs=encoded.pairs(),
+                num_keys=encoded.num_keys,
+            )
+            continue
+        keys, values = encoded
+        ids = read_le_int(keys, 0, 2) if len(keys) else np.zeros(0)
         write_rocksdb_snapshot(
             io,
-            _under(root, "state", str(new_id), str(p)),
+            store,
             version,
             keys,
             values,

@@ -302,9 +302,9 @@ def test_tiny_budget_savepoint_of_a_damaged_file_fails_and_writes_nothing(fixtur
     assert not list(out.glob("*/_metadata"))
 
 
-def _tws_checkpoint(tmp_path: Path, keys: int) -> str:
-    """The tws-rocksdb-changelog fixture with ``keys`` wide keys in its value state ``cnt``
-    (bootstrapped with SavepointWriter.with_state, restored to RocksDB snapshots)."""
+def _tws_savepoint(tmp_path: Path, keys: int) -> str:
+    """The tws-rocksdb-changelog fixture's savepoint with ``keys`` wide keys in its value state
+    ``cnt`` (bootstrapped with SavepointWriter.with_state)."""
     import pyarrow.compute as pc
 
     import statectl
@@ -324,8 +324,14 @@ def _tws_checkpoint(tmp_path: Path, keys: int) -> str:
     SavepointWriter.from_savepoint(statectl.open(url)).with_state(op.uid, data, "cnt").write(
         str(tmp_path / "big")
     )
+    return str(tmp_path / "big")
+
+
+def _tws_checkpoint(tmp_path: Path, keys: int) -> str:
+    """:func:`_tws_savepoint` restored to RocksDB snapshots (in memory)."""
+    sp = _tws_savepoint(tmp_path, keys)
     target = tmp_path / "ckpt"
-    plan = restore(str(tmp_path / "big"), str(target), memory=1 << 34, workers=1)
+    plan = restore(sp, str(target), memory=1 << 34, workers=1)
     assert not plan.problems, plan.problems
     return str(target)
 
@@ -394,3 +400,76 @@ def test_join_column_families_read_in_any_chunks_equal_the_whole(name):
             parts = [_join_rows(piece, op, sel, p, enc, fmt, "w") for piece in pieces]
             assert {s for _, s in parts} == {store}
             assert pa.concat_tables([t for t, _ in parts]).equals(whole), (sel, p)
+
+
+def _cf_entries(target: Path, partitions: int) -> list:
+    """Every partition's RocksDB entries (sorted) and snapshot metadata (without file names)."""
+    import json
+    import zipfile
+
+    from statectl.checkpoint.model import Checkpoint
+    from statectl.state import StoreEncoding, load_raw
+
+    ck = Checkpoint.open(str(target))
+    b = ck.latest_committed_batch
+    enc = StoreEncoding.of(ck, b)
+    out = []
+    for op in ck.operators(b):
+        for p in range(partitions):
+            raw = load_raw(ck, op, "default", p, b, enc)
+            (z,) = (target / "state" / str(op.operator_id) / str(p)).glob("*.zip")
+            meta = json.loads(zipfile.ZipFile(z).read("metadata").decode().split("\n", 1)[1])
+            meta.pop("sstFiles")
+            entries = sorted(zip(raw.keys.to_pylist(), raw.values.to_pylist(), strict=True))
+            out.append((entries, meta))
+    return out
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["tws-rocksdb", "tws-ttl-rocksdb", "tws-avro-rocksdb", "tws-mergev1-rocksdb", "join3-rocksdb"],
+)
+def test_tiny_budget_restore_of_column_families_equals_in_memory(tmp_path, name, monkeypatch):
+    """A transformWithState partition larger than the budget is encoded a chunk at a time (list
+    state in key buckets) through sorted runs on disk: the same entries and snapshot metadata
+    as the whole encoding. (Joins at formats 3/4 are still encoded whole: the same either way.)"""
+    import statectl.restoring as restoring
+
+    streamed = []
+    real = restoring.encode_spilled
+
+    def counting(*args, **kwargs):
+        streamed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(restoring, "encode_spilled", counting)
+    url, _ = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
+    whole, tiny = tmp_path / "whole", tmp_path / "tiny"
+    assert not restore(url, str(whole), partitions=3, memory=1 << 34, workers=1).problems
+    assert not streamed
+    assert not restore(url, str(tiny), partitions=3, memory=2000, workers=1).problems
+    assert len(streamed) == (0 if name.startswith("join") else 3)
+    assert _cf_entries(tiny, 3) == _cf_entries(whole, 3)
+
+
+@pytest.mark.slow
+def test_memory_budget_bounds_a_transform_with_state_restore(tmp_path):
+    """Restoring transformWithState under 32M: the peak RSS does not grow with the state
+    (200,000 vs 600,000 wide keys in one value state), in memory (8G) it does."""
+    small = _tws_savepoint(tmp_path / "s", 200_000)
+    large = _tws_savepoint(tmp_path / "l", 600_000)
+
+    def restore_rss(sp: str, out: str, memory: str) -> float:
+        args = ["restore", str(tmp_path / out), "-s", sp, "--partitions", "3"]
+        return peak_rss_of_cli([*args, "--memory", memory, "--workers", "1"])
+
+    small_rss = min(restore_rss(small, f"r1{i}", "32M") for i in range(2))
+    large_rss = min(restore_rss(large, f"r2{i}", "32M") for i in range(2))
+    unbounded = restore_rss(large, "r3", "8G")
+    print(
+        f"peak RSS MB: under 32M: 200k keys {small_rss:.0f}, 600k keys {large_rss:.0f}; "
+        f"under 8G: 600k keys {unbounded:.0f}"
+    )
+    assert large_rss - small_rss <= 64  # 3x the keys, the same peak (allocator noise aside)
+    assert unbounded - large_rss >= 150
+    assert _cf_entries(tmp_path / "r20", 3) == _cf_entries(tmp_path / "r3", 3)
