@@ -416,37 +416,28 @@ def iter_partition(
         return
     fmt = format_of(op.kind)
     rows: Callable[[RawState, str], tuple[pa.Table, str | None]] | None = None
+    store = "default"  # the physical store: column families live in one
     if fmt is not None and not (fmt == 4 and sel.join_store):
         _check_join_selection(op, sel)
         rows = lambda raw, where: _join_rows(raw, op, sel, partition, enc, fmt, where)  # noqa: E731
     elif op.uses_column_families and fmt is None:
         rows = lambda raw, where: (_cf_table(raw, op, sel, partition, enc, where), None)  # noqa: E731
-    if rows is not None:
-        yield from _family_chunks(ckpt, op, sel, partition, batch, enc, budget, scratch, rows)
-        return
-    plain = _plain_store(op, sel)
-    if plain is None:
+    elif (plain := _plain_store(op, sel)) is not None:
+        store, side = plain
+        desc = op.schema(store)
+        check_schema(desc)
+
+        def rows(raw: RawState, where: str) -> tuple[pa.Table, str | None]:
+            table = _kv_rows(raw, desc, enc, partition, where)
+            return (join_side_view(table), None) if side else (table, store)
+
+    if rows is None:
         yield read_partition(ckpt, op, sel, partition, batch, enc)
         return
-    store, side = plain
-    desc = op.schema(store)
-    check_schema(desc)
-    where = ckpt.path("state", str(op.operator_id), str(partition))
-    empty = True
-    for keys, values in _live_entries(ckpt, op, store, partition, batch, enc, budget, scratch):
-        table = _kv_rows(RawState(keys, values), desc, enc, partition, where)
-        if side:
-            table = join_side_view(table)
-        if ckpt.verify:
-            check_placement(ckpt, op, table, None if side else store, partition, batch)
-        empty = False
-        yield table
-    if empty:  # no live entries: still one (empty) table, with the columns
-        table = _kv_rows(empty_raw_state(), desc, enc, partition, where)
-        yield join_side_view(table) if side else table
+    yield from _chunks(ckpt, op, sel, partition, batch, enc, budget, scratch, store, rows)
 
 
-def _family_chunks(
+def _chunks(
     ckpt: Checkpoint,
     op: Operator,
     sel: Selection,
@@ -455,20 +446,21 @@ def _family_chunks(
     enc: StoreEncoding,
     budget: int,
     scratch: str,
+    store: str,
     rows: Callable[[RawState, str], tuple[pa.Table, str | None]],
 ) -> Iterator[pa.Table]:
-    """State in column families (transformWithState; joins at formats 3/4): the selection's
-    rows, ``rows(chunk, where)`` of a chunk of the partition's live entries at a time."""
+    """The selection's rows, ``rows(chunk, where)`` (a table and the store whose key rule
+    places it) of a chunk of ``store``'s live entries at a time, placement checked."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
     metas: list[SnapshotMetadata] = []  # the snapshot's metadata: its column family ids
     empty = True
     for keys, values in _live_entries(
-        ckpt, op, "default", partition, batch, enc, budget, scratch, metas
+        ckpt, op, store, partition, batch, enc, budget, scratch, metas
     ):
         raw = RawState(keys, values, cf_ids=metas[0].cf_ids if metas else {})
-        table, store = rows(raw, where)
+        table, placed_by = rows(raw, where)
         if ckpt.verify:
-            check_placement(ckpt, op, table, store, partition, batch)
+            check_placement(ckpt, op, table, placed_by, partition, batch)
         empty = False
         yield table
     if empty:  # no live entries: still one (empty) table, with the columns
