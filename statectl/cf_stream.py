@@ -25,9 +25,9 @@ from statectl.engine import (
     BUILD_FACTOR,
     SpilledTable,
     SpillWriters,
-    _merge_runs,
-    _read_spills,
-    _sorted_runs,
+    merge_runs,
+    read_spills,
+    sorted_runs,
     split_by_partition,
 )
 from statectl.state import read_le_int
@@ -46,7 +46,7 @@ class EncodedRuns:
     num_internal_keys: int
 
     def pairs(self) -> Iterator[tuple[bytes, bytes]]:
-        return _merge_runs(self.runs)
+        return merge_runs(self.runs)
 
 
 def fits(spilled: dict[str, SpilledTable], budget: int) -> bool:
@@ -93,7 +93,7 @@ def encode_spilled(
     finally:
         out.close()
     path = os.path.join(scratch, "encoded", "0.arrow")
-    runs = _sorted_runs([path], scratch, budget) if os.path.exists(path) else []
+    runs = sorted_runs([path], scratch, budget) if os.path.exists(path) else []
     return EncodedRuns(runs, counts[0], counts[1])
 
 
@@ -113,6 +113,6 @@ def _key_groups(
     finally:
         writers.close()
     for b in range(buckets):
-        batches = list(_read_spills([os.path.join(directory, f"{b}.arrow")], budget))
+        batches = list(read_spills([os.path.join(directory, f"{b}.arrow")], budget))
         if batches:
             yield pa.Table.from_batches(batches, table.schema)

@@ -234,7 +234,7 @@ class StoreFormat:
         """One partition larger than ``budget``, from its spill files, never all in memory."""
         if self.sorted:
             uid = str(uuid.uuid4()) if self.unique_ids else None
-            runs = _sorted_runs(spills, scratch, budget)
+            runs = sorted_runs(spills, scratch, budget)
             write_rocksdb_snapshot(
                 io,
                 store_dir,
@@ -242,7 +242,7 @@ class StoreFormat:
                 None,
                 None,
                 unique_id=uid,
-                pairs=_merge_runs(runs),
+                pairs=merge_runs(runs),
                 num_keys=sum(_rows(r) for r in runs),
             )
             return uid
@@ -256,11 +256,11 @@ class StoreFormat:
         # The record stream's size: 8 bytes of lengths, key, value (and prefixes) per entry.
         size = 4 + sum(
             b.num_rows * (8 + 2 * len(prefix)) + _data_size(b.column(0)) + _data_size(b.column(1))
-            for b in _read_spills(spills, budget)
+            for b in read_spills(spills, budget)
         )
         with open(local, "wb") as out:
             stream = _CodecStream(self.codec, out, size)
-            for batch in _read_spills(spills, budget):
+            for batch in read_spills(spills, budget):
                 keys, values = batch.column(0), batch.column(1)
                 if len(keys):
                     stream.write(write_state_records(keys, values, prefix=prefix)[:-4])
@@ -326,7 +326,7 @@ def _rows(path: str) -> int:
         return sum(b.num_rows for b in pa.ipc.open_stream(f))
 
 
-def _read_spills(paths: Iterable[str], budget: int) -> Iterator[pa.RecordBatch]:
+def read_spills(paths: Iterable[str], budget: int) -> Iterator[pa.RecordBatch]:
     """The batches of spill files in order (read, not memory-mapped: pages of a mapped file
     would count as this process's memory)."""
     del budget  # batches are as large as the spill task wrote them, bounded by its budget
@@ -346,7 +346,7 @@ def _spill_size(paths: Iterable[str]) -> int:
     return sum(os.path.getsize(p) for p in paths if os.path.exists(p))
 
 
-def _sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
+def sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
     """The spill's rows cut into runs that fit ``budget``, each sorted bytewise by key."""
     runs: list[str] = []
     pending: list[pa.RecordBatch] = []
@@ -370,7 +370,7 @@ def _sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
         pending.clear()
         size = 0
 
-    for batch in _read_spills(spills, budget):
+    for batch in read_spills(spills, budget):
         pending.append(batch)
         size += batch.nbytes
         if size * BUILD_FACTOR > budget:
@@ -385,7 +385,7 @@ def _run_pairs(path: str) -> Iterator[tuple[bytes, bytes]]:
             yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
 
 
-def _merge_runs(runs: list[str]) -> Iterator[tuple[bytes, bytes]]:
+def merge_runs(runs: list[str]) -> Iterator[tuple[bytes, bytes]]:
     """A k-way merge of sorted runs (keys are unique within a store)."""
     if len(runs) == 1:
         return _run_pairs(runs[0])
@@ -512,7 +512,7 @@ class BuildTask:
     def __call__(self) -> str | None:
         spills = _spills(self.directory, self.files, self.partition)
         if _spill_size(spills) * BUILD_FACTOR <= self.budget:
-            batches = list(_read_spills(spills, self.budget))
+            batches = list(read_spills(spills, self.budget))
             if batches:
                 t = pa.Table.from_batches(batches).combine_chunks()
                 keys, values = t.column(0).chunk(0), t.column(1).chunk(0)
@@ -616,7 +616,7 @@ class SpilledTable:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The rows a batch at a time (each as large as a spill task wrote it)."""
-        return _read_spills(self.paths, 0)
+        return read_spills(self.paths, 0)
 
     def read(self) -> pa.Table:
         batches = list(self.batches())
