@@ -152,6 +152,15 @@ def _group_codes(key: pa.StructArray, schema: str) -> tuple[np.ndarray, np.ndarr
     return idx, first
 
 
+def join_key_bytes(table: pa.Table) -> pa.Array:
+    """A format 2 ``keyWithIndexToValue`` table's join keys (the key without ``index``) as
+    UnsafeRow bytes: equal keys, equal bytes."""
+    from statectl.codecs.sparktypes import from_arrow_schema
+
+    key = _sub(table.column("key").combine_chunks(), table.column("key").type.num_fields - 1)
+    return encode_unsafe_rows(key, from_arrow_schema(pa.schema(list(key.type))))
+
+
 def v4_to_v2(table: pa.Table, store: str, key_schema: str) -> pa.Table:
     """Rows of a format 4 ``keyWithTsToValues`` family (one per value; ``key_schema`` its key
     schema) as format 2's ``keyWithIndexToValue`` (``index``: the value's place among its join

@@ -29,7 +29,7 @@ from statectl import join_state
 from statectl.backends.writers import (
     write_rocksdb_snapshot,
 )
-from statectl.cf_stream import EncodedRuns, encode_spilled, fits
+from statectl.cf_stream import EncodedRuns, encode_join_spilled, encode_spilled, fits
 from statectl.checkpoint.model import (
     CODEC_CONF,
     ENCODING_CONF,
@@ -1254,16 +1254,28 @@ def _write_join_families(
     )
     cf_ids = assign_cf_ids(families)
     delimiter = b"" if sp.metadata.pinned_confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    # One target partition in memory at a time, keys placed by the join key (statectl/engine.py).
-    parts = partition_tables(
-        sp, op.tables, op.kind.partitions_of, plan.partitions, plan.engine or Engine.of()
+    engine = plan.engine or Engine.of()
+    place = op.kind.partitions_of
+    encode = functools.partial(
+        join_state.encode_partition, fmt, families=families, cf_ids=cf_ids, delimiter=delimiter
     )
-    entries = (
-        (p, join_state.encode_partition(fmt, tables, families, cf_ids, delimiter))
-        for p, tables in parts
-    )
+
+    def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
+        # Keys placed by the join key (statectl/engine.py); a partition encoded whole when it
+        # fits the budget (always on the Spark engine), else a chunk at a time (cf_stream.py).
+        if not isinstance(engine, Engine):
+            for p, tables in partition_tables(sp, op.tables, place, plan.partitions, engine):
+                yield p, encode(tables)
+            return
+        for p, spilled in partition_spills(sp, op.tables, place, plan.partitions, engine):
+            if fits(spilled, engine.per_task):
+                yield p, encode({name: t.read() for name, t in spilled.items()})
+                continue
+            with spill_dir() as scratch:
+                yield p, encode_join_spilled(fmt, spilled, encode, scratch, engine.per_task)
+
     properties = {"useVirtualColumnFamilies": True}
-    _write_cf_files(new_id, op.name, properties, families, cf_ids, entries, plan, io, root)
+    _write_cf_files(new_id, op.name, properties, families, cf_ids, entries(), plan, io, root)
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 

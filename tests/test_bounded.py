@@ -427,28 +427,38 @@ def _cf_entries(target: Path, partitions: int) -> list:
 
 @pytest.mark.parametrize(
     "name",
-    ["tws-rocksdb", "tws-ttl-rocksdb", "tws-avro-rocksdb", "tws-mergev1-rocksdb", "join3-rocksdb"],
+    [
+        "tws-rocksdb",
+        "tws-ttl-rocksdb",
+        "tws-avro-rocksdb",
+        "tws-mergev1-rocksdb",
+        "join3-rocksdb",
+        "join4-rocksdb",
+        "join4-samets-rocksdb",
+        "join4-fullouter-rocksdb",
+    ],
 )
 def test_tiny_budget_restore_of_column_families_equals_in_memory(tmp_path, name, monkeypatch):
-    """A transformWithState partition larger than the budget is encoded a chunk at a time (list
-    state in key buckets) through sorted runs on disk: the same entries and snapshot metadata
-    as the whole encoding. (Joins at formats 3/4 are still encoded whole: the same either way.)"""
+    """A column-family partition larger than the budget is encoded a chunk at a time (list
+    state, and format 4 join values, in buckets of whole keys) through sorted runs on disk: the
+    same entries and snapshot metadata as the whole encoding."""
     import statectl.restoring as restoring
 
     streamed = []
-    real = restoring.encode_spilled
+    for fn in ("encode_spilled", "encode_join_spilled"):
+        real = getattr(restoring, fn)
 
-    def counting(*args, **kwargs):
-        streamed.append(1)
-        return real(*args, **kwargs)
+        def counting(*args, _real=real, **kwargs):
+            streamed.append(1)
+            return _real(*args, **kwargs)
 
-    monkeypatch.setattr(restoring, "encode_spilled", counting)
+        monkeypatch.setattr(restoring, fn, counting)
     url, _ = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
     whole, tiny = tmp_path / "whole", tmp_path / "tiny"
     assert not restore(url, str(whole), partitions=3, memory=1 << 34, workers=1).problems
     assert not streamed
     assert not restore(url, str(tiny), partitions=3, memory=2000, workers=1).problems
-    assert len(streamed) == (0 if name.startswith("join") else 3)
+    assert len(streamed) == 3
     assert _cf_entries(tiny, 3) == _cf_entries(whole, 3)
 
 
