@@ -1193,6 +1193,51 @@ def _write_cf_operator(
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
+@dataclass(frozen=True)
+class _TwsPartitionEncoder:
+    """How a transformWithState operator's partitions are encoded (the savepoint's merge
+    operator and encoding, the operator's time mode): whole, or through a TableEncoder."""
+
+    families: list[ColumnFamilySchema]
+    cf_ids: dict[str, int]
+    kinds: dict[str, str]
+    time_mode: str
+    delimiter: bytes
+    avro: bool
+
+    def __call__(self, tables: dict[str, pa.Table]) -> tuple[pa.Array, pa.Array]:
+        return encode_operator_partition(
+            tables,
+            self.kinds,
+            self.families,
+            self.cf_ids,
+            self.time_mode,
+            self.delimiter,
+            avro=self.avro,
+        )
+
+    def encoder(self) -> TableEncoder:
+        return TableEncoder(self.families, self.cf_ids, self.time_mode, self.delimiter, self.avro)
+
+
+def _tws_partition_encoder(
+    sp: Savepoint,
+    properties: dict[str, Any],
+    families: list[ColumnFamilySchema],
+    cf_ids: dict[str, int],
+    kinds: dict[str, str],
+) -> _TwsPartitionEncoder:
+    confs = sp.metadata.pinned_confs
+    return _TwsPartitionEncoder(
+        families,
+        cf_ids,
+        kinds,
+        properties.get("timeMode", ""),
+        b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b",",
+        confs.get(ENCODING_CONF) == "avro",
+    )
+
+
 def _write_cf_state(
     sp: Savepoint,
     op: OperatorState,
@@ -1209,18 +1254,10 @@ def _write_cf_state(
     chunk at a time through sorted runs on disk (statectl/cf_stream.py); the Spark engine hands
     each partition over whole."""
     cf_ids = assign_cf_ids(families)
-    confs = sp.metadata.pinned_confs
-    delimiter = b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b","
-    avro = confs.get(ENCODING_CONF) == "avro"
-    time_mode = op.properties.get("timeMode", "")
+    encode = _tws_partition_encoder(sp, op.properties, families, cf_ids, kinds)
     engine = plan.engine or Engine.of()
     place = op.kind.partitions_of
     internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
-
-    def encode(tables: dict[str, pa.Table]) -> tuple[pa.Array, pa.Array]:
-        return encode_operator_partition(
-            tables, kinds, families, cf_ids, time_mode, delimiter, avro=avro
-        )
 
     def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
         if not isinstance(engine, Engine):  # the Spark engine: whole partitions
@@ -1236,7 +1273,7 @@ def _write_cf_state(
                 yield p, encode({name: t.read() for name, t in spilled.items()})
                 continue
             with spill_dir() as scratch:
-                encoder = TableEncoder(families, cf_ids, time_mode, delimiter, avro)
+                encoder = encode.encoder()
                 yield p, encode_spilled(spilled, kinds, encoder, internal, scratch, engine.per_task)
 
     _write_cf_files(new_id, op.name, op.properties, families, cf_ids, entries(), plan, io, root)
@@ -1385,9 +1422,11 @@ def _write_empty_operator(
             )
             for d in op.schemas
         ]
-        empty = ((p, {}) for p in range(plan.partitions))
-        _write_cf_state(
-            sp, op.operator_id, op.name, op.properties, families, empty, {}, plan, io, root
+        cf_ids = assign_cf_ids(families)
+        encode = _tws_partition_encoder(sp, op.properties, families, cf_ids, {})
+        empty = ((p, encode({})) for p in range(plan.partitions))
+        _write_cf_files(
+            op.operator_id, op.name, op.properties, families, cf_ids, empty, plan, io, root
         )
         return
     writer = _store_writer(plan, codec)
