@@ -1,14 +1,15 @@
-"""transformWithState target partitions larger than the budget, encoded without holding them.
+"""Column-family target partitions larger than the budget, encoded without holding them.
 
-A restore normally encodes a transformWithState partition whole (:func:`~statectl.tws_encode.
-encode_operator_partition`). When a partition's spilled rows do not fit ``--memory``, its
-tables are encoded a chunk at a time instead: value state, map state and timers a spilled batch
-at a time (each row stands alone); a list state bucket by bucket, the rows split by a hash of
-their encoded key, so that every element of a key meets in one bucket (its entry merges them
-and its row counter counts them). The encoded entries go to a spill file, which is sorted in
-runs that fit the budget and merged into the RocksDB SST writer, as key-value stores are
-(:meth:`statectl.engine.StoreFormat.write_streamed`). The entries are the same as the whole
-encoding's.
+A restore normally encodes a transformWithState partition (or a join's at state format 3/4)
+whole (:func:`~statectl.tws_encode.encode_operator_partition`,
+:func:`~statectl.join_state.encode_partition`). When a partition's spilled rows do not fit
+``--memory``, its tables are encoded a chunk at a time instead: rows that stand alone (value
+state, map state, timers, every join row at format 3) a spilled batch at a time; rows that
+merge by key (a list state's elements, a format 4 join's values) bucket by bucket, split by a
+hash of their encoded key, so that every row of a key meets in one bucket. The encoded entries
+go to a spill file, which is sorted in runs that fit the budget and merged into the RocksDB SST
+writer, as key-value stores are (:meth:`statectl.engine.StoreFormat.write_streamed`). The
+entries are the same as the whole encoding's.
 """
 
 from __future__ import annotations
