@@ -406,10 +406,16 @@ class SpillWriters:
             self.files[p] = (f, pa.ipc.new_stream(f, self.schema))
         self.files[p][1].write_batch(batch)
 
-    def close(self) -> None:
-        for f, w in self.files.values():
+    def finish(self, p: int) -> None:
+        """Close partition ``p``'s file (no more rows for it)."""
+        if p in self.files:
+            f, w = self.files.pop(p)
             w.close()
             f.close()
+
+    def close(self) -> None:
+        for p in list(self.files):
+            self.finish(p)
 
 
 def split_by_partition(table: pa.Table, pids: np.ndarray, out: SpillWriters) -> None:
@@ -628,13 +634,17 @@ def partition_spills(
     tables: list[Any],
     place: Place,
     partitions: int,
-    engine: Engine,
+    engine: Engine | TaskRunner,
     *,
     convert: Callable[[Any, pa.Table], pa.Table] | None = None,
 ) -> Iterator[tuple[int, dict[str, SpilledTable]]]:
     """Each target partition's rows of ``tables`` (by name, in savepoint order) as spill files,
     one partition after the other; the files live until the next partition is asked for.
-    ``convert`` makes the rows the target keeps (schema evolution) before they are placed."""
+    ``convert`` makes the rows the target keeps (schema evolution) before they are placed.
+    For state whose partition is encoded as a unit (transformWithState, joins at 3/4)."""
+    if not isinstance(engine, Engine):  # the Spark engine: a shuffle, then partition by partition
+        yield from engine.partition_spills(sp, tables, place, partitions, convert=convert)
+        return
     threads = _uses_threads(sp.io)
     with spill_dir() as directory:
         dirs = spill_tables(
@@ -656,22 +666,3 @@ def partition_spills(
                     for t, d in zip(tables, dirs, strict=True)
                 },
             )
-
-
-def partition_tables(
-    sp: Any,
-    tables: list[Any],
-    place: Place,
-    partitions: int,
-    engine: Engine | TaskRunner,
-    *,
-    convert: Callable[[Any, pa.Table], pa.Table] | None = None,
-) -> Iterator[tuple[int, dict[str, pa.Table]]]:
-    """Each target partition's rows of ``tables`` (by name, in savepoint order), one partition
-    in memory at a time: for state whose partition is encoded as a whole (transformWithState).
-    ``convert`` makes the rows the target keeps (schema evolution) before they are placed."""
-    if not isinstance(engine, Engine):  # the Spark engine: a shuffle, then partition by partition
-        yield from engine.partition_tables(sp, tables, place, partitions, convert=convert)
-        return
-    for p, spilled in partition_spills(sp, tables, place, partitions, engine, convert=convert):
-        yield p, {name: t.read() for name, t in spilled.items()}

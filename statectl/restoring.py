@@ -54,7 +54,6 @@ from statectl.engine import (
     Engine,
     StoreFormat,
     partition_spills,
-    partition_tables,
     restore_stores,
     spill_dir,
 )
@@ -1260,12 +1259,6 @@ def _write_cf_state(
     internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
 
     def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
-        if not isinstance(engine, Engine):  # the Spark engine: whole partitions
-            for p, tables in partition_tables(
-                sp, op.tables, place, plan.partitions, engine, convert=convert
-            ):
-                yield p, encode(tables)
-            return
         for p, spilled in partition_spills(
             sp, op.tables, place, plan.partitions, engine, convert=convert
         ):
@@ -1299,11 +1292,7 @@ def _write_join_families(
 
     def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
         # Keys placed by the join key (statectl/engine.py); a partition encoded whole when it
-        # fits the budget (always on the Spark engine), else a chunk at a time (cf_stream.py).
-        if not isinstance(engine, Engine):
-            for p, tables in partition_tables(sp, op.tables, place, plan.partitions, engine):
-                yield p, encode(tables)
-            return
+        # fits the budget, else a chunk at a time (cf_stream.py).
         for p, spilled in partition_spills(sp, op.tables, place, plan.partitions, engine):
             if fits(spilled, engine.per_task):
                 yield p, encode({name: t.read() for name, t in spilled.items()})

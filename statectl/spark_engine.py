@@ -43,9 +43,12 @@ from statectl.engine import (
     Encoder,
     Engine,
     Place,
+    SpilledTable,
     SpillTask,
+    SpillWriters,
     StoreFormat,
     parse_memory,
+    spill_dir,
     table_schema,
 )
 from statectl.errors import StatectlError
@@ -128,7 +131,7 @@ class SparkEngine:
             [(p, by_index[i * n_tables + t]) for i, p in enumerate(built)] for t in range(n_tables)
         ]
 
-    def partition_tables(
+    def partition_spills(
         self,
         sp: Any,
         tables: list[Any],
@@ -136,37 +139,47 @@ class SparkEngine:
         partitions: int,
         *,
         convert: Callable[[Any, pa.Table], pa.Table] | None = None,
-    ) -> Iterator[tuple[int, dict[str, pa.Table]]]:
-        """:func:`statectl.engine.partition_tables` through the shuffle: each target
-        partition's rows arrive at the driver one partition at a time (transformWithState and
-        joins at formats 3/4 encode a partition as a whole, here)."""
+    ) -> Iterator[tuple[int, dict[str, SpilledTable]]]:
+        """:func:`statectl.engine.partition_spills` through the shuffle: each target
+        partition's rows arrive at the driver one partition at a time and go to local spill
+        files (transformWithState and joins at formats 3/4 encode a partition here, whole or
+        a chunk at a time within the budget)."""
         built = list(range(partitions))
         shuffled = self._shuffled(sp, tables, place, partitions, None, built, convert)
-        rows: dict[int, dict[int, list[pa.RecordBatch]]] = {}
-        current = 0
+        schemas = [table_schema(sp, t, convert) for t in tables]
+        with spill_dir() as directory:
+            writers: dict[int, SpillWriters] = {}
 
-        def done(p: int) -> tuple[int, dict[str, pa.Table]]:
-            got = rows.pop(p, {})
-            out = {}
-            for t_index, t in enumerate(tables):
-                schema = table_schema(sp, t, convert)
-                batches = got.get(t_index, [])
-                out[t.name] = (
-                    pa.Table.from_batches(batches, schema) if batches else schema.empty_table()
-                )
-            return p, out
+            def done(p: int) -> tuple[int, dict[str, SpilledTable]]:
+                for w in writers.values():
+                    w.finish(p)
+                return p, {
+                    t.name: SpilledTable(
+                        [os.path.join(directory, f"t{i:04d}", f"{p}.arrow")], schemas[i]
+                    )
+                    for i, t in enumerate(tables)
+                }
 
-        try:
-            for (p, t_index, _f, _b), data in shuffled.toLocalIterator(prefetchPartitions=False):
-                while current < p:
-                    yield done(current)
-                    current += 1
-                rows.setdefault(p, {}).setdefault(t_index, []).append(_from_ipc(data))
-        except Exception as e:
-            _reraise(e)
-        while current < partitions:
-            yield done(current)
-            current += 1
+            current = 0
+            try:
+                rows = shuffled.toLocalIterator(prefetchPartitions=False)
+                for (p, t_index, _f, _b), data in rows:
+                    while current < p:
+                        yield done(current)
+                        current += 1
+                    if t_index not in writers:
+                        writers[t_index] = SpillWriters(
+                            os.path.join(directory, f"t{t_index:04d}"), schemas[t_index]
+                        )
+                    writers[t_index].write(p, _from_ipc(data))
+            except Exception as e:
+                _reraise(e)
+            for w in writers.values():
+                w.close()
+            writers.clear()
+            while current < partitions:
+                yield done(current)
+                current += 1
 
     def _shuffled(
         self,

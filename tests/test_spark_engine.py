@@ -274,22 +274,30 @@ CLUSTER = [
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    ("name", "backend", "changelog", "partitions"),
+    ("name", "backend", "changelog", "partitions", "memory"),
     [
-        ("agg-hdfs", "hdfs", False, 3),
-        ("multi-hdfs", "rocksdb", True, 4),
-        ("agg-ckptv2-rocksdb-changelog", "rocksdb", False, 3),
-        ("join-hdfs", "rocksdb", False, 3),
-        ("tws-rocksdb", "rocksdb", False, 3),  # a whole partition per encoding: the driver
+        ("agg-hdfs", "hdfs", False, 3, None),
+        ("multi-hdfs", "rocksdb", True, 4, None),
+        ("agg-ckptv2-rocksdb-changelog", "rocksdb", False, 3, None),
+        ("join-hdfs", "rocksdb", False, 3, None),
+        # Column families are encoded on the driver, a partition spilled to its local disk:
+        # whole, or (a tiny budget) a chunk at a time.
+        ("tws-rocksdb", "rocksdb", False, 3, None),
+        ("tws-rocksdb", "rocksdb", False, 3, 2000),
+        ("join4-rocksdb", "rocksdb", False, 3, 2000),
     ],
 )
-def test_spark_engine_restore_equals_local(spark, tmp_path, name, backend, changelog, partitions):
+def test_spark_engine_restore_equals_local(
+    spark, tmp_path, name, backend, changelog, partitions, memory
+):
     from tests.test_engine import assert_same_checkpoint
 
     sp = statectl.savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
     args = {"backend": backend, "partitions": partitions, "changelog": changelog}
     local = statectl.restore(sp, str(tmp_path / "local"), **args)
-    on_spark = statectl.restore(sp, str(tmp_path / "spark"), **args, engine="spark", spark=spark)
+    on_spark = statectl.restore(
+        sp, str(tmp_path / "spark"), **args, engine="spark", spark=spark, memory=memory
+    )
     assert local.to_dict()["engine"] == "local" and on_spark.to_dict()["engine"] == "spark"
     assert_same_checkpoint(tmp_path / "local", tmp_path / "spark", tmp_path)
 
