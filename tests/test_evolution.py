@@ -22,6 +22,7 @@ from statectl.evolution import (
     PartEvolution,
     Refused,
     TableEvolution,
+    added_fields,
     aggregation_values,
     apply_transform,
     evolve_table,
@@ -195,6 +196,85 @@ def test_a_nested_user_state_struct_gains_fields_as_nulls():
                 }
             ),
         )
+
+
+def test_a_field_inserted_in_the_middle_is_matched_by_name():
+    """value struct<count, total> -> struct<count, last, total>: total keeps its value."""
+    stored = struct(("count", "long"), ("total", "long"))
+    evo, notes = added_fields(
+        stored, struct(("count", "long"), ("last", "string"), ("total", "long")), "value"
+    )
+    assert evo is not None
+    assert "value field 1 (last): added, starts null" in notes
+    assert "value field 2 (total): stored field 1, matched by name" in notes
+    value = pa.StructArray.from_arrays(
+        [pa.array([1, None]), pa.array([10, 20])], names=["count", "total"]
+    )
+    assert evo.convert(value).to_pylist() == [
+        {"count": 1, "last": None, "total": 10},
+        {"count": None, "last": None, "total": 20},
+    ]
+
+
+def test_inserted_fields_by_name_are_widened_by_the_positional_rules():
+    stored = struct(("count", "integer"), ("total", "decimal(5,2)"))
+    new = struct(
+        ("first", "string"), ("count", "long"), ("last", "string"), ("total", "decimal(7,2)")
+    )
+    evo, notes = added_fields(stored, new, "value")
+    assert evo is not None
+    assert "value field 1 (count): widened integer -> long" in notes
+    assert "value field 3 (total): widened decimal(5,2) -> decimal(7,2)" in notes
+    assert "value field 0 (first): added, starts null" in notes
+    assert "value field 2 (last): added, starts null" in notes
+    value = pa.StructArray.from_arrays(
+        [pa.array([3], pa.int32()), pa.array([1], pa.decimal128(5, 2))], names=["count", "total"]
+    )
+    out = evo.convert(value)
+    assert out.type.field("count").type == pa.int64()
+    assert out.type.field("total").type == pa.decimal128(7, 2)
+    assert out.to_pylist() == [{"first": None, "count": 3, "last": None, "total": 1}]
+    # Not a widening, matched by name: refused with the field.
+    with pytest.raises(Refused, match=r"value field 2 \(total\): long .* not a widening"):
+        added_fields(
+            struct(("count", "long"), ("total", "long")),
+            struct(("count", "long"), ("last", "string"), ("total", "integer")),
+            "value",
+        )
+
+
+def test_reordered_or_non_nullable_inserted_fields_are_refused():
+    stored = struct(("count", "long"), ("total", "long"))
+    with pytest.raises(Refused, match=r"in another order .*reordered struct is ambiguous"):
+        added_fields(
+            stored, struct(("total", "long"), ("last", "string"), ("count", "long")), "value"
+        )
+    with pytest.raises(Refused, match=r"value field 1 \(last\) is added and not nullable"):
+        added_fields(
+            stored, struct(("count", "long"), ("last", "string", False), ("total", "long")), "value"
+        )
+
+
+def test_renamed_fields_stay_matched_by_position():
+    """Not every stored name is in the query: today's rule, by position, new fields last."""
+    evo, notes = added_fields(
+        struct(("count", "long"), ("total", "long")),
+        struct(("n", "long"), ("sum", "long"), ("last", "string")),
+        "value",
+    )
+    assert evo is not None
+    assert "value field 0 (n): renamed count -> n, matched by position" in notes
+    assert "value field 1 (sum): renamed total -> sum, matched by position" in notes
+    assert "value field 2 (last): added, starts null" in notes
+    value = pa.StructArray.from_arrays([pa.array([1]), pa.array([10])], names=["count", "total"])
+    assert evo.convert(value).to_pylist() == [{"n": 1, "sum": 10, "last": None}]
+    # One name kept, one renamed: still by position (the rename is what Spark would read).
+    _, notes = added_fields(
+        struct(("count", "long"), ("total", "long")),
+        struct(("count", "long"), ("sum", "long"), ("last", "string")),
+        "value",
+    )
+    assert "value field 1 (sum): renamed total -> sum, matched by position" in notes
 
 
 def _tws_keys(grouping: str, user_key: str = struct(("mk", "string"))) -> dict[str, str]:
