@@ -719,6 +719,106 @@ def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path)
     assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
 
 
+TWS_MID_QUERIES = '''
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+class Totals(StatefulProcessor):
+    def init(self, handle):
+        self.st = handle.getValueState("st", "c long, s long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        pdfs = list(rows)
+        n, v = sum(len(p) for p in pdfs), sum(int(p["v"].sum()) for p in pdfs)
+        c, s = self.st.get() if self.st.exists() else (0, 0)
+        self.st.update((c + n, s + v))
+        yield pd.DataFrame({{"k": [key[0]], "c": [c + n], "s": [s + v], "tag": [None]}})
+
+    def close(self):
+        pass
+
+
+class TaggedTotals(Totals):
+    def init(self, handle):
+        self.st = handle.getValueState("st", "c long, tag string, s long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        pdfs = list(rows)
+        n, v = sum(len(p) for p in pdfs), sum(int(p["v"].sum()) for p in pdfs)
+        c, tag, s = self.st.get() if self.st.exists() else (0, "fresh", 0)
+        self.st.update((c + n, "seen", s + v))
+        yield pd.DataFrame({{"k": [key[0]], "c": [c + n], "s": [s + v], "tag": [tag]}})
+
+
+def build(spark, processor):
+    return src(spark).groupBy("k").transformWithStateInPandas(
+        processor(), outputStructType="k string, c long, s long, tag string",
+        outputMode="Update", timeMode="None",
+    )
+
+
+def before(spark):
+    return build(spark, Totals)
+
+
+def after(spark):
+    """The value state gains a field in the middle: (c, s) -> (c, tag, s)."""
+    return build(spark, TaggedTotals)
+'''
+
+
+@pytest.mark.spark
+def test_transform_with_state_value_gains_a_middle_field_and_continues(spark, tmp_path):
+    """(c, s) -> (c, tag, s): s is matched by name (not read as tag), tag starts null."""
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "tws_mid_queries.py"
+    queries.write_text(TWS_MID_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
+    assert any("value field 2 (s): stored field 1, matched by name" in n for n in plan.evolved)
+
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    assert continued and all(b > meta.batch_id for b in continued)
+    rows = [r for b in sorted(continued) for r in continued[b]]
+    firsts: dict[str, str | None] = {}
+    lasts: dict[str, tuple] = {}
+    for k, c, s, tag in rows:
+        firsts.setdefault(k, tag)
+        lasts[k] = (c, s)
+    old, all_rows = _rows(d, range(3)), _rows(d, range(5))
+    for k, (c, s) in lasts.items():
+        mine = [r for r in all_rows if r["k"] == k]
+        assert (c, s) == (len(mine), sum(r["v"] for r in mine)), k  # count and total continued
+    old_keys = {r["k"] for r in old}
+    assert old_keys & set(firsts)
+    # An old key's first update reads the inserted field as null; a new key has no state.
+    assert all(firsts[k] is None for k in firsts if k in old_keys)
+    assert all(firsts[k] == "fresh" for k in firsts if k not in old_keys)
+
+
 TWS_KEY_QUERIES = '''
 import pandas as pd
 import pyspark.sql.functions as F
