@@ -7,6 +7,10 @@ more where the meaning is clear, and refuses (with the field) where it is not:
 - numeric widening (byte < short < int < long, float -> double, a decimal whose integer and
   fraction digits both grow) and nullability widening, in keys and values;
 - renamed fields, matched by position and type (what Spark does; the plan says so);
+- state structs (a transformWithState value, applyInPandasWithState's user state) that gain
+  fields: matched by name when every stored name is still there in the same order (added
+  fields anywhere start null), else by position with the added fields at the end; stored
+  names in another order are refused;
 - streaming aggregation values: the buffers are matched by the aggregate that owns them.
   Spark names a buffer after its aggregate function (``count``, ``sum``, ``max``, avg's
   ``sum, count``), so a query aggregate's buffer run (names and types, from the planned
