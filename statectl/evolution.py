@@ -7,6 +7,10 @@ more where the meaning is clear, and refuses (with the field) where it is not:
 - numeric widening (byte < short < int < long, float -> double, a decimal whose integer and
   fraction digits both grow) and nullability widening, in keys and values;
 - renamed fields, matched by position and type (what Spark does; the plan says so);
+- state structs (a transformWithState value, applyInPandasWithState's user state) that gain
+  fields: matched by name when every stored name is still there in the same order (added
+  fields anywhere start null), else by position with the added fields at the end; stored
+  names in another order are refused;
 - streaming aggregation values: the buffers are matched by the aggregate that owns them.
   Spark names a buffer after its aggregate function (``count``, ``sum``, ``max``, avg's
   ``sum, count``), so a query aggregate's buffer run (names and types, from the planned
@@ -154,29 +158,32 @@ def positional(stored: str, new: str, part: str) -> tuple[PartEvolution | None, 
             "buffers may be added or removed"
         )
     notes: list[str] = []
-    sources = [Source(i) for i in range(len(b))]
+    sources = []
     bytes_change = False
     for i, (fa, fb) in enumerate(zip(a, b, strict=True)):
-        where = f"{part} field {i} ({fb['name']})"
-        if _is_struct(fa["type"]) and _is_struct(fb["type"]):
-            # A nested struct (applyInPandasWithState's groupState) may itself gain fields.
-            sub, sub_notes = added_fields(json.dumps(fa["type"]), json.dumps(fb["type"]), where)
-            if _nullable_narrowed(fa, fb):
-                raise Refused(f"{where} was nullable and is not nullable in the query")
-            if fa["name"] != fb["name"]:
-                sub_notes.append(
-                    f"{where}: renamed {fa['name']} -> {fb['name']}, matched by position"
-                )
-            sources[i] = Source(i, nested=sub)
-            bytes_change |= sub is not None
-            notes += sub_notes
-            continue
-        changed = _field_change(fa, fb, where)
-        bytes_change |= any("widened" in n for n in changed)
-        notes += changed
+        src, changed, field_notes = _read_as(fa, fb, i, f"{part} field {i} ({fb['name']})")
+        sources.append(src)
+        bytes_change |= changed
+        notes += field_notes
     if not bytes_change:
         return None, notes
     return PartEvolution(new, sources), notes
+
+
+def _read_as(fa: dict, fb: dict, index: int, where: str) -> tuple[Source, bool, list[str]]:
+    """Stored field ``fa`` (at ``index``) read as the query's ``fb``: its source, whether its
+    bytes change (widened, or a nested struct re-shaped) and the notes; Refused when it cannot
+    be read so."""
+    if _is_struct(fa["type"]) and _is_struct(fb["type"]):
+        # A nested struct (applyInPandasWithState's groupState) may itself gain fields.
+        sub, sub_notes = added_fields(json.dumps(fa["type"]), json.dumps(fb["type"]), where)
+        if _nullable_narrowed(fa, fb):
+            raise Refused(f"{where} was nullable and is not nullable in the query")
+        if fa["name"] != fb["name"]:
+            sub_notes.append(f"{where}: renamed {fa['name']} -> {fb['name']}, matched by position")
+        return Source(index, nested=sub), sub is not None, sub_notes
+    changed = _field_change(fa, fb, where)
+    return Source(index), any("widened" in n for n in changed), changed
 
 
 def _is_struct(t: Any) -> bool:
@@ -272,20 +279,56 @@ def aggregation_values(
 
 def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
     """A state struct (a transformWithState value, UnsafeRow encoding; the user state inside
-    applyInPandasWithState's value) with fields added at the end: the stored fields by
-    position (renamed, widened or themselves grown), the new ones null."""
+    applyInPandasWithState's value) that gains fields. When every stored field's name is in the
+    query's struct, in the same order, the stored fields are matched by name (widened or
+    themselves grown) and the added ones, anywhere, start null; names that match in another
+    order are refused (which field is which would be a guess). Otherwise fields are added at
+    the end: the stored fields by position (renamed, widened or themselves grown), the new ones
+    null."""
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     if len(b) <= len(a):
         return positional(stored, new, part)
-    kept, notes = positional(stored, json.dumps({"type": "struct", "fields": b[: len(a)]}), part)
-    for i, f in enumerate(b[len(a) :], len(a)):
+    at = _by_name(a, b, part)
+    if at is None:
+        at = list(range(len(a)))  # by position: renamed fields, the new ones at the end
+    notes: list[str] = []
+    sources: list[Source | None] = [None] * len(b)
+    for i, j in enumerate(at):
+        src, _changed, field_notes = _read_as(a[i], b[j], i, f"{part} field {j} ({b[j]['name']})")
+        sources[j] = src
+        notes += field_notes
+        if i != j:
+            notes.append(f"{part} field {j} ({b[j]['name']}): stored field {i}, matched by name")
+    for j, f in enumerate(b):
+        if sources[j] is not None:
+            continue
         if not f.get("nullable", True):
             raise Refused(
-                f"{part} field {i} ({f['name']}) is added and not nullable: no value to start from"
+                f"{part} field {j} ({f['name']}) is added and not nullable: no value to start from"
             )
-        notes.append(f"{part} field {i} ({f['name']}): added, starts null")
-    stored_sources = kept.sources if kept is not None else [Source(i) for i in range(len(a))]
-    return PartEvolution(new, stored_sources + [Source(None)] * (len(b) - len(a))), notes
+        notes.append(f"{part} field {j} ({f['name']}): added, starts null")
+        sources[j] = Source(None)
+    return PartEvolution(new, [s for s in sources if s is not None]), notes
+
+
+def _by_name(a: list[dict], b: list[dict], part: str) -> list[int] | None:
+    """Where each stored field is in the query's struct when all their names are there (and
+    unique), else None (matched by position); Refused when the names are in another order."""
+    names = [f["name"] for f in b]
+    stored = [f["name"] for f in a]
+    if len(set(names)) != len(names) or len(set(stored)) != len(stored):
+        return None
+    if not all(n in names for n in stored):
+        return None
+    at = [names.index(n) for n in stored]
+    if at != sorted(at):
+        raise Refused(
+            f"{part}: the savepoint's fields ({', '.join(stored)}) are in the query in another "
+            f"order ({', '.join(n for n in names if n in stored)}); state is stored by "
+            "position, so a reordered struct is ambiguous: add fields without moving the "
+            "stored ones"
+        )
+    return at
 
 
 def _grouping_at(family: str, kinds: dict[str, str]) -> int | None:

@@ -22,6 +22,7 @@ from statectl.evolution import (
     PartEvolution,
     Refused,
     TableEvolution,
+    added_fields,
     aggregation_values,
     apply_transform,
     evolve_table,
@@ -195,6 +196,85 @@ def test_a_nested_user_state_struct_gains_fields_as_nulls():
                 }
             ),
         )
+
+
+def test_a_field_inserted_in_the_middle_is_matched_by_name():
+    """value struct<count, total> -> struct<count, last, total>: total keeps its value."""
+    stored = struct(("count", "long"), ("total", "long"))
+    evo, notes = added_fields(
+        stored, struct(("count", "long"), ("last", "string"), ("total", "long")), "value"
+    )
+    assert evo is not None
+    assert "value field 1 (last): added, starts null" in notes
+    assert "value field 2 (total): stored field 1, matched by name" in notes
+    value = pa.StructArray.from_arrays(
+        [pa.array([1, None]), pa.array([10, 20])], names=["count", "total"]
+    )
+    assert evo.convert(value).to_pylist() == [
+        {"count": 1, "last": None, "total": 10},
+        {"count": None, "last": None, "total": 20},
+    ]
+
+
+def test_inserted_fields_by_name_are_widened_by_the_positional_rules():
+    stored = struct(("count", "integer"), ("total", "decimal(5,2)"))
+    new = struct(
+        ("first", "string"), ("count", "long"), ("last", "string"), ("total", "decimal(7,2)")
+    )
+    evo, notes = added_fields(stored, new, "value")
+    assert evo is not None
+    assert "value field 1 (count): widened integer -> long" in notes
+    assert "value field 3 (total): widened decimal(5,2) -> decimal(7,2)" in notes
+    assert "value field 0 (first): added, starts null" in notes
+    assert "value field 2 (last): added, starts null" in notes
+    value = pa.StructArray.from_arrays(
+        [pa.array([3], pa.int32()), pa.array([1], pa.decimal128(5, 2))], names=["count", "total"]
+    )
+    out = evo.convert(value)
+    assert out.type.field("count").type == pa.int64()
+    assert out.type.field("total").type == pa.decimal128(7, 2)
+    assert out.to_pylist() == [{"first": None, "count": 3, "last": None, "total": 1}]
+    # Not a widening, matched by name: refused with the field.
+    with pytest.raises(Refused, match=r"value field 2 \(total\): long .* not a widening"):
+        added_fields(
+            struct(("count", "long"), ("total", "long")),
+            struct(("count", "long"), ("last", "string"), ("total", "integer")),
+            "value",
+        )
+
+
+def test_reordered_or_non_nullable_inserted_fields_are_refused():
+    stored = struct(("count", "long"), ("total", "long"))
+    with pytest.raises(Refused, match=r"in another order .*reordered struct is ambiguous"):
+        added_fields(
+            stored, struct(("total", "long"), ("last", "string"), ("count", "long")), "value"
+        )
+    with pytest.raises(Refused, match=r"value field 1 \(last\) is added and not nullable"):
+        added_fields(
+            stored, struct(("count", "long"), ("last", "string", False), ("total", "long")), "value"
+        )
+
+
+def test_renamed_fields_stay_matched_by_position():
+    """Not every stored name is in the query: today's rule, by position, new fields last."""
+    evo, notes = added_fields(
+        struct(("count", "long"), ("total", "long")),
+        struct(("n", "long"), ("sum", "long"), ("last", "string")),
+        "value",
+    )
+    assert evo is not None
+    assert "value field 0 (n): renamed count -> n, matched by position" in notes
+    assert "value field 1 (sum): renamed total -> sum, matched by position" in notes
+    assert "value field 2 (last): added, starts null" in notes
+    value = pa.StructArray.from_arrays([pa.array([1]), pa.array([10])], names=["count", "total"])
+    assert evo.convert(value).to_pylist() == [{"n": 1, "sum": 10, "last": None}]
+    # One name kept, one renamed: still by position (the rename is what Spark would read).
+    _, notes = added_fields(
+        struct(("count", "long"), ("total", "long")),
+        struct(("count", "long"), ("sum", "long"), ("last", "string")),
+        "value",
+    )
+    assert "value field 1 (sum): renamed total -> sum, matched by position" in notes
 
 
 def _tws_keys(grouping: str, user_key: str = struct(("mk", "string"))) -> dict[str, str]:
@@ -637,6 +717,106 @@ def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path)
     old_keys = {r["k"] for r in old}
     # A key's first update after the restore reads the added field as null.
     assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
+
+
+TWS_MID_QUERIES = '''
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
+
+INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+
+
+class Totals(StatefulProcessor):
+    def init(self, handle):
+        self.st = handle.getValueState("st", "c long, s long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        pdfs = list(rows)
+        n, v = sum(len(p) for p in pdfs), sum(int(p["v"].sum()) for p in pdfs)
+        c, s = self.st.get() if self.st.exists() else (0, 0)
+        self.st.update((c + n, s + v))
+        yield pd.DataFrame({{"k": [key[0]], "c": [c + n], "s": [s + v], "tag": [None]}})
+
+    def close(self):
+        pass
+
+
+class TaggedTotals(Totals):
+    def init(self, handle):
+        self.st = handle.getValueState("st", "c long, tag string, s long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        pdfs = list(rows)
+        n, v = sum(len(p) for p in pdfs), sum(int(p["v"].sum()) for p in pdfs)
+        c, tag, s = self.st.get() if self.st.exists() else (0, "fresh", 0)
+        self.st.update((c + n, "seen", s + v))
+        yield pd.DataFrame({{"k": [key[0]], "c": [c + n], "s": [s + v], "tag": [tag]}})
+
+
+def build(spark, processor):
+    return src(spark).groupBy("k").transformWithStateInPandas(
+        processor(), outputStructType="k string, c long, s long, tag string",
+        outputMode="Update", timeMode="None",
+    )
+
+
+def before(spark):
+    return build(spark, Totals)
+
+
+def after(spark):
+    """The value state gains a field in the middle: (c, s) -> (c, tag, s)."""
+    return build(spark, TaggedTotals)
+'''
+
+
+@pytest.mark.spark
+def test_transform_with_state_value_gains_a_middle_field_and_continues(spark, tmp_path):
+    """(c, s) -> (c, tag, s): s is matched by name (not read as tag), tag starts null."""
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    queries = tmp_path / "tws_mid_queries.py"
+    queries.write_text(TWS_MID_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
+    assert any("value field 2 (s): stored field 1, matched by name" in n for n in plan.evolved)
+
+    write_input(d, 3, 2)
+    now = time.time()
+    for b in (3, 4):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    assert continued and all(b > meta.batch_id for b in continued)
+    rows = [r for b in sorted(continued) for r in continued[b]]
+    firsts: dict[str, str | None] = {}
+    lasts: dict[str, tuple] = {}
+    for k, c, s, tag in rows:
+        firsts.setdefault(k, tag)
+        lasts[k] = (c, s)
+    old, all_rows = _rows(d, range(3)), _rows(d, range(5))
+    for k, (c, s) in lasts.items():
+        mine = [r for r in all_rows if r["k"] == k]
+        assert (c, s) == (len(mine), sum(r["v"] for r in mine)), k  # count and total continued
+    old_keys = {r["k"] for r in old}
+    assert old_keys & set(firsts)
+    # An old key's first update reads the inserted field as null; a new key has no state.
+    assert all(firsts[k] is None for k in firsts if k in old_keys)
+    assert all(firsts[k] == "fresh" for k in firsts if k not in old_keys)
 
 
 TWS_KEY_QUERIES = '''
