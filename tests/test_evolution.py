@@ -683,12 +683,14 @@ def after(spark):
 '''
 
 
-@pytest.mark.spark
-def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path):
+def _continue_changed_tws_query(spark, tmp_path, queries_text: str) -> tuple:
+    """The module's ``before`` query runs on RocksDB over 3 input files; its savepoint is
+    restored with ``--query`` into ``after`` at 3 partitions, which continues over 2 new files.
+    Returns the plan, the continued run's rows in batch order and the input directory."""
     d = tmp_path / "input"
     write_input(d, 0, 3)
     queries = tmp_path / "tws_queries.py"
-    queries.write_text(TWS_QUERIES.format(input=str(d)))
+    queries.write_text(queries_text.format(input=str(d)))
     mod = _load(queries)
     rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
     run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
@@ -697,15 +699,19 @@ def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path)
         sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
     )
     assert not plan.problems, plan.problems
-    assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
-
     write_input(d, 3, 2)
     now = time.time()
     for b in (3, 4):
         os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
     continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
-    rows = [r for b in sorted(continued) for r in continued[b]]
+    return plan, [r for b in sorted(continued) for r in continued[b]], d
+
+
+@pytest.mark.spark
+def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path):
+    plan, rows, d = _continue_changed_tws_query(spark, tmp_path, TWS_QUERIES)
+    assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
     firsts: dict[str, tuple] = {}
     lasts: dict[str, tuple] = {}
     for k, c, tag in rows:
@@ -781,28 +787,9 @@ def after(spark):
 @pytest.mark.spark
 def test_transform_with_state_value_gains_a_middle_field_and_continues(spark, tmp_path):
     """(c, s) -> (c, tag, s): s is matched by name (not read as tag), tag starts null."""
-    d = tmp_path / "input"
-    write_input(d, 0, 3)
-    queries = tmp_path / "tws_mid_queries.py"
-    queries.write_text(TWS_MID_QUERIES.format(input=str(d)))
-    mod = _load(queries)
-    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
-    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
-    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
-    plan = restore(
-        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
-    )
-    assert not plan.problems, plan.problems
+    plan, rows, d = _continue_changed_tws_query(spark, tmp_path, TWS_MID_QUERIES)
     assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
     assert any("value field 2 (s): stored field 1, matched by name" in n for n in plan.evolved)
-
-    write_input(d, 3, 2)
-    now = time.time()
-    for b in (3, 4):
-        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
-    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
-    assert continued and all(b > meta.batch_id for b in continued)
-    rows = [r for b in sorted(continued) for r in continued[b]]
     firsts: dict[str, str | None] = {}
     lasts: dict[str, tuple] = {}
     for k, c, s, tag in rows:
