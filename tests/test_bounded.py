@@ -214,6 +214,11 @@ def _checkpoint(tmp_path: Path, keys: int) -> str:
     return str(target)
 
 
+def _savepoint_rss(ckpt: str, out: Path, memory: str) -> float:
+    """Peak RSS (MB) of ``statectl savepoint CKPT OUT --memory MEMORY`` on one worker."""
+    return peak_rss_of_cli(["savepoint", ckpt, str(out), "--memory", memory, "--workers", "1"])
+
+
 @pytest.mark.slow
 def test_memory_budget_bounds_savepoint_and_export(tmp_path):
     """Under 32M the peak RSS of a savepoint and an export does not grow with the state
@@ -223,9 +228,7 @@ def test_memory_budget_bounds_savepoint_and_export(tmp_path):
     large = _checkpoint(tmp_path / "l", 600_000)
 
     def savepoint_rss(ckpt: str, out: str, memory: str) -> float:
-        return peak_rss_of_cli(
-            ["savepoint", ckpt, str(tmp_path / out), "--memory", memory, "--workers", "1"]
-        )
+        return _savepoint_rss(ckpt, tmp_path / out, memory)
 
     def export_rss(ckpt: str, out: str, memory: str) -> float:
         return peak_rss_of_cli(["export", ckpt, "-o", str(tmp_path / out), "--memory", memory])
@@ -345,9 +348,7 @@ def test_memory_budget_bounds_a_transform_with_state_savepoint(tmp_path):
     large = _tws_checkpoint(tmp_path / "l", 600_000)
 
     def savepoint_rss(ckpt: str, out: str, memory: str) -> float:
-        return peak_rss_of_cli(
-            ["savepoint", ckpt, str(tmp_path / out), "--memory", memory, "--workers", "1"]
-        )
+        return _savepoint_rss(ckpt, tmp_path / out, memory)
 
     baseline = savepoint_rss(str(FIXTURES / "tws-rocksdb-changelog"), "sp0", "32M")
     sp_small = min(savepoint_rss(small, f"sp1{i}", "32M") for i in range(2))

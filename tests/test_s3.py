@@ -13,6 +13,7 @@ import pytest
 from statectl.checkpoint.model import Checkpoint
 from statectl.state import Selection, read_state
 from tests.conftest import FIXTURES, arrow_rows
+from tests.test_spark_engine import CLUSTER as SPARK_ENGINE_CLUSTER
 
 
 def _free_port() -> int:
@@ -358,14 +359,7 @@ def test_restore_on_s3_with_parallel_transfers(bucket, tmp_path, monkeypatch):
 # from the CLI's environment, which has no AWS_*; so the storage options reach the executors
 # only inside the tasks (the pickled FileIO carries its filesystem's options), as on a real
 # cluster whose executors share nothing with the driver's machine.
-CLUSTER = [
-    "--engine",
-    "spark",
-    "--spark-conf",
-    "spark.master=local-cluster[2,1,1024]",
-    "--spark-conf",
-    "spark.ui.enabled=false",
-]
+CLUSTER = ["--engine", "spark", *SPARK_ENGINE_CLUSTER]
 MULTI = "multi-hdfs"  # two operators (aggregation, deduplication) on HDFS, 2 partitions
 # Not under the bucket fixture's ckpts/: test_cli_list_and_export_on_s3 lists exactly those.
 CLUSTER_CKPT = f"s3://statectl-test/cluster-ckpts/{MULTI}"
