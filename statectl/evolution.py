@@ -157,6 +157,7 @@ def positional(stored: str, new: str, part: str) -> tuple[PartEvolution | None, 
             f"{len(b)} in the query ({simple_string(json.loads(new))}); only aggregation "
             "buffers may be added or removed"
         )
+    _refuse_moved_names(a, b, part)
     notes: list[str] = []
     sources = []
     bytes_change = False
@@ -168,6 +169,24 @@ def positional(stored: str, new: str, part: str) -> tuple[PartEvolution | None, 
     if not bytes_change:
         return None, notes
     return PartEvolution(new, sources), notes
+
+
+def _refuse_moved_names(a: list[dict], b: list[dict], part: str) -> None:
+    """Refused when a query field carries the name of a stored field at another position.
+
+    Matched by position (Spark's rule), field i would take stored field i's value; by name it
+    would take the other one's. A reordered ``groupBy`` or struct would otherwise restore with
+    its columns' values swapped, and only a "renamed" note to show for it."""
+    stored = {f["name"]: i for i, f in enumerate(a)}
+    for j, f in enumerate(b):
+        i = stored.get(f["name"])
+        if i is not None and i != j:
+            raise Refused(
+                f"{part} field {j} ({f['name']}) is stored field {i} in the savepoint "
+                f"({simple_string({'type': 'struct', 'fields': a})}); state is stored by "
+                "position, so a reordered struct is ambiguous: keep the stored fields' order "
+                "in the query"
+            )
 
 
 def _read_as(fa: dict, fb: dict, index: int, where: str) -> tuple[Source, bool, list[str]]:

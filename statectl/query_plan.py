@@ -76,6 +76,7 @@ class PlannedSource:
     description: str
     file_path: str | None = None
     parse_offset: Callable[[str], str | None] | None = field(default=None, repr=False)
+    name: str | None = None  # readStream.name(...): the key of offset log v2 (Spark 4.2+)
 
     @property
     def is_file(self) -> bool:
@@ -395,8 +396,17 @@ def planned_sources(spark: Any, jplan: Any, replaced: dict[str, str]) -> list[Pl
         parser = None
         if leaf.getClass().getSimpleName() == "StreamingRelationV2":
             parser = _v2_offset_parser(spark, leaf)
-        out.append(PlannedSource(i, desc, path, parser))
+        out.append(PlannedSource(i, desc, path, parser, _user_name(leaf)))
     return out
+
+
+def _user_name(leaf: Any) -> str | None:
+    """The name ``readStream.name(...)`` gave the source (Spark 4.2+), else None."""
+    try:
+        named = leaf.sourceIdentifyingName().toUserProvided()
+    except Exception:  # a relation without the method (older planning JVMs)
+        return None
+    return str(named.get().name()) if named.isDefined() else None
 
 
 def _v2_offset_parser(spark: Any, leaf: Any) -> Callable[[str], str | None]:

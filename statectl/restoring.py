@@ -1446,6 +1446,15 @@ def _write_empty_operator(
     )
 
 
+def _offset_metadata_extra(extra: dict[str, Any], offsets: dict[str, Any]) -> dict[str, Any]:
+    """The savepoint's extra offset metadata (v2's ``sourceMetadataInfo``), without the named
+    sources a restore dropped."""
+    info = extra.get("sourceMetadataInfo")
+    if not isinstance(info, dict):
+        return dict(extra)
+    return {**extra, "sourceMetadataInfo": {k: v for k, v in info.items() if k in offsets}}
+
+
 def _offset_text(offsets: dict[str, str | None], meta: dict[str, Any], version: int) -> str:
     """``offsets/N``: v1 lists offsets in source order; v2 (named sources, Spark 4.3's
     ``queryEvolution.enableSourceEvolution``) as ``name:offset`` lines."""
@@ -1569,7 +1578,7 @@ def _write_canonical(plan: RestorePlan) -> None:
         "batchWatermarkMs": m.batch_watermark_ms,
         "batchTimestampMs": m.batch_timestamp_ms,
         "conf": confs,
-        **m.offset_metadata_extra,  # e.g. v2's sourceMetadataInfo
+        **_offset_metadata_extra(m.offset_metadata_extra, offsets),
     }
     b = m.batch_id
     if b > 0:

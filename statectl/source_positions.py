@@ -14,8 +14,10 @@ the old checkpoint unusable. A restore writes the offset log for the new query i
   checked with the source's own parser where Spark can build the source at plan time;
 * dropped: an old source the query no longer has (needs ``-n``).
 
-Offset log v2 (named sources, Spark 4.3's source evolution) keeps its own names: only
-positions of existing names can be given there.
+Offset log v2 (named sources, Spark 4.2+'s ``queryEvolution.enableSourceEvolution``) is
+matched by name instead: Spark itself lets named sources come and go, so a kept name keeps
+its offset, a new name starts from its configured start (or takes ``--source-offsets``), and
+a name the query dropped needs ``-n``.
 """
 
 from __future__ import annotations
@@ -167,7 +169,9 @@ def plan_positions(
     else:
         unchanged_query = False
     if m.offset_log_version != 1:
-        return _named_positions(m, old, new if not unchanged_query else None, given)
+        return _named_positions(
+            m, old, new if not unchanged_query else None, given, allow_non_restored
+        )
     by_index, problems = _resolve(given, new)
     used: set[str] = set()
     report: list[dict[str, Any]] = []
@@ -299,37 +303,114 @@ def _match(
 
 
 def _named_positions(
-    m: Any, old: list[_Old], new: list[PlannedSource] | None, given: dict[str, str]
+    m: Any,
+    old: list[_Old],
+    new: list[PlannedSource] | None,
+    given: dict[str, str],
+    allow_non_restored: bool,
 ) -> SourcePositions:
-    """Offset log v2: sources keyed by name. Positions of the savepoint's names can be given;
-    adding, removing or replacing named sources is refused (not supported yet)."""
-    problems = []
-    if new is not None and len(new) != len(old):
-        problems.append(
-            f"the query has {len(new)} sources, the savepoint {len(old)}; restoring changed "
-            "named sources (offset log v2) is not supported yet"
-        )
-    offsets = dict(m.offsets)
+    """Offset log v2: sources keyed by the names the query gives them (``readStream.name``).
+
+    Spark 4.3 itself lets a named source come and go between runs (a new name starts from
+    its configured start, a missing one is forgotten), so a restore matches by name: a kept
+    name keeps its offset and seen-files log, a new one starts (or takes ``--source-offsets
+    NAME=JSON``), a dropped one needs ``-n``."""
+    problems: list[str] = []
     previous = dict(m.previous_offsets) if m.previous_offsets is not None else None
-    report = []
-    for name, text in given.items():
-        if name not in offsets:
+    olds = {o.key: o for o in old}
+    if new is None:  # the savepoint's own sources
+        names: list[str] = list(m.offsets)
+        planned: dict[str, PlannedSource] = {}
+    else:
+        planned = {}
+        for s in new:
+            if s.name is None:
+                problems.append(
+                    f"source {s.index} ({s.description}) of the query has no name; the "
+                    "savepoint's sources are named (offset log v2): name every source with "
+                    "readStream.name(...)"
+                )
+            elif s.name in planned:
+                problems.append(f"the query names two sources {s.name!r}")
+            else:
+                planned[s.name] = s
+        names = list(planned)
+    for name in given:
+        if name not in names:
             problems.append(
-                f"--source-offsets {name}: the savepoint has no source of that name (it has "
-                f"{', '.join(offsets)})"
+                f"--source-offsets {name}: the query has no source of that name (it has "
+                f"{', '.join(names) or 'none'})"
             )
-            continue
-        offsets[name] = None if text == START else text
-        if previous is not None:
-            previous[name] = offsets[name]
+    offsets: dict[str, str | None] = {}
+    logs: dict[str, list[dict[str, Any]]] = {}
+    report: list[dict[str, Any]] = []
+    for name in names:
+        o, s = olds.get(name), planned.get(name)
+        description = s.description if s is not None else o.describe() if o else name
+        entry: dict[str, Any] = {"index": name, "description": description}
+        if name in given:
+            text = given[name]
+            if s is not None and s.is_file and text != START:
+                problems.append(
+                    f"--source-offsets {name}: {description} is a file source, whose position "
+                    f"is its seen-files log, not an offset; it keeps the savepoint's log of "
+                    f"that name or starts from its files ({name}=-)"
+                )
+                continue
+            err = s.parse_offset(text) if s and s.parse_offset and text != START else None
+            if err:
+                problems.append(
+                    f"--source-offsets {name}={text}: {description} cannot parse this offset: {err}"
+                )
+            entry.update(position="given", offset=None if text == START else text)
+            if o is not None:
+                entry["replaces"] = o.describe()
+            offsets[name] = entry["offset"]
+        elif o is not None:
+            if s is not None and _other_kind(s, o):
+                problems.append(
+                    f"source {name!r} of the query ({description}) is not the savepoint's "
+                    f"source of that name ({o.describe()}, offset {o.offset}); pass "
+                    f"--source-offsets {name}=JSON, or {name}=- to start it from its "
+                    "configured start"
+                )
+                continue
+            entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
+            offsets[name] = o.offset
+            if o.entries:
+                logs[name] = o.entries
+        else:
+            # Spark's own way for a name it has not seen: no line, the source starts from its
+            # configured start at the next batch.
+            entry.update(position="new", offset=None)
+        report.append(entry)
+    if previous is not None:
+        previous = {k: (offsets[k] if k in given else previous.get(k, offsets[k])) for k in offsets}
     for o in old:
+        if o.key in names:
+            continue
         report.append(
             {
-                "index": o.key,
+                "index": None,
+                "savepoint_index": o.key,
                 "description": o.describe(),
-                "position": "given" if o.key in given else "kept",
-                "offset": offsets.get(o.key),
+                "position": "dropped",
+                "offset": o.offset,
             }
         )
-    logs = {k: v for k, v in (m.source_logs or {}).items() if k not in given}
+        if not allow_non_restored:
+            problems.append(
+                f"source {o.key!r} of the savepoint ({o.describe()}, offset {o.offset}) is not "
+                "in the query; pass -n (--allow-non-restored-state) to drop its position"
+            )
     return SourcePositions(offsets, previous, logs, report, problems)
+
+
+def _other_kind(s: PlannedSource, o: _Old) -> bool:
+    """The query's source cannot continue from the savepoint's: a file source for another
+    kind (or the reverse), or an offset the new source's own parser rejects."""
+    if s.is_file != o.is_file:
+        return True
+    if not s.is_file and s.parse_offset is not None and o.offset is not None:
+        return s.parse_offset(o.offset) is not None
+    return False

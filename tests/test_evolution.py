@@ -1051,3 +1051,42 @@ def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(spark
     # An old key's first update reads the added field as null (None); a new key has no state.
     assert all(tag is None for k, (_n, tag) in firsts.items() if k in old_keys)
     assert all(tag == "fresh" for k, (_n, tag) in firsts.items() if k not in old_keys)
+
+
+@pytest.mark.parametrize(
+    ("stored", "query", "moved"),
+    [
+        # groupBy("a", "b") restored into groupBy("b", "a"): a pure reorder.
+        ((("a", "string"), ("b", "string")), (("b", "string"), ("a", "string")), r"field 0 \(b\)"),
+        # One stored name moved, another renamed: still not clear which value is which.
+        (
+            (("k", "integer"), ("n", "long"), ("m", "long")),
+            (("k", "integer"), ("total", "long"), ("n", "long")),
+            r"field 2 \(n\) is stored field 1",
+        ),
+    ],
+)
+def test_a_stored_field_moved_to_another_position_is_refused(stored, query, moved):
+    """By position (Spark's rule) the moved field would take its neighbour's value."""
+    for part in ("key", "value"):
+        with pytest.raises(Refused, match=rf"{part} {moved}.*reordered struct is ambiguous"):
+            evolve_table(
+                struct(*stored) if part == "key" else struct(("k", "integer")),
+                struct(*stored) if part == "value" else struct(("v", "long")),
+                struct(*query) if part == "key" else struct(("k", "integer")),
+                struct(*query) if part == "value" else struct(("v", "long")),
+            )
+
+
+def test_renamed_fields_in_place_stay_matched_by_position():
+    evo = evolve_table(
+        struct(("a", "string"), ("b", "long")),
+        struct(
+            ("v", "long"),
+        ),
+        struct(("x", "string"), ("b", "long")),
+        struct(
+            ("v", "long"),
+        ),
+    )
+    assert evo.notes == ["key field 0 (x): renamed a -> x, matched by position"]

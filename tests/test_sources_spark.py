@@ -45,7 +45,27 @@ def from_a_and_b(spark):
 
 def from_b_and_rate(spark):
     return file_source(spark, {b!r}).select("k").union(rate(spark)).groupBy("k").count()
+
+
+def named(spark, path, name):
+    return spark.readStream.name(name).schema("id long, k string, v long, ts timestamp").json(path)
+
+
+def named_a_and_b(spark):
+    return named(spark, {a!r}, "a").select("k").union(named(spark, {b!r}, "b").select("k")).groupBy("k").count()
+
+
+def named_b_and_rate(spark):
+    rate = spark.readStream.name("r").format("rate-micro-batch").option("rowsPerBatch", 10).load()
+    return (
+        named(spark, {b!r}, "b").select("k")
+        .union(rate.selectExpr("concat('k', cast(value % 7 as string)) AS k"))
+        .groupBy("k").count()
+    )
 """
+
+# Offset log v2: sources keyed by the names readStream.name(...) gives them (Spark 4.2+).
+NAMED = {"spark.sql.streaming.queryEvolution.enableSourceEvolution": "true"}
 
 
 def _queries(tmp_path):
@@ -157,6 +177,45 @@ def test_source_removed_with_n_kept_source_moves_and_added_source_starts_fresh(s
     write_input(a, 2, 2)
     write_input(b, 12, 2)
     continued = run(spark, _case(spec), b, tmp_path / "ck2")
+    assert continued and all(x > meta.batch_id for x in continued)
+    expected = _file_keys(a, range(2)) + _file_keys(b, range(10, 14)) + _rate_keys(range(0, 10))
+    got = _last(continued)
+    assert got == {k: expected[k] for k in got}
+    assert set(got) == set(_file_keys(b, range(12, 14)) + _rate_keys(range(10)))
+
+
+def test_named_sources_are_matched_by_name_dropped_with_n_and_added_from_their_start(
+    spark, tmp_path
+):
+    """Offset log v2: the query drops named source ``a``, keeps ``b`` (now first in the plan)
+    and adds ``r``; restored at another partition count, ``b`` continues from its seen-files
+    log and ``r`` from its first batch, as Spark's own source evolution would."""
+    a, b, queries = _queries(tmp_path)
+    write_input(a, 0, 2)
+    write_input(b, 10, 2)
+    run(spark, _case(f"{queries}:named_a_and_b"), a, tmp_path / "ck1", "hdfs", NAMED)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    assert meta.offset_log_version == 2 and sorted(meta.offsets) == ["a", "b"]
+    spec = f"{queries}:named_b_and_rate"
+
+    refused = restore(sp_url, tmp_path / "ck2", query=spec, spark=spark, dry_run=True)
+    assert not refused.ok
+    assert any("'a'" in p and "-n" in p for p in refused.problems), refused.problems
+
+    plan = restore(
+        sp_url, tmp_path / "ck2", query=spec, spark=spark, allow_non_restored=True, partitions=3
+    )
+    assert plan.ok, plan.problems
+    by_name = {s["index"] or s["savepoint_index"]: s for s in plan.sources}
+    assert by_name["b"]["position"] == "kept" and by_name["r"]["position"] == "new"
+    assert by_name["a"]["position"] == "dropped"
+    lines = (tmp_path / "ck2" / "offsets" / str(meta.batch_id)).read_text().splitlines()
+    assert lines[0] == "v2" and [x.split(":")[0] for x in lines[2:]] == ["b"]
+    assert sorted(p.name for p in (tmp_path / "ck2" / "sources").iterdir()) == ["b"]
+
+    write_input(a, 2, 2)
+    write_input(b, 12, 2)
+    continued = run(spark, _case(spec), b, tmp_path / "ck2", confs=NAMED)
     assert continued and all(x > meta.batch_id for x in continued)
     expected = _file_keys(a, range(2)) + _file_keys(b, range(10, 14)) + _rate_keys(range(0, 10))
     got = _last(continued)
