@@ -9,7 +9,7 @@ state flattened, timers).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -408,18 +408,24 @@ def iter_partition(
     """:func:`read_partition` in chunks, holding about ``budget`` bytes: the same rows in the
     same order. Key-value stores (aggregations, deduplication, joins at format 2, ...) and
     column families (transformWithState, joins at formats 3/4) are replayed in bounded memory
-    (statectl/backends/replay.py); only format 4's view as format 2's stores (what savepoints
-    hold), which numbers each key's values, still reads a whole partition.
-    ``scratch`` is a private directory for spill files."""
+    (statectl/backends/replay.py). Format 4's view as format 2's stores (what savepoints
+    hold) numbers each join key's values, so its chunks end between join keys (a snapshot is
+    read in key order, where a key's values are adjacent); a replayed partition (not in key
+    order) is read whole. ``scratch`` is a private directory for spill files."""
     if partition_absent(ckpt, op, partition):
         yield read_partition(ckpt, op, sel, partition, batch, enc)
         return
     fmt = format_of(op.kind)
     rows: Callable[[RawState, str], tuple[pa.Table, str | None]] | None = None
     store = "default"  # the physical store: column families live in one
-    if fmt is not None and not (fmt == 4 and sel.join_store):
+    if fmt is not None:
         _check_join_selection(op, sel)
         rows = lambda raw, where: _join_rows(raw, op, sel, partition, enc, fmt, where)  # noqa: E731
+        if fmt == 4 and sel.join_store:
+            yield from _chunks(
+                ckpt, op, sel, partition, batch, enc, budget, scratch, store, rows, whole_keys=True
+            )
+            return
     elif op.uses_column_families and fmt is None:
         rows = lambda raw, where: (_cf_table(raw, op, sel, partition, enc, where), None)  # noqa: E731
     elif (plain := _plain_store(op, sel)) is not None:
@@ -448,15 +454,27 @@ def _chunks(
     scratch: str,
     store: str,
     rows: Callable[[RawState, str], tuple[pa.Table, str | None]],
+    *,
+    whole_keys: bool = False,
 ) -> Iterator[pa.Table]:
     """The selection's rows, ``rows(chunk, where)`` (a table and the store whose key rule
-    places it) of a chunk of ``store``'s live entries at a time, placement checked."""
+    places it) of a chunk of ``store``'s live entries at a time, placement checked.
+    ``whole_keys``: every chunk holds all the entries of each format 4 join key it has (see
+    :func:`_whole_join_keys`), else the partition is read whole."""
     where = ckpt.path("state", str(op.operator_id), str(partition))
     metas: list[SnapshotMetadata] = []  # the snapshot's metadata: its column family ids
+    in_key_order: list[bool] = []
+    entries = _live_entries(
+        ckpt, op, store, partition, batch, enc, budget, scratch, metas, in_key_order
+    )
+    if whole_keys:
+        entries = _whole_join_keys(entries)
     empty = True
-    for keys, values in _live_entries(
-        ckpt, op, store, partition, batch, enc, budget, scratch, metas
-    ):
+    for keys, values in entries:
+        if whole_keys and not in_key_order[0]:
+            entries.close()
+            yield read_partition(ckpt, op, sel, partition, batch, enc)
+            return
         raw = RawState(keys, values, cf_ids=metas[0].cf_ids if metas else {})
         table, placed_by = rows(raw, where)
         if ckpt.verify:
@@ -477,9 +495,12 @@ def _live_entries(
     budget: int,
     scratch: str,
     metas: list[SnapshotMetadata] | None = None,
+    in_key_order: list[bool] | None = None,
 ) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
     """A store partition's live entries, as :func:`load_raw` has them, a chunk at a time
-    (RocksDB: the base snapshot's metadata is appended to ``metas`` before its first chunk)."""
+    (RocksDB: the base snapshot's metadata is appended to ``metas`` before its first chunk;
+    whether the entries come in RocksDB's key order, one snapshot iterated, is appended to
+    ``in_key_order``)."""
     directory = store_dir(ckpt, op.operator_id, partition, store)
     # A chunk is decoded (and written) after it is read: about a tenth of the budget each.
     chunk_bytes = max(1 << 10, budget // 10)
@@ -498,6 +519,8 @@ def _live_entries(
             max_bytes=chunk_bytes,
             metas=metas,
         )
+    if in_key_order is not None:
+        in_key_order.append(unique and enc.backend != HDFS)
     if unique:  # one snapshot: each key once, no replay
         for chunk in chunks:
             yield chunk.keys, chunk.values
@@ -509,6 +532,38 @@ def _live_entries(
         scratch=scratch,
         merge_delimiter=enc.merge_delimiter,
     )
+
+
+def _whole_join_keys(
+    chunks: Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]],
+) -> Generator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray], None, None]:
+    """Chunks of entries in RocksDB key order, re-cut so that no format 4 join key's entries
+    straddle two: a ``keyWithTsToValues`` key is the join key's UnsafeRow and an 8-byte event
+    time, so one join key's entries are adjacent and differ only in their last 8 bytes. Each
+    chunk's trailing run of entries equal but for those bytes moves to the next chunk (one join
+    key's values at most; for another family's entries the move is harmless)."""
+    carry: tuple[pa.Array, pa.Array] | None = None
+    for keys, values in chunks:
+        if carry is not None:
+            keys = pa.concat_arrays([carry[0], keys])
+            values = pa.concat_arrays([carry[1], values])
+            carry = None
+        n = len(keys)
+        if n == 0:
+            continue
+        last = keys[n - 1].as_py()
+        same = pc.and_(
+            pc.equal(pc.binary_length(keys), len(last)),
+            pc.equal(pc.binary_slice(keys, 0, max(0, len(last) - 8)), last[:-8]),
+        ).to_numpy(zero_copy_only=False)
+        # The trailing run: the last entry that is not of the last join key, plus one.
+        differ = np.flatnonzero(~same)
+        cut = int(differ[-1]) + 1 if len(differ) else 0
+        if cut:
+            yield keys.slice(0, cut), values.slice(0, cut)
+        carry = (keys.slice(cut), values.slice(cut))
+    if carry is not None and len(carry[0]):
+        yield carry[0], carry[1]
 
 
 def _plain_store(op: Operator, sel: Selection) -> tuple[str, bool] | None:

@@ -175,6 +175,8 @@ def _table_files(url: str, meta) -> list[pa.Table]:  # type: ignore[no-untyped-d
         "tws-rocksdb-changelog",
         "tws-mergev1-rocksdb-changelog",
         "tws-ttl-rocksdb",
+        # format 4's view as format 2's stores, cut between join keys
+        "join4-samets-rocksdb",
     ],
 )
 def test_tiny_budget_savepoint_and_export_equal_in_memory(tmp_path, name):
@@ -484,3 +486,28 @@ def test_memory_budget_bounds_a_transform_with_state_restore(tmp_path):
     assert large_rss - small_rss <= 64  # 3x the keys, the same peak (allocator noise aside)
     assert unbounded - large_rss >= 150
     assert _cf_entries(tmp_path / "r20", 3) == _cf_entries(tmp_path / "r3", 3)
+
+
+@pytest.mark.parametrize(
+    "name", ["join4-rocksdb", "join4-samets-rocksdb", "join4-fullouter-rocksdb"]
+)
+def test_format_4_view_as_format_2_reads_in_chunks_of_whole_join_keys(tmp_path, name):
+    """Format 4's view as format 2's stores (what a savepoint holds) numbers each join key's
+    values by event time: read in many chunks under a tiny budget, each chunk ends between two
+    join keys, and the chunks together are the whole partition's rows."""
+    from statectl.checkpoint.model import Checkpoint
+    from statectl.state import Selection, StoreEncoding, iter_partition, read_partition
+
+    ck = Checkpoint.open(str(FIXTURES / name))
+    b = ck.latest_committed_batch
+    enc = StoreEncoding.of(ck, b)
+    (op,) = ck.operators(b)
+    chunked = 0
+    for store in ("left-keyWithIndexToValue", "right-keyToNumValues"):
+        sel = Selection(0, join_store=store)
+        for p in range(op.num_partitions):
+            whole = read_partition(ck, op, sel, p, b, enc)
+            parts = list(iter_partition(ck, op, sel, p, b, enc, budget=2000, scratch=str(tmp_path)))
+            chunked += len(parts) > 1
+            assert pa.concat_tables(parts).equals(whole), (store, p)
+    assert chunked  # the tiny budget did cut partitions into chunks
