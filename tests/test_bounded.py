@@ -511,3 +511,88 @@ def test_format_4_view_as_format_2_reads_in_chunks_of_whole_join_keys(tmp_path, 
             chunked += len(parts) > 1
             assert pa.concat_tables(parts).equals(whole), (store, p)
     assert chunked  # the tiny budget did cut partitions into chunks
+
+
+def _join4_checkpoint(tmp_path: Path, keys: int) -> str:
+    """A stream-stream join at state format 4 (RocksDB, 2 partitions) of ``keys`` wide join
+    keys, two left values and one right value each: join4-rocksdb's savepoint with its four
+    tables' files replaced (crafted and sealed again: statectl edits a join only whole),
+    restored at the savepoint's format."""
+    import json
+
+    from statectl.codecs.murmur3 import partition_ids
+    from statectl.io import FileIO
+    from statectl.savepoints.create import _write_table
+    from statectl.savepoints.format import seal
+
+    tmp_path.mkdir()
+    url, _ = take_savepoint(str(FIXTURES / "join4-rocksdb"), str(tmp_path / "sp"))
+    root = Path(url.removeprefix("file://"))
+    doc = json.loads((root / "_metadata").read_text())
+    ids = np.arange(keys)
+    join_key = pa.array([f"key-{i:012d}-{'x' * 100}" for i in ids])
+    part = pa.array(partition_ids([join_key], 2))
+    ts = pa.array(np.full(keys, 1_704_067_230_000_000)).cast(pa.timestamp("us", "UTC"))
+    values = {"left": (("lk", "lv", "lts"), 2), "right": (("rk", "rid", "rts"), 1)}
+    for table in doc["operators"][0]["tables"]:
+        side, store = table["name"].split("-", 1)
+        cols, n = values[side]
+        if store == "keyToNumValues":
+            t = pa.table(
+                {
+                    "key": pa.StructArray.from_arrays([join_key], ["field0"]),
+                    "value": pa.StructArray.from_arrays([pa.array(np.full(keys, n))], ["value"]),
+                    "partition_id": part,
+                }
+            )
+        else:
+            t = pa.concat_tables(
+                pa.table(
+                    {
+                        "key": pa.StructArray.from_arrays(
+                            [join_key, pa.array(np.full(keys, i))], ["field0", "index"]
+                        ),
+                        "value": pa.StructArray.from_arrays(
+                            [join_key, pa.array(ids + i), ts, pa.array(np.zeros(keys, bool))],
+                            [*cols, "matched"],
+                        ),
+                        "partition_id": part,
+                    }
+                )
+                for i in range(n)
+            )
+        table["files"] = []
+        for p in range(2):  # one file per partition, as savepoints have them
+            rel = f"operators/big/{table['name']}/part-{p:05d}.parquet"
+            piece = t.filter(pa.compute.equal(t["partition_id"], p))
+            f = _write_table(FileIO.for_url(str(root))[0], str(root), rel, piece)
+            table["files"].append(
+                {"path": f.path, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256}
+            )
+        table["rows"] = t.num_rows
+    (root / "_metadata").write_text(json.dumps(seal(doc)))
+    target = tmp_path / "ckpt"
+    restore(url, str(target), backend="rocksdb", partitions=2, memory=1 << 34, workers=1)
+    return str(target)
+
+
+@pytest.mark.slow
+def test_memory_budget_bounds_a_format_4_join_savepoint(tmp_path):
+    """A savepoint of a format-4 join (its state saved as format 2's stores, each join key's
+    values numbered by event time) under 32M does not grow with the state: 100,000 vs 300,000
+    join keys; in memory (8G) it does; the rows are the same."""
+    small = _join4_checkpoint(tmp_path / "s", 100_000)
+    large = _join4_checkpoint(tmp_path / "l", 300_000)
+    bounded_small = _savepoint_rss(small, tmp_path / "sp1", "32M")
+    bounded_large = _savepoint_rss(large, tmp_path / "sp2", "32M")
+    unbounded = _savepoint_rss(large, tmp_path / "sp3", "8G")
+    print(
+        f"format-4 join savepoint peak RSS MB under 32M: 100k keys {bounded_small:.0f}, "
+        f"300k keys {bounded_large:.0f}; under 8G: 300k keys {unbounded:.0f}"
+    )
+    assert bounded_large - bounded_small <= 64
+    assert unbounded - bounded_large >= 150
+    (bounded,) = (tmp_path / "sp2").iterdir()
+    (whole,) = (tmp_path / "sp3").iterdir()
+    for part in sorted(bounded.glob("operators/*/*/*.parquet")):
+        assert pq.read_table(part).equals(pq.read_table(whole / part.relative_to(bounded)))
