@@ -980,12 +980,16 @@ def src(spark):
     )
 
 
+def out(key, n, tag, total):
+    return pd.DataFrame({{"k": [key[0]], "n": [n], "tag": [tag], "total": [total]}})
+
+
 def count_per_key(key, pdfs, state):
     n = state.get[0] if state.exists else 0
     for pdf in pdfs:
         n += len(pdf)
     state.update((n,))
-    yield pd.DataFrame({{"k": [key[0]], "n": [n], "tag": [None]}})
+    yield out(key, n, None, None)
 
 
 def tagged_count_per_key(key, pdfs, state):
@@ -995,12 +999,31 @@ def tagged_count_per_key(key, pdfs, state):
     for pdf in pdfs:
         n += len(pdf)
     state.update((n, "new"))
-    yield pd.DataFrame({{"k": [key[0]], "n": [n], "tag": [old[1] if old else "fresh"]}})
+    yield out(key, n, old[1] if old else "fresh", None)
+
+
+def count_and_total(key, pdfs, state):
+    n, total = state.get if state.exists else (0, 0)
+    for pdf in pdfs:
+        n, total = n + len(pdf), total + int(pdf["v"].sum())
+    state.update((n, total))
+    yield out(key, n, None, total)
+
+
+def tagged_count_and_total(key, pdfs, state):
+    """A field inserted between the stored two: matched by name, the stored total kept."""
+    old = state.get if state.exists else None
+    n, tag, total = old if old else (0, "fresh", 0)
+    for pdf in pdfs:
+        n, total = n + len(pdf), total + int(pdf["v"].sum())
+    state.update((n, "new", total))
+    yield out(key, n, tag, total)
 
 
 def build(spark, fn, state_schema):
     return src(spark).groupBy("k").applyInPandasWithState(
-        fn, "k string, n long, tag string", state_schema, "update", GroupStateTimeout.NoTimeout
+        fn, "k string, n long, tag string, total long", state_schema, "update",
+        GroupStateTimeout.NoTimeout,
     )
 
 
@@ -1010,22 +1033,39 @@ def before(spark):
 
 def after(spark):
     return build(spark, tagged_count_per_key, "n long, tag string")
+
+
+def before_total(spark):
+    return build(spark, count_and_total, "n long, total long")
+
+
+def after_mid(spark):
+    return build(spark, tagged_count_and_total, "n long, tag string, total long")
 '''
 
 
 @pytest.mark.spark
-def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(spark, tmp_path):
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [("before", "after"), ("before_total", "after_mid")],
+    ids=["field-at-the-end", "field-in-the-middle"],
+)
+def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(
+    spark, tmp_path, before, after
+):
+    """``struct<n>`` gains ``tag`` at the end; ``struct<n, total>`` gains it in the middle,
+    where the stored ``total`` is matched by name and keeps summing."""
     d = tmp_path / "input"
     write_input(d, 0, 3)
     queries = tmp_path / "fmgws_queries.py"
     queries.write_text(FMGWS_QUERIES.format(input=str(d)))
     mod = _load(queries)
-    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", "hdfs")
+    run(spark, lambda s, _d: (getattr(mod, before)(s), "update"), d, tmp_path / "ck1", "hdfs")
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     plan = restore(
         sp_url,
         str(tmp_path / "ck2"),
-        query=f"{queries}:after",
+        query=f"{queries}:{after}",
         spark=spark,
         partitions=3,
         backend="rocksdb",
@@ -1036,18 +1076,21 @@ def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(spark
     now = time.time()
     for b in (3, 4):
         os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
-    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    continued = run(spark, lambda s, _d: (getattr(mod, after)(s), "update"), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
     rows = [r for b in sorted(continued) for r in continued[b]]
     firsts: dict[str, tuple] = {}
-    lasts: dict[str, int] = {}
-    for k, n, tag in rows:
+    lasts: dict[str, tuple[int, int | None]] = {}
+    for k, n, tag, total in rows:
         firsts.setdefault(k, (n, tag))
-        lasts[k] = n
+        lasts[k] = (n, total)
     old, all_rows = _rows(d, range(3)), _rows(d, range(5))
     old_keys = {r["k"] for r in old}
-    for k, n in lasts.items():
-        assert n == sum(1 for r in all_rows if r["k"] == k), k  # the old counts continued
+    for k, (n, total) in lasts.items():
+        mine = [r for r in all_rows if r["k"] == k]
+        assert n == len(mine), k  # the old counts continued
+        if after == "after_mid":  # the stored total, read by name past the inserted field
+            assert total == sum(r["v"] for r in mine), k
     # An old key's first update reads the added field as null (None); a new key has no state.
     assert all(tag is None for k, (_n, tag) in firsts.items() if k in old_keys)
     assert all(tag == "fresh" for k, (_n, tag) in firsts.items() if k not in old_keys)
@@ -1081,12 +1124,8 @@ def test_a_stored_field_moved_to_another_position_is_refused(stored, query, move
 def test_renamed_fields_in_place_stay_matched_by_position():
     evo = evolve_table(
         struct(("a", "string"), ("b", "long")),
-        struct(
-            ("v", "long"),
-        ),
+        struct(("v", "long")),
         struct(("x", "string"), ("b", "long")),
-        struct(
-            ("v", "long"),
-        ),
+        struct(("v", "long")),
     )
     assert evo.notes == ["key field 0 (x): renamed a -> x, matched by position"]
