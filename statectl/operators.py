@@ -234,6 +234,18 @@ def _unmodelled(name: str, why: str) -> OperatorKind:
     return OperatorKind(name or UNKNOWN, "stores", restorable=False, reason=why)
 
 
+def is_global_limit_key(key_schema: str | None) -> bool:
+    """StreamingGlobalLimitExec's key, ``struct<key: void>`` (always null), which no other
+    operator writes: how a Spark < 4 limit, which records no operator name, is recognised."""
+    fields = _key_fields(key_schema or "")
+    return (
+        len(fields) == 1
+        and isinstance(fields[0], dict)
+        and fields[0].get("name") == "key"
+        and fields[0].get("type") in ("void", "null")
+    )
+
+
 def _has_session_window(key_schema: str | None) -> bool:
     fields = _key_fields(key_schema or "")
     return any(isinstance(f, dict) and f.get("name") == "session_window" for f in fields) or (
@@ -281,6 +293,10 @@ def classify(
                 "a session window (its key ends with the session start and Spark places it by "
                 "the grouping keys), but Spark < 4 recorded no operator metadata to confirm it",
             )
+        if not column_families and key_schemas and all(map(is_global_limit_key, key_schemas)):
+            if stores == ("default",):
+                return GLOBAL_LIMIT
+            return _unmodelled(name, f"a streaming limit's key in stores {list(stores)}")
         if stores == ("default",) and not column_families:
             return OperatorKind("unknown (Spark < 4, no operator metadata)", "stores", ("default",))
         return _unmodelled(name, "Spark < 4 wrote no operator metadata for this store layout")

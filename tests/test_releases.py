@@ -246,6 +246,13 @@ def _exclusive(d: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+# Checkpoints Spark 4.3 itself refuses to continue, restored or not (the raw checkpoint fails the
+# same way): a restore that keeps the writer's state schema is refused alike. Spark 3.5 plans a
+# left semi join's left side with non-nullable k and v (the filters imply them), 4.3 with
+# nullable ones, and 4.3's schema check refuses the stored value schema.
+SPARK43_REFUSES = {"spark35-join-leftsemi-hdfs": "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"}
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize(("fx", "backend", "partitions"), CONTINUE)
 def test_release_fixture_continues_on_spark43(
@@ -270,6 +277,10 @@ def test_release_fixture_continues_on_spark43(
     plan = restore(url, str(tmp_path / "ck"), backend=backend, partitions=partitions)
     assert not plan.problems and plan.backend == backend
     confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    if fx["name"] in SPARK43_REFUSES:
+        with pytest.raises(Exception, match=SPARK43_REFUSES[fx["name"]]):
+            continue_restored(spark, fx, meta, tmp_path / "ck", confs)
+        return
     continued = continue_restored(
         spark, fx, meta, tmp_path / "ck", {**confs, CHECKSUM_CONF: "true"}
     )

@@ -39,7 +39,7 @@ from statectl.errors import (
     UnsupportedError,
 )
 from statectl.io import FileIO
-from statectl.operators import OperatorKind, classify, single_partition
+from statectl.operators import OperatorKind, classify, is_global_limit_key, single_partition
 
 HDFS = "hdfs"
 ROCKSDB = "rocksdb"
@@ -407,8 +407,11 @@ def check_partition_count(
         problems.append(f"{PARTITIONS_CONF}={partitions} is not a partition count")
     if recorded and recorded != [partitions]:
         problems.append(f"operator metadata of operator {op} says {'/'.join(map(str, recorded))}")
-    # A streaming limit runs in one task: Spark writes state/<op>/0 only, at any count.
-    one_task = meta is not None and single_partition(meta.operator_name) and listed == [0]
+    # A streaming limit runs in one task: Spark writes state/<op>/0 only, at any count. Spark < 4
+    # names no operator: its limit is known by its key schema.
+    one_task = listed == [0] and (
+        single_partition(meta.operator_name) if meta is not None else _limit_schema(ckpt, op)
+    )
     if not one_task and (
         listed != list(range(len(listed))) or (listed and len(listed) != partitions)
     ):
@@ -425,6 +428,15 @@ def check_partition_count(
             "the offset log or the state directory was edited; restore them from a backup",
         )
     return partitions
+
+
+def _limit_schema(ckpt: Checkpoint, op: int) -> bool:
+    """Whether partition 0 of operator ``op`` holds a streaming limit's state (its schema file)."""
+    p = posixpath.join(store_dir(ckpt, op, 0, "default"), "_metadata", "schema")
+    if not ckpt.io.exists(p):
+        return False
+    version, families = load_schema_file(ckpt, p)
+    return version != 3 and len(families) == 1 and is_global_limit_key(families[0].key_schema)
 
 
 def _ranges(ids: list[int]) -> str:
