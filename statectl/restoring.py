@@ -140,6 +140,10 @@ class RestorePlan:
     # one line per evolved field for the plan.
     evolutions: dict[str, dict[str, TableEvolution]] = field(default_factory=dict)
     evolved: list[str] = field(default_factory=list)
+    # uid -> store name -> the query's (key, value) schemas where they differ from the
+    # savepoint's in names or nullability only (the same bytes): written to the schema file,
+    # since Spark refuses a stored non-nullable field the query plans nullable.
+    query_schemas: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
     transforms: dict[str, str] = field(default_factory=dict)  # uid -> FILE.py:FUNCTION
     # What write_restore needs: the open savepoint and the target's filesystem and root.
     sp: Savepoint | None = field(default=None, repr=False, compare=False)
@@ -255,6 +259,11 @@ def _evolve(
             return [f"{problems[0]}; restore cannot evolve it:{store} {e}", *problems[1:]]
         if evo.key is not None or evo.value is not None:
             evolutions[table.name] = evo
+        if (table.key_schema, table.value_schema) != (desc.key_schema, desc.value_schema):
+            plan.query_schemas.setdefault(uid, {})[table.name] = (
+                desc.key_schema,
+                desc.value_schema,
+            )
         notes += [f"uid {uid}{store}: {n}" for n in evo.notes]
     if evolutions:
         plan.evolutions[uid] = evolutions
@@ -1136,7 +1145,11 @@ def _write_operator(
     for table, ids in zip(op.tables, built, strict=True):
         for p, unique_id in ids:
             _record_unique_id(plan, new_id, p, unique_id)
-        key_schema, value_schema = _evolved_schemas(evolutions, table)
+        # The query's schemas where it has them: evolved, or the same bytes under other
+        # names or nullability (which Spark's schema check may refuse as stored).
+        key_schema, value_schema = plan.query_schemas.get(op.uid, {}).get(
+            table.name, _evolved_schemas(evolutions, table)
+        )
         io.write_atomic(
             posixpath.join(store_dir(table.name, 0), "_metadata", "schema"),
             write_schema_file_v2(key_schema, value_schema),

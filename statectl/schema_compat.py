@@ -1,9 +1,16 @@
 """Is stored state readable by a (changed) query? Spark's rule, with a precise reason.
 
 Spark 4.3 (``StateSchemaCompatibilityChecker``) accepts a new key or value schema when it equals
-the stored one ignoring field names, with nullability only widened
-(``DataType.equalsIgnoreNameAndCompatibleNullability``): the state is read by position, so a
+the stored one ignoring field names, with compatible nullability: its ``schemasCompatible(stored,
+new)`` calls ``DataType.equalsIgnoreNameAndCompatibleNullability(new, stored)`` (javap), so a
+stored field must be at least as nullable as the query's. The state is read by position, so a
 renamed column is fine and a retyped or reordered one is not.
+
+statectl's rule differs in nullability, both ways on purpose: a field nullable in the savepoint
+and not in the query is refused (stored nulls would reach a non-nullable column, which Spark
+lets through), and a stored non-nullable field the query plans nullable (which Spark refuses:
+Spark 3.5's left semi join read by 4.3) is accepted, because a restore with ``--query`` writes
+the query's schema for the same bytes (``RestorePlan.query_schemas``).
 """
 
 from __future__ import annotations

@@ -216,15 +216,24 @@ def continue_restored(spark, fx: dict[str, Any], meta, ckpt: Path, confs: dict[s
     """Run the fixture's query on the restored checkpoint with two more input files, in the
     directory the fixture's file source recorded (the source log names files by path)."""
     d = _recorded_input(meta)
+    with _recorded_dir(d):
+        files = write_events(fx, d, fx["data_batches"] + 2)
+        if spec_of(fx).get("once_per_file"):
+            return run_files(spark, fx, d, ckpt, files[fx["data_batches"] :], confs=confs)
+        query = generate.QUERIES[fx["query"]]
+        return run(spark, query, d, ckpt, confs=confs, sink_name=sink_name(confs))
+
+
+@contextlib.contextmanager
+def _recorded_dir(d: Path) -> Iterator[None]:
+    """The recorded input directory ``d``, held alone (:func:`_exclusive`), created if it is
+    missing and then removed with the parents it needed."""
     with _exclusive(d):
         created = next(p for p in [d, *d.parents] if p.exists() or p.parent.exists())
         created = None if created.exists() else created
         try:
-            files = write_events(fx, d, fx["data_batches"] + 2)
-            if spec_of(fx).get("once_per_file"):
-                return run_files(spark, fx, d, ckpt, files[fx["data_batches"] :], confs=confs)
-            query = generate.QUERIES[fx["query"]]
-            return run(spark, query, d, ckpt, confs=confs, sink_name=sink_name(confs))
+            d.mkdir(parents=True, exist_ok=True)
+            yield
         finally:
             if created is not None:
                 shutil.rmtree(created, ignore_errors=True)
@@ -249,7 +258,8 @@ def _exclusive(d: Path) -> Iterator[None]:
 # Checkpoints Spark 4.3 itself refuses to continue, restored or not (the raw checkpoint fails the
 # same way): a restore that keeps the writer's state schema is refused alike. Spark 3.5 plans a
 # left semi join's left side with non-nullable k and v (the filters imply them), 4.3 with
-# nullable ones, and 4.3's schema check refuses the stored value schema.
+# nullable ones, and 4.3's schema check refuses the stored value schema. A restore with the
+# query (--query) writes 4.3's schema for the same bytes, and 4.3 continues.
 SPARK43_REFUSES = {"spark35-join-leftsemi-hdfs": "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"}
 
 
@@ -277,23 +287,49 @@ def test_release_fixture_continues_on_spark43(
     plan = restore(url, str(tmp_path / "ck"), backend=backend, partitions=partitions)
     assert not plan.problems and plan.backend == backend
     confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    ckpt = tmp_path / "ck"
     if fx["name"] in SPARK43_REFUSES:
         with pytest.raises(Exception, match=SPARK43_REFUSES[fx["name"]]):
-            continue_restored(spark, fx, meta, tmp_path / "ck", confs)
-        return
-    continued = continue_restored(
-        spark, fx, meta, tmp_path / "ck", {**confs, CHECKSUM_CONF: "true"}
-    )
+            continue_restored(spark, fx, meta, ckpt, confs)
+        # With --query, the restore writes the schema 4.3 plans (the same bytes), and 4.3
+        # continues.
+        ckpt = tmp_path / "ck-query"
+        with _recorded_dir(_recorded_input(meta)):  # planning reads the source's directory
+            plan = restore(
+                url,
+                str(ckpt),
+                backend=backend,
+                partitions=partitions,
+                **_query(fx, meta, tmp_path, spark),
+            )
+        assert not plan.problems, plan.problems
+    continued = continue_restored(spark, fx, meta, ckpt, {**confs, CHECKSUM_CONF: "true"})
     assert continued and all(b > meta.batch_id for b in continued)
     rows = sorted((r for part in continued.values() for r in part), key=repr)
     # A limit reached before the savepoint emits nothing more; without its restored count it
     # would emit the limit again.
     assert rows or fx["query"] == "limit"
     assert rows == uninterrupted(spark, tmp_path_factory, fx)
-    restored = Checkpoint.open(str(tmp_path / "ck"))
+    restored = Checkpoint.open(str(ckpt))
     last = restored.latest_committed_batch
     assert last == max(continued)
     assert restored.backend(last) == backend and restored.num_partitions(last) == partitions
+
+
+def _query(fx: dict[str, Any], meta, tmp_path: Path, spark) -> dict[str, Any]:
+    """``restore``'s ``query=`` arguments for the fixture's own query (fixtures/generate.py)
+    over the input directory it recorded."""
+    module = tmp_path / "release_query.py"
+    module.write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('g', {str(ROOT / 'fixtures/generate.py')!r})\n"
+        "g = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(g)\n\n\n"
+        "def query(spark):\n"
+        f"    return g.QUERIES[{fx['query']!r}](spark, {str(_recorded_input(meta))!r})[0]\n"
+    )
+    mode = generate.QUERIES[fx["query"]](spark, str(_recorded_input(meta)))[1]
+    return {"query": f"{module}:query", "output_mode": mode, "spark": spark}
 
 
 V2_SOURCES = [fx for fx in RELEASE_FIXTURES if fx.get("checkpointFormatVersion") == 2]
