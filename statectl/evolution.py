@@ -177,10 +177,13 @@ def _refuse_moved_names(a: list[dict], b: list[dict], part: str) -> None:
     Matched by position (Spark's rule), field i would take stored field i's value; by name it
     would take the other one's. A reordered ``groupBy`` or struct would otherwise restore with
     its columns' values swapped, and only a "renamed" note to show for it."""
-    stored = {f["name"]: i for i, f in enumerate(a)}
+    # Only names that say which field is which: aggregation buffers repeat theirs (an avg's
+    # ``sum, count`` beside a ``count``), and those stay matched by position.
+    names_a, names_b = [f["name"] for f in a], [f["name"] for f in b]
+    stored = {n: i for i, n in enumerate(names_a) if names_a.count(n) == 1}
     for j, f in enumerate(b):
         i = stored.get(f["name"])
-        if i is not None and i != j:
+        if i is not None and i != j and names_b.count(f["name"]) == 1:
             raise Refused(
                 f"{part} field {j} ({f['name']}) is stored field {i} in the savepoint "
                 f"({simple_string({'type': 'struct', 'fields': a})}); state is stored by "

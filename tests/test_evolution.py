@@ -1121,6 +1121,14 @@ def test_a_stored_field_moved_to_another_position_is_refused(stored, query, move
             )
 
 
+def test_repeated_names_stay_matched_by_position():
+    """Aggregation buffers repeat names (count(*), sum(v), avg(v): count, sum, sum, count);
+    a repeated name says nothing about which field is which."""
+    buffers = struct(("count", "long"), ("sum", "long"), ("sum", "double"), ("count", "long"))
+    evo = evolve_table(struct(("k", "string")), buffers, struct(("k", "string")), buffers)
+    assert evo.key is None and evo.value is None and evo.notes == []
+
+
 def test_renamed_fields_in_place_stay_matched_by_position():
     evo = evolve_table(
         struct(("a", "string"), ("b", "long")),
