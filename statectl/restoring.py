@@ -841,13 +841,6 @@ def plan_restore(
         plan.problems += _native_problems(plan, m)
         return plan
     _plan_join_format(plan, m, join_state_format)
-    if plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
-        for op in m.operators:
-            if op.name == join_state.NAME and op.uid in plan.evolutions:
-                plan.problems.append(
-                    f"uid {op.uid} ({op.name}): schema evolution writes join state format 2 "
-                    f"only, not {plan.join_state_format}; pass --join-state-format 2"
-                )
     for op in m.operators:
         if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
             continue
@@ -1279,8 +1272,13 @@ def _write_join_families(
     Spark registers for that format, keys placed by the join key (statectl/join_state.py)."""
     fmt = plan.join_state_format
     assert fmt in join_state.COLUMN_FAMILY_FORMATS
+    # Schema evolution (a widened join key, widened or renamed columns): the rows are converted
+    # before they are placed, so a widened key lands where Spark hashes it, and the families
+    # take the query's schemas.
+    evolutions = plan.evolutions.get(op.uid, {})
+    convert = functools.partial(_evolved_rows, evolutions) if evolutions else None
     families = join_state.families_for(
-        fmt, {t.name: (t.key_schema, t.value_schema) for t in op.tables}
+        fmt, {t.name: _evolved_schemas(evolutions, t) for t in op.tables}
     )
     cf_ids = assign_cf_ids(families)
     delimiter = b"" if sp.metadata.pinned_confs.get(MERGE_OPERATOR_CONF) == "2" else b","
@@ -1293,7 +1291,9 @@ def _write_join_families(
     def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
         # Keys placed by the join key (statectl/engine.py); a partition encoded whole when it
         # fits the budget, else a chunk at a time (cf_stream.py).
-        for p, spilled in partition_spills(sp, op.tables, place, plan.partitions, engine):
+        for p, spilled in partition_spills(
+            sp, op.tables, place, plan.partitions, engine, convert=convert
+        ):
             if fits(spilled, engine.per_task):
                 yield p, encode({name: t.read() for name, t in spilled.items()})
                 continue

@@ -4,6 +4,7 @@ changed aggregation that restores with --query and continues on Spark."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import importlib.util
 import json
 import os
@@ -28,6 +29,7 @@ from statectl.evolution import (
     evolve_table,
     grouping_key,
 )
+from statectl.join_state import FORMAT_CONF
 from statectl.query_plan import PlannedQuery, PlannedSource
 from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
@@ -38,6 +40,7 @@ from tests.test_restore import (  # the continuation helpers
     PROVIDERS,
     assert_exactly_once,
     run,
+    session_merged_across_restore,
     write_input,
 )
 
@@ -485,6 +488,24 @@ def after(spark):
 '''
 
 
+def _write_in_order(d, start: int, count: int, now: float | None = None) -> None:
+    """:func:`write_input`'s files ``start`` .. ``start + count - 1``, modified in batch order:
+    the file source takes files by modification time, and an event-time query drops a batch
+    read after a later one as late."""
+    write_input(d, start, count)
+    now = time.time() if now is None else now
+    for b in range(start, start + count):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+
+
+def _placed_elsewhere_when_widened(keys: list[int], partitions: int) -> int:
+    """How many of ``keys`` an int and a bigint key place in different partitions (Murmur3
+    hashes 4 or 8 bytes): restored keys placed by the savepoint's int would not be found."""
+    as_int = pa.StructArray.from_arrays([pa.array(keys, pa.int32())], ["k"])
+    as_long = pa.StructArray.from_arrays([pa.array(keys, pa.int64())], ["k"])
+    return int((partition_ids(as_int, partitions) != partition_ids(as_long, partitions)).sum())
+
+
 def _rows(d, batches):
     out = []
     for b in batches:
@@ -699,10 +720,7 @@ def _continue_changed_tws_query(spark, tmp_path, queries_text: str) -> tuple:
         sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
     )
     assert not plan.problems, plan.problems
-    write_input(d, 3, 2)
-    now = time.time()
-    for b in (3, 4):
-        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    _write_in_order(d, 3, 2)
     continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
     return plan, [r for b in sorted(continued) for r in continued[b]], d
@@ -885,21 +903,11 @@ def after(spark):
 @pytest.mark.spark
 def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path):
     d = tmp_path / "input"
-    write_input(d, 0, 3)
-    # Read in batch order (the file source goes by modification time): an event-time query
-    # drops a batch read after a later one as late.
-    now = time.time()
-    for b in range(3):
-        os.utime(d / f"part-{b:03d}.json", (now - 10 + b, now - 10 + b))
+    _write_in_order(d, 0, 3, time.time() - 10)
     queries = tmp_path / "tws_key_queries.py"
     queries.write_text(TWS_KEY_QUERIES.format(input=str(d)))
     mod = _load(queries)
-    # An int and a long key hash to other partitions: restored keys placed by the savepoint's
-    # int would not be found by the query (9 keys, v = 0..8, over 3 partitions).
-    keys = list(range(9))
-    as_int = pa.StructArray.from_arrays([pa.array(keys, pa.int32())], ["g"])
-    as_long = pa.StructArray.from_arrays([pa.array(keys, pa.int64())], ["v"])
-    assert (partition_ids(as_int, 3) != partition_ids(as_long, 3)).sum() >= 3
+    assert _placed_elsewhere_when_widened(list(range(9)), 3) >= 3
     rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
     first = run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
@@ -941,10 +949,7 @@ def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path)
         assert df.count() == stored.num_rows, var
         assert spark_rows(df) == spark_rows(read(tmp_path / "ck4")), var
 
-    write_input(d, 3, 2)
-    now = time.time()
-    for b in (3, 4):
-        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    _write_in_order(d, 3, 2)
     continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
     # Old state intact, new events added: each key's last count, list length and map value
@@ -1032,10 +1037,7 @@ def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(spark
     )
     assert not plan.problems, plan.problems
     assert any("(tag): added, starts null" in n for n in plan.evolved), plan.evolved
-    write_input(d, 3, 2)
-    now = time.time()
-    for b in (3, 4):
-        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    _write_in_order(d, 3, 2)
     continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
     rows = [r for b in sorted(continued) for r in continued[b]]
@@ -1051,3 +1053,136 @@ def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(spark
     # An old key's first update reads the added field as null (None); a new key has no state.
     assert all(tag is None for k, (_n, tag) in firsts.items() if k in old_keys)
     assert all(tag == "fresh" for k, (_n, tag) in firsts.items() if k not in old_keys)
+
+
+KEY_WIDENING_QUERIES = '''
+import pyspark.sql.functions as F
+
+INPUT = {input!r}
+
+
+def src(spark, key_type, delay="10 seconds"):
+    """The events with the key kk = v (0..8) as key_type: int before, bigint after."""
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+        .withColumn("kk", F.col("v").cast(key_type))
+        .withWatermark("ts", delay)
+    )
+
+
+def session(spark, key_type):
+    # Batches are 8 s apart, 0..4 s within one: with a 7 s gap kk 8's events at 19 s (batch 2)
+    # and 25 s (batch 3) are one session across the savepoint, closed by the last watermark.
+    return src(spark, key_type, "2 seconds").groupBy(
+        F.session_window("ts", "7 seconds"), "kk"
+    ).count()
+
+
+def window(spark, key_type):
+    # Window [20 s, 30 s) of kk 4 counts events of batches 2 and 3; the last watermark closes it.
+    return src(spark, key_type, "2 seconds").groupBy(F.window("ts", "10 seconds"), "kk").count()
+
+
+def join(spark, key_type):
+    # Right events up to 10 s after a left one: batch b's right rows meet batch b - 1's left.
+    left = src(spark, key_type).selectExpr("kk as lk", "id as lid", "ts as lts")
+    right = src(spark, key_type).selectExpr("kk as rk", "k as rv", "ts as rts")
+    return left.join(right, F.expr("lk = rk AND rts BETWEEN lts AND lts + interval 10 seconds"))
+
+
+def dedup(spark, key_type):
+    # 12 of the 20 (kk, id) pairs of batches 3 and 4 were seen before the savepoint.
+    return src(spark, key_type).dropDuplicates(["kk", "id"])
+
+
+def dedupwm(spark, key_type):
+    return src(spark, key_type).dropDuplicatesWithinWatermark(["kk", "id"])
+
+
+def before(spark):
+    return {kind}(spark, "int")
+
+
+def after(spark):
+    """The key widened from int to bigint."""
+    return {kind}(spark, "bigint")
+'''
+
+# (kind, source backend, target backend, join state format): the source runs at 2 partitions,
+# the restore writes 3.
+KEY_WIDENING = [
+    ("session", "hdfs", "rocksdb", None),
+    ("session", "rocksdb", "hdfs", None),
+    ("window", "rocksdb", "hdfs", None),
+    ("dedup", "hdfs", "rocksdb", None),
+    ("dedupwm", "rocksdb", "hdfs", None),
+    ("join", "hdfs", "hdfs", 2),
+    ("join", "rocksdb", "rocksdb", 3),
+    ("join", "rocksdb", "rocksdb", 4),
+]
+
+
+def _join_reference(events: list[dict]) -> list[tuple]:
+    """Every pair the join emits over all the input, from the input alone."""
+    pairs = []
+    for left in events:
+        for right in events:
+            lts, rts = dt.datetime.fromisoformat(left["ts"]), dt.datetime.fromisoformat(right["ts"])
+            if left["v"] == right["v"] and lts <= rts <= lts + dt.timedelta(seconds=10):
+                pairs.append(
+                    (left["v"], left["id"], left["ts"], right["v"], right["k"], right["ts"])
+                )
+    return sorted(pairs)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("kind", "src_backend", "dst_backend", "join_format"), KEY_WIDENING)
+def test_a_widened_key_is_placed_by_the_new_key_and_continues(
+    spark, tmp_path, kind, src_backend, dst_backend, join_format
+):
+    """A key widened int -> bigint: every store's keys (a session's grouping columns and start,
+    a join's keyToNumValues and keyWithIndexToValue on both sides, at state formats 2, 3 and 4)
+    converted, and placed by the bigint key at another partition count; the continued query
+    emits what one uninterrupted run of the changed query emits."""
+    d = tmp_path / "input"
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "key_queries.py"
+    queries.write_text(KEY_WIDENING_QUERIES.format(input=str(d), kind=kind))
+    mod = _load(queries)
+    assert _placed_elsewhere_when_widened(list(range(9)), 3) >= 3
+    confs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[src_backend]}
+    if join_format:
+        confs[FORMAT_CONF] = str(join_format)
+    first = run(spark, lambda s, _d: (mod.before(s), "append"), d, tmp_path / "ck1", confs=confs)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (op,) = meta.operators
+    assert op.partitions == 2
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:after",
+        spark=spark,
+        partitions=3,
+        backend=dst_backend,
+    )
+    assert not plan.problems, plan.problems
+    assert plan.restored == {op.uid: 0} and plan.join_state_format == join_format
+    widened = [n for n in plan.evolved if n.endswith("widened integer -> long")]
+    # Every store's key, and the value rows that repeat it (a session's, a join side's).
+    assert len(widened) == {"join": 6, "session": 2}.get(kind, 1), plan.evolved
+    _write_in_order(d, 3, 2)
+    continued = run(spark, lambda s, _d: (mod.after(s), "append"), d, tmp_path / "ck2")
+    assert all(b > meta.batch_id for b in continued) and any(continued.values())
+    full = run(spark, lambda s, _d: (mod.after(s), "append"), d, tmp_path / "ck3", confs=confs)
+    assert_exactly_once(first, continued, full)
+    emitted = [r for part in (first, continued) for rows in part.values() for r in rows]
+    events = _rows(d, range(5))
+    if kind == "join":
+        # Restored left rows met new right rows: the pairs across the savepoint are there.
+        assert sorted(emitted) == _join_reference(events)
+    elif kind == "dedup":  # (id, k, v, ts, kk): each (kk, id) once, old ones not again
+        assert sorted((r[4], r[0]) for r in emitted) == sorted({(e["v"], e["id"]) for e in events})
+    elif kind == "session":
+        assert session_merged_across_restore([r for rows in continued.values() for r in rows])
