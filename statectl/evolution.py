@@ -18,11 +18,16 @@ more where the meaning is clear, and refuses (with the field) where it is not:
   not found, the aggregate is new and starts at the initial value Spark's own planned
   aggregate gives (``DeclarativeAggregate.initialValues``, evaluated in the planning JVM);
   found more than once, or overlapping another match, it is ambiguous and refused. Stored
-  buffers no query aggregate owns are dropped.
+  buffers no query aggregate owns are dropped. A session window's value is its grouping
+  columns (by the positional rule) followed by such buffers, matched the same way;
+- keys widened or renamed: every store's rows are converted before they are placed, so a
+  widened key lands where Spark hashes it at the target partition count (a session by its
+  grouping columns, a join's four stores by the join key, at state formats 2, 3 and 4).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import json
 from collections.abc import Callable
@@ -206,9 +211,10 @@ def _run_matches(stored: list[dict], buf: AggregateBuffer, at: int) -> bool:
 
 
 def aggregation_values(
-    stored: str, new: str, buffers: list[AggregateBuffer] | None
+    stored: str, new: str, buffers: list[AggregateBuffer] | None, offset: int = 0
 ) -> tuple[PartEvolution | None, list[str]]:
-    """The query's aggregation buffers from the stored ones, matched by owning aggregate."""
+    """The query's aggregation buffers from the stored ones, matched by owning aggregate
+    (``offset``: where the buffers start in the stored value, for the notes)."""
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     # Spark's own rule ignores names, but here the names say which aggregate owns a buffer:
     # (count, sum) -> (max, count) has the same types and another meaning.
@@ -236,7 +242,7 @@ def aggregation_values(
         if len(found) > 1:
             raise Refused(
                 f"value: the buffer ({names}) of {buf.expression} matches stored buffers at "
-                f"fields {', '.join(map(str, found))}; which one it was is ambiguous"
+                f"fields {', '.join(str(i + offset) for i in found)}; which one it was is ambiguous"
             )
         if not found:
             if buf.initial is None:
@@ -256,7 +262,7 @@ def aggregation_values(
         for i in range(at, at + len(buf.fields)):
             if i in used:
                 raise Refused(
-                    f"value: stored field {i} ({a[i]['name']}) matches both {used[i]} and "
+                    f"value: stored field {i + offset} ({a[i]['name']}) matches both {used[i]} and "
                     f"{buf.expression}; which one owns it is ambiguous"
                 )
             used[i] = buf.expression
@@ -267,14 +273,46 @@ def aggregation_values(
             )
         sources += [Source(at + j) for j in range(len(buf.fields))]
         if at != len(sources) - len(buf.fields):
-            notes.append(f"value: {buf.expression} kept, moved from field {at}")
-    dropped = [f"{i} ({a[i]['name']})" for i in range(len(a)) if i not in used]
+            notes.append(f"value: {buf.expression} kept, moved from field {at + offset}")
+    dropped = [f"{i + offset} ({a[i]['name']})" for i in range(len(a)) if i not in used]
     if dropped:
         notes.append(
             f"value: stored buffer field {', '.join(dropped)} dropped (no aggregate of the "
             "query owns it)"
         )
     return PartEvolution(new, sources), notes
+
+
+def session_values(
+    stored_key: str,
+    stored: str,
+    new_key: str,
+    new: str,
+    buffers: list[AggregateBuffer] | None,
+) -> tuple[PartEvolution | None, list[str]]:
+    """A session window's value: the grouping columns (``session_window`` and the key's other
+    columns: as many fields as the key has, by the positional rule), then the aggregation
+    buffers, matched by owning aggregate as :func:`aggregation_values` does."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    na, nb = len(json.loads(stored_key)["fields"]), len(json.loads(new_key)["fields"])
+    if na != nb or len(a) < na or len(b) < nb:
+        raise Refused(
+            f"value: {simple_string(json.loads(stored))} in the savepoint, "
+            f"{simple_string(json.loads(new))} in the query do not both start with the "
+            "session's grouping columns"
+        )
+    head, head_notes = positional(_struct(a[:na]), _struct(b[:nb]), "value")
+    tail, tail_notes = aggregation_values(_struct(a[na:]), _struct(b[nb:]), buffers, na)
+    if head is None and tail is None:
+        return None, head_notes + tail_notes
+    sources = head.sources if head else [Source(i) for i in range(na)]
+    rest = tail.sources if tail else [Source(i) for i in range(len(a) - na)]
+    sources += [s if s.index is None else dataclasses.replace(s, index=s.index + na) for s in rest]
+    return PartEvolution(new, sources), head_notes + tail_notes
+
+
+def _struct(fields: list[dict]) -> str:
+    return json.dumps({"type": "struct", "fields": fields})
 
 
 def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
@@ -414,10 +452,15 @@ def evolve_table(
     new_value: str,
     buffers: list[AggregateBuffer] | None = None,
     aggregation: bool = False,
+    session: bool = False,
 ) -> TableEvolution:
-    """How a store's rows become the query's; Refused with the field-level reason."""
+    """How a store's rows become the query's; Refused with the field-level reason.
+    ``aggregation``: the value is aggregation buffers; ``session``: a session window's value
+    (grouping columns, then buffers)."""
     key, key_notes = positional(stored_key, new_key, "key")
-    if aggregation:
+    if session:
+        value, value_notes = session_values(stored_key, stored_value, new_key, new_value, buffers)
+    elif aggregation:
         value, value_notes = aggregation_values(stored_value, new_value, buffers)
     else:
         value, value_notes = positional(stored_value, new_value, "value")

@@ -70,7 +70,7 @@ from statectl.evolution import (
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.operators import AGGREGATION, OperatorKind
+from statectl.operators import AGGREGATION, SESSION_WINDOW, OperatorKind
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -247,6 +247,7 @@ def _evolve(
                 desc.value_schema,
                 query.aggregates.get(target.operator_id),
                 aggregation=op.kind is AGGREGATION,
+                session=op.kind is SESSION_WINDOW,
             )
         except Refused as e:
             # Spark's reason first (what the query changed), then why restore cannot bridge it.

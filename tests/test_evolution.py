@@ -43,6 +43,7 @@ from tests.test_restore import (  # the continuation helpers
     session_merged_across_restore,
     write_input,
 )
+from tests.test_restore_plan import cli
 
 
 def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
@@ -1072,12 +1073,19 @@ def src(spark, key_type, delay="10 seconds"):
     )
 
 
-def session(spark, key_type):
+def sessions(spark, key_type):
     # Batches are 8 s apart, 0..4 s within one: with a 7 s gap kk 8's events at 19 s (batch 2)
     # and 25 s (batch 3) are one session across the savepoint, closed by the last watermark.
-    return src(spark, key_type, "2 seconds").groupBy(
-        F.session_window("ts", "7 seconds"), "kk"
-    ).count()
+    return src(spark, key_type, "2 seconds").groupBy(F.session_window("ts", "7 seconds"), "kk")
+
+
+def session(spark, key_type):
+    return sessions(spark, key_type).agg(F.count("*").alias("count"), F.sum("v").alias("total"))
+
+
+def session_top(spark, key_type):
+    """The count kept (moved), the total removed, max(v) added."""
+    return sessions(spark, key_type).agg(F.max("v").alias("top"), F.count("*").alias("count"))
 
 
 def window(spark, key_type):
@@ -1106,8 +1114,8 @@ def before(spark):
 
 
 def after(spark):
-    """The key widened from int to bigint."""
-    return {kind}(spark, "bigint")
+    """The key widened from int to bigint (and the aggregates changed: {after})."""
+    return {after}(spark, "bigint")
 '''
 
 # (kind, source backend, target backend, join state format): the source runs at 2 partitions,
@@ -1149,7 +1157,7 @@ def test_a_widened_key_is_placed_by_the_new_key_and_continues(
     d = tmp_path / "input"
     _write_in_order(d, 0, 3, time.time() - 10)
     queries = tmp_path / "key_queries.py"
-    queries.write_text(KEY_WIDENING_QUERIES.format(input=str(d), kind=kind))
+    queries.write_text(KEY_WIDENING_QUERIES.format(input=str(d), kind=kind, after=kind))
     mod = _load(queries)
     assert _placed_elsewhere_when_widened(list(range(9)), 3) >= 3
     confs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[src_backend]}
@@ -1186,3 +1194,86 @@ def test_a_widened_key_is_placed_by_the_new_key_and_continues(
         assert sorted((r[4], r[0]) for r in emitted) == sorted({(e["v"], e["id"]) for e in events})
     elif kind == "session":
         assert session_merged_across_restore([r for rows in continued.values() for r in rows])
+
+
+@pytest.mark.spark
+def test_a_session_window_gains_and_loses_aggregates_and_continues(spark, tmp_path):
+    """A session window's value holds its grouping columns and the buffers: the key widened,
+    count kept (moved), sum dropped, max added. Restored sessions keep their counts, and the
+    added max covers only the events after the savepoint (computed from the input alone)."""
+    d = tmp_path / "input"
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "session_queries.py"
+    queries.write_text(
+        KEY_WIDENING_QUERIES.format(input=str(d), kind="session", after="session_top")
+    )
+    mod = _load(queries)
+    hdfs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["hdfs"]}
+    run(spark, lambda s, _d: (mod.before(s), "append"), d, tmp_path / "ck1", confs=hdfs)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (uid,) = [op.uid for op in meta.operators]
+    plan = restore(
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:after",
+        spark=spark,
+        partitions=3,
+        backend="rocksdb",
+    )
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [
+        f"uid {uid}: key field 0 (kk): widened integer -> long",
+        f"uid {uid}: value field 1 (kk): widened integer -> long",
+        f"uid {uid}: value: max(v) added, starts at null (Spark's initial value)",
+        f"uid {uid}: value: count(1) kept, moved from field 2",
+        f"uid {uid}: value: stored buffer field 3 (sum) dropped (no aggregate of the query "
+        "owns it)",
+    ]
+    _write_in_order(d, 3, 2)
+    continued = run(spark, lambda s, _d: (mod.after(s), "append"), d, tmp_path / "ck2")
+    assert all(b > meta.batch_id for b in continued)
+    rows = [r for part in continued.values() for r in part]
+    assert session_merged_across_restore(rows)
+    events = _rows(d, range(5))
+    new = _rows(d, range(3, 5))
+    for (start, end), kk, top, count in rows:
+
+        def within(e, start=start, end=end, kk=kk):
+            return e["v"] == kk and start <= e["ts"] < end
+
+        assert count == sum(1 for e in events if within(e)), (start, kk)
+        assert top == max((e["v"] for e in new if within(e)), default=None), (start, kk)
+
+
+AMBIGUOUS_SESSION_QUERY = '''
+import pyspark.sql.functions as F
+
+from fixtures.generate import events
+
+
+def two_counts(spark):
+    """fixtures/generate.py's q_session counting rows and values: two buffers named count."""
+    df = events(spark, {input!r}).withWatermark("ts", "15 seconds")
+    return df.groupBy(F.session_window("ts", "5 seconds"), "k").agg(
+        F.count("*").alias("count"), F.count("v").alias("values")
+    )
+'''
+
+
+@pytest.mark.spark
+def test_an_ambiguous_session_window_buffer_is_refused_with_the_field(tmp_path):
+    """Which of two count aggregates owns the stored count is a guess: refused at plan time,
+    exit 2, one line naming the field and both aggregates; nothing written."""
+    q = tmp_path / "ambiguous.py"
+    q.write_text(AMBIGUOUS_SESSION_QUERY.format(input=str(tmp_path / "no-input")))
+    sp_url, _ = take_savepoint(str(FIXTURES / "session-hdfs"), str(tmp_path / "sp"))
+    target = tmp_path / "ck"
+    proc = cli("restore", "-s", sp_url, str(target), "--query", f"{q}:two_counts", "--dry-run")
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("statectl: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert (
+        "stored field 2 (count) matches both count(1) and count(v); which one owns it is "
+        "ambiguous" in errors[0]
+    ), errors[0]
+    assert not target.exists()
