@@ -369,33 +369,45 @@ def _by_name(a: list[dict], b: list[dict], part: str) -> list[int] | None:
     return at
 
 
-def _grouping_at(family: str, kinds: dict[str, str]) -> int | None:
+def _grouping_at(family: str, kinds: dict[str, str]) -> tuple[int, ...] | None:
     """Where a transformWithState column family's key holds the grouping key (Spark 4.3's
-    layout): -1 for the whole key (value and list state, ``$rowCounter_``, a TTL'd list's
-    ``$min_``/``$count_``), else the index of its ``key`` field (map state ``(key, userKey)``,
-    timers ``(key, expiryTimestampMs)`` and ``(expiryTimestampMs, key)``); None: not known
-    (``$ttl_`` indexes nest it in an element key)."""
+    layout), as a path of field indexes: ``()`` for the whole key (value and list state,
+    ``$rowCounter_``, a TTL'd list's ``$min_``/``$count_``), ``(i,)`` for its field i (map state
+    ``(key, userKey)``, timers ``(key, expiryTimestampMs)`` and ``(expiryTimestampMs, key)``),
+    and in a TTL index ``(expirationMs, elementKey)`` the element key: the grouping key of a
+    value or list (``(1,)``), a map's ``(key, userKey)`` (``(1, 0)``). None: not known."""
     kind = kinds.get(family)
     if kind in ("ValueState", "ListState"):
-        return -1
+        return ()
     if kind == "MapState" or family.endswith("_keyToTimestamp"):
-        return 0
+        return (0,)
     if family.endswith("_timestampToKey"):
-        return 1
+        return (1,)
     if family.startswith(("$rowCounter_", "$min_", "$count_")):
-        return -1
+        return ()
+    if family.startswith("$ttl_"):
+        owner = kinds.get(family[len("$ttl_") :])
+        if owner in ("ValueState", "ListState"):
+            return (1,)
+        if owner == "MapState":
+            return (1, 0)
     return None
 
 
-def _grouping_part(schema: dict, at: int) -> dict:
-    return schema if at < 0 else schema["fields"][at]["type"]
+def _grouping_part(schema: dict, at: tuple[int, ...]) -> dict:
+    for i in at:
+        schema = schema["fields"][i]["type"]
+    return schema
 
 
-def _with_grouping(schema: dict, at: int, grouping: dict) -> dict:
-    if at < 0:
+def _with_grouping(schema: dict, at: tuple[int, ...], grouping: dict) -> dict:
+    if not at:
         return grouping
     fields = list(schema["fields"])
-    fields[at] = {**fields[at], "type": grouping}
+    fields[at[0]] = {
+        **fields[at[0]],
+        "type": _with_grouping(fields[at[0]]["type"], at[1:], grouping),
+    }
     return {**schema, "fields": fields}
 
 
@@ -415,9 +427,12 @@ def grouping_key(
             continue
         for part, text in ((olds, schema), (news, new[name])):
             s = json.loads(text)
-            if at >= len(s["fields"]) and at >= 0:
-                raise Refused(f"column family {name}: key {simple_string(s)} has no grouping key")
-            part.append(_grouping_part(s, at))
+            try:
+                part.append(_grouping_part(s, at))
+            except (IndexError, KeyError, TypeError):
+                raise Refused(
+                    f"column family {name}: key {simple_string(s)} has no grouping key"
+                ) from None
     if not olds:
         return None, []
     old, want = olds[0], news[0]
@@ -434,8 +449,8 @@ def grouping_key(
             raise Refused(f"column family {name} is not in the query, so cannot be re-keyed")
         if at is None and evo is not None:
             raise Refused(
-                f"column family {name} (state TTL) nests the grouping key in its element key, "
-                "which restore does not re-key"
+                f"column family {name}: restore does not know where its key holds the grouping "
+                "key, so cannot re-key it"
             )
         stored_key = json.loads(schema)
         rekeyed = stored_key if at is None else _with_grouping(stored_key, at, want)

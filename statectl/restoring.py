@@ -276,9 +276,9 @@ def _evolve_state_variables(
     where: str,
 ) -> list[str]:
     """transformWithState: the grouping key may be widened or renamed (every state variable,
-    row counter and timer re-keyed alike: :func:`statectl.evolution.grouping_key`), and a state
-    variable's value struct may gain fields (null); both with the UnsafeRow encoding and
-    without TTL. Everything else stays as Spark's rule wants it."""
+    row counter, timer and TTL index re-keyed alike: :func:`statectl.evolution.grouping_key`),
+    with the UnsafeRow encoding; a state variable's value struct may gain fields (null), with
+    the UnsafeRow encoding and without TTL. Everything else stays as Spark's rule wants it."""
     if not op.column_families:
         return problems
     sp = plan.sp
@@ -301,13 +301,13 @@ def _evolve_state_variables(
         )
     except Refused as e:
         return refused("grouping key", e)
-    if key is not None and (avro or ttl):
-        # Avro rows carry schema ids Spark resolves against the schema files' history, and TTL
-        # indexes nest the grouping key in their own keys: neither is rewritten here.
+    if key is not None and avro:
+        # Avro rows carry schema ids Spark resolves against the schema files' history: not
+        # rewritten here. (TTL indexes are derived from the re-keyed values when written.)
         return refused(
             "grouping key",
-            "restore re-keys state only with the UnsafeRow encoding and without TTL "
-            f"({'the savepoint is Avro-encoded' if avro else 'the operator has state TTL'})",
+            "restore re-keys state only with the UnsafeRow encoding (the savepoint is "
+            "Avro-encoded)",
         )
     notes = [f"uid {uid}: {n}" for n in notes]
     evolutions = {}

@@ -355,20 +355,37 @@ def test_transform_with_state_grouping_key_widens_and_renames_for_every_column_f
             _tws_keys(struct(("g", "long")), struct(("mk", "integer"))),
             TWS_KINDS,
         )
-    # A TTL index nests the grouping key in its element key: not re-keyed.
-    ttl = json.dumps(
-        {
-            "type": "struct",
-            "fields": [
-                {"name": "expirationMs", "type": "long", "nullable": True, "metadata": {}},
-                {"name": "elementKey", "type": json.loads(struct(("g", "integer")))},
-            ],
+
+    # TTL indexes nest the grouping key in their element key (a map's in (key, userKey)):
+    # re-keyed alike; a family restore cannot place the grouping key in is refused.
+    def ttl(grouping: str, element: str | None = None) -> str:
+        return with_fields(
+            ("expirationMs", "long"),
+            ("elementKey", json.loads(element or grouping)),
+        )
+
+    def with_fields(*pairs: tuple[str, object]) -> str:
+        fields = [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in pairs]
+        return json.dumps({"type": "struct", "fields": fields})
+
+    def with_ttl(grouping: str) -> dict[str, str]:
+        map_key = _tws_keys(grouping)["mp"]
+        return {
+            **_tws_keys(grouping),
+            "$ttl_cnt": ttl(grouping),
+            "$ttl_lst": ttl(grouping),
+            "$min_lst": grouping,
+            "$ttl_mp": ttl(grouping, map_key),
         }
+
+    evo, notes = grouping_key(
+        with_ttl(struct(("g", "integer"))), with_ttl(struct(("g", "long"))), TWS_KINDS
     )
-    with pytest.raises(Refused, match=r"\$ttl_cnt \(state TTL\) nests the grouping key"):
+    assert evo is not None and notes == ["grouping key field 0 (g): widened integer -> long"]
+    with pytest.raises(Refused, match=r"\$ttl_other: restore does not know where its key"):
         grouping_key(
-            {**_tws_keys(struct(("g", "integer"))), "$ttl_cnt": ttl},
-            {**_tws_keys(struct(("g", "long"))), "$ttl_cnt": ttl},
+            {**with_ttl(struct(("g", "integer"))), "$ttl_other": ttl(struct(("g", "integer")))},
+            {**with_ttl(struct(("g", "long"))), "$ttl_other": ttl(struct(("g", "long")))},
             TWS_KINDS,
         )
 
@@ -423,17 +440,20 @@ def test_transform_with_state_key_evolution_is_planned_or_refused_with_the_reaso
     assert "integer in the query, which is not a widening" in problem
     assert sorted(p.split("'")[1] for p in plan.problems) == ["$timers", "cnt", "lst", "mp"]
     assert all("--drop" in p for p in plan.problems) and not plan.evolutions
-    # Avro rows and TTL indexes are not re-keyed: refused, saying which.
+    # Avro rows are not re-keyed: refused, saying why.
     _, plan = _tws_plan(tmp_path / "avro", "tws-avro-rocksdb", "integer", "long")
     assert any(
-        "restore re-keys state only with the UnsafeRow encoding and without TTL (the savepoint "
-        "is Avro-encoded)" in p
+        "restore re-keys state only with the UnsafeRow encoding (the savepoint is Avro-encoded)"
+        in p
         for p in plan.problems
     ), plan.problems
-    _, plan = _tws_plan(tmp_path / "ttl", "tws-ttl-rocksdb", "integer", "long")
-    assert any("nests the grouping key in its element key" in p for p in plan.problems), (
-        plan.problems
-    )
+    # TTL indexes nest the grouping key in their element key: re-keyed with the values.
+    uid, plan = _tws_plan(tmp_path / "ttl", "tws-ttl-rocksdb", "integer", "long")
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [f"uid {uid}: grouping key field 0 (k): widened integer -> long"]
+    _, plan = _tws_plan(tmp_path / "ttl-narrowed", "tws-ttl-rocksdb", "long", "integer")
+    narrowed = "grouping key field 0 (k): long in the savepoint, integer in the query"
+    assert f"{narrowed}, which is not a widening" in plan.problems[0], plan.problems
 
 
 def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
@@ -1277,3 +1297,114 @@ def test_an_ambiguous_session_window_buffer_is_refused_with_the_field(tmp_path):
         "ambiguous" in errors[0]
     ), errors[0]
     assert not target.exists()
+
+
+TWS_TTL_KEY_QUERIES = '''
+import pandas as pd
+import pyspark.sql.functions as F
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+INPUT = {input!r}
+HOUR = 3_600_000
+
+
+class Processor(StatefulProcessor):
+    """Value, list and map state, each with TTL (an hour: nothing expires in the test), so
+    $ttl_cnt, $ttl_lst (with $min_lst, $count_lst) and $ttl_mp all hold the grouping key."""
+
+    def init(self, handle):
+        long_ = StructType([StructField("n", LongType())])
+        self.cnt = handle.getValueState("cnt", long_, ttlDurationMs=HOUR)
+        self.lst = handle.getListState("lst", long_, ttlDurationMs=HOUR)
+        self.mp = handle.getMapState(
+            "mp", StructType([StructField("mk", StringType())]), long_, ttlDurationMs=HOUR
+        )
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = 0
+        for pdf in rows:
+            for id_ in pdf["id"]:
+                self.lst.appendValue((int(id_),))
+                self.mp.updateValue((str(id_),), (int(id_),))
+                n += 1
+        c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+        self.cnt.update((c,))
+        live = sum(1 for _ in self.lst.get())
+        ids = sum(1 for _ in self.mp.keys())
+        yield pd.DataFrame({{"g": [int(key[0])], "c": [c * 1_000_000 + live * 1000 + ids]}})
+
+    def close(self):
+        pass
+
+
+def build(key_type):
+    def query(spark):
+        return (
+            spark.readStream.schema("id long, k string, v long, ts timestamp")
+            .option("maxFilesPerTrigger", 1)
+            .json(INPUT)
+            .withColumn("g", F.col("v").cast(key_type))
+            .groupBy("g")
+            .transformWithStateInPandas(
+                Processor(), outputStructType="g long, c long", outputMode="Update",
+                timeMode="ProcessingTime",
+            )
+        )
+
+    return query
+
+
+before = build("int")
+after = build("bigint")  # the grouping key widened
+'''
+
+
+def _once_per_file(spark, query, d, ckpt, batches: range, confs: dict | None = None) -> dict:
+    """One trigger(once) run per input file of ``batches``, each file added just before (trigger
+    once reads all there is). TTL needs ProcessingTime mode, which always has another batch to
+    run: availableNow would not end. The query's output by batch id."""
+    staged = d.parent / f"{d.name}-staged"
+    staged.mkdir(exist_ok=True)
+    names = [f"part-{b:03d}.json" for b in batches]
+    for name in names:
+        (d / name).rename(staged / name)  # rename keeps the modification time
+    out: dict[int, list] = {}
+    for name in names:
+        (staged / name).rename(d / name)
+        out |= run(spark, lambda s, _d: (query(s), "update"), d, ckpt, confs=confs, once=True)
+    return out
+
+
+@pytest.mark.spark
+def test_transform_with_state_ttl_grouping_key_widens_and_continues(spark, tmp_path):
+    """The TTL indexes ($ttl_ of a value, a list and a map, a list's $min_ and $count_) are
+    re-keyed with the state: the widened query continues at 3 partitions like one run of it."""
+    d = tmp_path / "input"
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "tws_ttl_queries.py"
+    queries.write_text(TWS_TTL_KEY_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    first = _once_per_file(spark, mod.before, d, tmp_path / "ck1", range(3), rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (op,) = meta.operators
+    assert {"$ttl_cnt", "$ttl_lst", "$ttl_mp", "$min_lst", "$count_lst"} <= {
+        cf["name"] for cf in op.column_families
+    }
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [f"uid {op.uid}: grouping key field 0 (g): widened integer -> long"]
+    _write_in_order(d, 3, 2)
+    continued = _once_per_file(spark, mod.after, d, tmp_path / "ck2", range(3, 5))
+    assert continued and all(b > meta.batch_id for b in continued)
+    full = _once_per_file(spark, mod.after, d, tmp_path / "ck3", range(5), rocksdb)
+    assert_exactly_once(first, continued, full)
+    # From the input alone: each key's count, live list length and distinct ids over all five.
+    events = _rows(d, range(5))
+    last = {g: c for b in sorted(continued) for g, c in continued[b]}
+    for g, c in last.items():
+        mine = [e["id"] for e in events if e["v"] == g]
+        assert c == len(mine) * 1_000_000 + len(mine) * 1000 + len(set(mine)), g
