@@ -301,14 +301,6 @@ def _evolve_state_variables(
         )
     except Refused as e:
         return refused("grouping key", e)
-    if key is not None and avro:
-        # Avro rows carry schema ids Spark resolves against the schema files' history: not
-        # rewritten here. (TTL indexes are derived from the re-keyed values when written.)
-        return refused(
-            "grouping key",
-            "restore re-keys state only with the UnsafeRow encoding (the savepoint is "
-            "Avro-encoded)",
-        )
     notes = [f"uid {uid}: {n}" for n in notes]
     evolutions = {}
     for table in op.tables:

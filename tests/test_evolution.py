@@ -15,7 +15,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from statectl.checkpoint.model import Checkpoint
+from statectl.checkpoint.model import ENCODING_CONF, Checkpoint
 from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.evolution import (
@@ -440,13 +440,11 @@ def test_transform_with_state_key_evolution_is_planned_or_refused_with_the_reaso
     assert "integer in the query, which is not a widening" in problem
     assert sorted(p.split("'")[1] for p in plan.problems) == ["$timers", "cnt", "lst", "mp"]
     assert all("--drop" in p for p in plan.problems) and not plan.evolutions
-    # Avro rows are not re-keyed: refused, saying why.
-    _, plan = _tws_plan(tmp_path / "avro", "tws-avro-rocksdb", "integer", "long")
-    assert any(
-        "restore re-keys state only with the UnsafeRow encoding (the savepoint is Avro-encoded)"
-        in p
-        for p in plan.problems
-    ), plan.problems
+    # Avro rows are re-keyed too (the key encoded with the family's schema id, the schema file
+    # carrying the query's key schema under it).
+    uid, plan = _tws_plan(tmp_path / "avro", "tws-avro-rocksdb", "integer", "long")
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [f"uid {uid}: grouping key field 0 (k): widened integer -> long"]
     # TTL indexes nest the grouping key in their element key: re-keyed with the values.
     uid, plan = _tws_plan(tmp_path / "ttl", "tws-ttl-rocksdb", "integer", "long")
     assert not plan.problems, plan.problems
@@ -922,18 +920,23 @@ def after(spark):
 
 
 @pytest.mark.spark
-def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path):
+@pytest.mark.parametrize("encoding", ["unsaferow", "avro"])
+def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path, encoding):
     d = tmp_path / "input"
     _write_in_order(d, 0, 3, time.time() - 10)
     queries = tmp_path / "tws_key_queries.py"
     queries.write_text(TWS_KEY_QUERIES.format(input=str(d)))
     mod = _load(queries)
     assert _placed_elsewhere_when_widened(list(range(9)), 3) >= 3
-    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    rocksdb = {
+        "spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"],
+        ENCODING_CONF: encoding,
+    }
     first = run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     (uid,) = [op.uid for op in meta.operators]
     assert meta.operators[0].partitions == 2  # restored to 3
+    assert meta.pinned_confs.get(ENCODING_CONF, "unsaferow") == encoding
     plan = restore(
         sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
     )
