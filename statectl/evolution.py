@@ -22,7 +22,9 @@ more where the meaning is clear, and refuses (with the field) where it is not:
   columns (by the positional rule) followed by such buffers, matched the same way;
 - keys widened or renamed: every store's rows are converted before they are placed, so a
   widened key lands where Spark hashes it at the target partition count (a session by its
-  grouping columns, a join's four stores by the join key, at state formats 2, 3 and 4).
+  grouping columns, a join's four stores by the join key, at state formats 2, 3 and 4);
+  transformWithState's grouping key in every column family alike (state variables, row
+  counters, timers, the TTL indexes that nest it in their element key), UnsafeRow or Avro.
 """
 
 from __future__ import annotations
@@ -415,7 +417,7 @@ def grouping_key(
     stored: dict[str, str], new: dict[str, str], kinds: dict[str, str]
 ) -> tuple[PartEvolution | None, list[str]]:
     """transformWithState's grouping key, read as the query's: every column family keeps it
-    (state variables, timers, row counters), so it changes for all of them alike, by
+    (state variables, timers, row counters, TTL indexes), so it changes for all alike, by
     :func:`positional`'s rule (widened, renamed by position). ``stored`` and ``new``: each
     column family's key schema (JSON) in the savepoint and in the query; ``kinds``: the state
     variables' kinds. None when the bytes stay (renamed or nullability widened only): Spark

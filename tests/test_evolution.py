@@ -723,31 +723,64 @@ def after(spark):
 '''
 
 
-def _continue_changed_tws_query(spark, tmp_path, queries_text: str) -> tuple:
-    """The module's ``before`` query runs on RocksDB over 3 input files; its savepoint is
-    restored with ``--query`` into ``after`` at 3 partitions, which continues over 2 new files.
-    Returns the plan, the continued run's rows in batch order and the input directory."""
+@dataclasses.dataclass
+class Continued:
+    """A changed query restored from its ``before`` run and continued: the plan, the
+    savepoint's metadata, both runs' output by batch id, the input and the queries module."""
+
+    plan: object
+    meta: object
+    first: dict
+    continued: dict
+    d: object
+    mod: object
+
+    @property
+    def rows(self) -> list:
+        return [r for b in sorted(self.continued) for r in self.continued[b]]
+
+
+def _restore_changed_and_continue(
+    spark,
+    tmp_path,
+    queries_text: str,
+    *,
+    mode: str = "update",
+    confs: dict | None = None,
+    backend: str | None = None,
+    **fields: object,
+) -> Continued:
+    """The module's ``before`` query runs over 3 input files (RocksDB unless ``confs`` say
+    otherwise); its savepoint is restored with ``--query`` into ``after`` at 3 partitions (on
+    ``backend``, else the savepoint's), which continues over 2 new files. ``fields``: the
+    module text's format fields besides ``input``."""
     d = tmp_path / "input"
-    write_input(d, 0, 3)
-    queries = tmp_path / "tws_queries.py"
-    queries.write_text(queries_text.format(input=str(d)))
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "queries.py"
+    queries.write_text(queries_text.format(input=str(d), **fields))
     mod = _load(queries)
-    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
-    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    confs = confs or {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    first = run(spark, lambda s, _d: (mod.before(s), mode), d, tmp_path / "ck1", confs=confs)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     plan = restore(
-        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:after",
+        spark=spark,
+        partitions=3,
+        backend=backend,
     )
     assert not plan.problems, plan.problems
     _write_in_order(d, 3, 2)
-    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    continued = run(spark, lambda s, _d: (mod.after(s), mode), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
-    return plan, [r for b in sorted(continued) for r in continued[b]], d
+    return Continued(plan, meta, first, continued, d, mod)
 
 
 @pytest.mark.spark
 def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path):
-    plan, rows, d = _continue_changed_tws_query(spark, tmp_path, TWS_QUERIES)
+    c = _restore_changed_and_continue(spark, tmp_path, TWS_QUERIES)
+    plan, rows, d = c.plan, c.rows, c.d
     assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
     firsts: dict[str, tuple] = {}
     lasts: dict[str, tuple] = {}
@@ -824,7 +857,8 @@ def after(spark):
 @pytest.mark.spark
 def test_transform_with_state_value_gains_a_middle_field_and_continues(spark, tmp_path):
     """(c, s) -> (c, tag, s): s is matched by name (not read as tag), tag starts null."""
-    plan, rows, d = _continue_changed_tws_query(spark, tmp_path, TWS_MID_QUERIES)
+    c = _restore_changed_and_continue(spark, tmp_path, TWS_MID_QUERIES)
+    plan, rows, d = c.plan, c.rows, c.d
     assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
     assert any("value field 2 (s): stored field 1, matched by name" in n for n in plan.evolved)
     firsts: dict[str, str | None] = {}
@@ -1044,27 +1078,10 @@ def after(spark):
 
 @pytest.mark.spark
 def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(spark, tmp_path):
-    d = tmp_path / "input"
-    write_input(d, 0, 3)
-    queries = tmp_path / "fmgws_queries.py"
-    queries.write_text(FMGWS_QUERIES.format(input=str(d)))
-    mod = _load(queries)
-    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", "hdfs")
-    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
-    plan = restore(
-        sp_url,
-        str(tmp_path / "ck2"),
-        query=f"{queries}:after",
-        spark=spark,
-        partitions=3,
-        backend="rocksdb",
-    )
-    assert not plan.problems, plan.problems
+    hdfs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["hdfs"]}
+    c = _restore_changed_and_continue(spark, tmp_path, FMGWS_QUERIES, confs=hdfs, backend="rocksdb")
+    plan, rows, d = c.plan, c.rows, c.d
     assert any("(tag): added, starts null" in n for n in plan.evolved), plan.evolved
-    _write_in_order(d, 3, 2)
-    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
-    assert continued and all(b > meta.batch_id for b in continued)
-    rows = [r for b in sorted(continued) for r in continued[b]]
     firsts: dict[str, tuple] = {}
     lasts: dict[str, int] = {}
     for k, n, tag in rows:
@@ -1177,35 +1194,28 @@ def test_a_widened_key_is_placed_by_the_new_key_and_continues(
     a join's keyToNumValues and keyWithIndexToValue on both sides, at state formats 2, 3 and 4)
     converted, and placed by the bigint key at another partition count; the continued query
     emits what one uninterrupted run of the changed query emits."""
-    d = tmp_path / "input"
-    _write_in_order(d, 0, 3, time.time() - 10)
-    queries = tmp_path / "key_queries.py"
-    queries.write_text(KEY_WIDENING_QUERIES.format(input=str(d), kind=kind, after=kind))
-    mod = _load(queries)
     assert _placed_elsewhere_when_widened(list(range(9)), 3) >= 3
     confs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[src_backend]}
     if join_format:
         confs[FORMAT_CONF] = str(join_format)
-    first = run(spark, lambda s, _d: (mod.before(s), "append"), d, tmp_path / "ck1", confs=confs)
-    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
-    (op,) = meta.operators
-    assert op.partitions == 2
-    plan = restore(
-        sp_url,
-        str(tmp_path / "ck2"),
-        query=f"{queries}:after",
-        spark=spark,
-        partitions=3,
+    c = _restore_changed_and_continue(
+        spark,
+        tmp_path,
+        KEY_WIDENING_QUERIES,
+        mode="append",
+        confs=confs,
         backend=dst_backend,
+        kind=kind,
+        after=kind,
     )
-    assert not plan.problems, plan.problems
+    (op,) = c.meta.operators
+    assert op.partitions == 2
+    plan, first, continued, d, mod = c.plan, c.first, c.continued, c.d, c.mod
     assert plan.restored == {op.uid: 0} and plan.join_state_format == join_format
     widened = [n for n in plan.evolved if n.endswith("widened integer -> long")]
     # Every store's key, and the value rows that repeat it (a session's, a join side's).
     assert len(widened) == {"join": 6, "session": 2}.get(kind, 1), plan.evolved
-    _write_in_order(d, 3, 2)
-    continued = run(spark, lambda s, _d: (mod.after(s), "append"), d, tmp_path / "ck2")
-    assert all(b > meta.batch_id for b in continued) and any(continued.values())
+    assert any(continued.values())
     full = run(spark, lambda s, _d: (mod.after(s), "append"), d, tmp_path / "ck3", confs=confs)
     assert_exactly_once(first, continued, full)
     emitted = [r for part in (first, continued) for rows in part.values() for r in rows]
@@ -1224,27 +1234,19 @@ def test_a_session_window_gains_and_loses_aggregates_and_continues(spark, tmp_pa
     """A session window's value holds its grouping columns and the buffers: the key widened,
     count kept (moved), sum dropped, max added. Restored sessions keep their counts, and the
     added max covers only the events after the savepoint (computed from the input alone)."""
-    d = tmp_path / "input"
-    _write_in_order(d, 0, 3, time.time() - 10)
-    queries = tmp_path / "session_queries.py"
-    queries.write_text(
-        KEY_WIDENING_QUERIES.format(input=str(d), kind="session", after="session_top")
-    )
-    mod = _load(queries)
     hdfs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["hdfs"]}
-    run(spark, lambda s, _d: (mod.before(s), "append"), d, tmp_path / "ck1", confs=hdfs)
-    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
-    (uid,) = [op.uid for op in meta.operators]
-    plan = restore(
-        sp_url,
-        str(tmp_path / "ck2"),
-        query=f"{queries}:after",
-        spark=spark,
-        partitions=3,
+    c = _restore_changed_and_continue(
+        spark,
+        tmp_path,
+        KEY_WIDENING_QUERIES,
+        mode="append",
+        confs=hdfs,
         backend="rocksdb",
+        kind="session",
+        after="session_top",
     )
-    assert not plan.problems, plan.problems
-    assert plan.evolved == [
+    (uid,) = [op.uid for op in c.meta.operators]
+    assert c.plan.evolved == [
         f"uid {uid}: key field 0 (kk): widened integer -> long",
         f"uid {uid}: value field 1 (kk): widened integer -> long",
         f"uid {uid}: value: max(v) added, starts at null (Spark's initial value)",
@@ -1252,9 +1254,7 @@ def test_a_session_window_gains_and_loses_aggregates_and_continues(spark, tmp_pa
         f"uid {uid}: value: stored buffer field 3 (sum) dropped (no aggregate of the query "
         "owns it)",
     ]
-    _write_in_order(d, 3, 2)
-    continued = run(spark, lambda s, _d: (mod.after(s), "append"), d, tmp_path / "ck2")
-    assert all(b > meta.batch_id for b in continued)
+    d, continued = c.d, c.continued
     rows = [r for part in continued.values() for r in part]
     assert session_merged_across_restore(rows)
     events = _rows(d, range(5))
