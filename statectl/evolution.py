@@ -18,8 +18,9 @@ more where the meaning is clear, and refuses (with the field) where it is not:
   not found, the aggregate is new and starts at the initial value Spark's own planned
   aggregate gives (``DeclarativeAggregate.initialValues``, evaluated in the planning JVM);
   found more than once, or overlapping another match, it is ambiguous and refused. Stored
-  buffers no query aggregate owns are dropped. A session window's value is its grouping
-  columns (by the positional rule) followed by such buffers, matched the same way;
+  buffers no query aggregate owns are dropped. A session window's value (and an aggregation's
+  at state format 1) is its grouping columns (by the positional rule) followed by such
+  buffers, matched the same way;
 - keys widened or renamed: every store's rows are converted before they are placed, so a
   widened key lands where Spark hashes it at the target partition count (a session by its
   grouping columns, a join's four stores by the join key, at state formats 2, 3 and 4);
@@ -285,23 +286,25 @@ def aggregation_values(
     return PartEvolution(new, sources), notes
 
 
-def session_values(
+def grouped_values(
     stored_key: str,
     stored: str,
     new_key: str,
     new: str,
     buffers: list[AggregateBuffer] | None,
 ) -> tuple[PartEvolution | None, list[str]]:
-    """A session window's value: the grouping columns (``session_window`` and the key's other
-    columns: as many fields as the key has, by the positional rule), then the aggregation
-    buffers, matched by owning aggregate as :func:`aggregation_values` does."""
+    """A value that repeats the grouping columns before the aggregation buffers: a session
+    window's (``session_window`` and the key's other columns: as many fields as the key has)
+    and a streaming aggregation's at state format 1 (the key's columns). The grouping columns
+    by the positional rule, then the buffers matched by owning aggregate as
+    :func:`aggregation_values` does."""
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     na, nb = len(json.loads(stored_key)["fields"]), len(json.loads(new_key)["fields"])
     if na != nb or len(a) < na or len(b) < nb:
         raise Refused(
             f"value: {simple_string(json.loads(stored))} in the savepoint, "
             f"{simple_string(json.loads(new))} in the query do not both start with the "
-            "session's grouping columns"
+            "grouping columns of the key"
         )
     head, head_notes = positional(_struct(a[:na]), _struct(b[:nb]), "value")
     tail, tail_notes = aggregation_values(_struct(a[na:]), _struct(b[nb:]), buffers, na)
@@ -469,14 +472,14 @@ def evolve_table(
     new_value: str,
     buffers: list[AggregateBuffer] | None = None,
     aggregation: bool = False,
-    session: bool = False,
+    grouped: bool = False,
 ) -> TableEvolution:
     """How a store's rows become the query's; Refused with the field-level reason.
-    ``aggregation``: the value is aggregation buffers; ``session``: a session window's value
-    (grouping columns, then buffers)."""
+    ``aggregation``: the value is aggregation buffers; ``grouped``: the grouping columns, then
+    the buffers (a session window, an aggregation at state format 1)."""
     key, key_notes = positional(stored_key, new_key, "key")
-    if session:
-        value, value_notes = session_values(stored_key, stored_value, new_key, new_value, buffers)
+    if grouped:
+        value, value_notes = grouped_values(stored_key, stored_value, new_key, new_value, buffers)
     elif aggregation:
         value, value_notes = aggregation_values(stored_value, new_value, buffers)
     else:

@@ -234,6 +234,7 @@ def _evolve(
     schemas = {s.name: s for s in logical_stores(target)[1]}
     evolutions: dict[str, TableEvolution] = {}
     notes = []
+    format_ = op.kind.state_format(plan.sp.metadata.pinned_confs if plan.sp else {})
     for table in op.tables:
         desc = schemas.get(table.name)
         if desc is None:
@@ -247,7 +248,8 @@ def _evolve(
                 desc.value_schema,
                 query.aggregates.get(target.operator_id),
                 aggregation=op.kind is AGGREGATION,
-                session=op.kind is SESSION_WINDOW,
+                # The value repeats the grouping columns before the buffers.
+                grouped=op.kind is SESSION_WINDOW or (op.kind is AGGREGATION and format_ == 1),
             )
         except Refused as e:
             # Spark's reason first (what the query changed), then why restore cannot bridge it.

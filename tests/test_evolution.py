@@ -30,6 +30,7 @@ from statectl.evolution import (
     grouping_key,
 )
 from statectl.join_state import FORMAT_CONF
+from statectl.operators import AGG_FORMAT_CONF
 from statectl.query_plan import PlannedQuery, PlannedSource
 from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
@@ -540,16 +541,20 @@ def _load(path):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("backend", ["hdfs", "rocksdb"])
-def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend):
+@pytest.mark.parametrize(("backend", "agg_format"), [("hdfs", 2), ("rocksdb", 2), ("rocksdb", 1)])
+def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend, agg_format):
+    """At state format 1 the value repeats the grouping key before the buffers: widened with
+    the key, the buffers matched as at format 2."""
     d = tmp_path / "input"
     write_input(d, 0, 3)
     queries = tmp_path / "evolving_queries.py"
     queries.write_text(EVOLVING_QUERIES.format(input=str(d)))
     mod = _load(queries)
-    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1")
+    confs = {AGG_FORMAT_CONF: str(agg_format)}
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=confs)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     (uid,) = [op.uid for op in meta.operators]
+    assert meta.pinned_confs[AGG_FORMAT_CONF] == str(agg_format)
 
     plan = restore(
         sp_url,
@@ -565,6 +570,7 @@ def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend):
     text = " | ".join(plan.evolved)
     assert "key field 0 (id): widened integer -> long" in text
     assert "max(v) added, starts at null" in text and "(sum) dropped" in text
+    assert ("value field 0 (id): widened integer -> long" in text) == (agg_format == 1), text
     assert plan.as_dict()["evolved"] == plan.evolved
     plan = restore(
         sp_url,
