@@ -89,6 +89,44 @@ def test_aggregates_match_by_owner_drop_removed_and_start_added_at_sparks_initia
     assert any("1 (sum) dropped" in n for n in notes)
 
 
+def test_grouped_values_widen_the_grouping_columns_and_match_the_buffers_after_them():
+    """A session window's value (session_window, key columns, buffers): the head by position,
+    the buffers by owner, fields numbered in the whole value."""
+    window = json.loads(struct(("start", "timestamp"), ("end", "timestamp")))
+    key = struct(("kk", "integer"), ("sessionStartTime", "timestamp"))
+    new_key = struct(("kk", "long"), ("sessionStartTime", "timestamp"))
+    stored = struct(("session_window", window), ("kk", "integer"), ("count", "long", False))
+    new = struct(
+        ("session_window", window), ("kk", "long"), ("max", "long"), ("count", "long", False)
+    )
+    evo = evolve_table(key, stored, new_key, new, [MAX, COUNT], grouped=True)
+    assert evo.notes == [
+        "key field 0 (kk): widened integer -> long",
+        "value field 1 (kk): widened integer -> long",
+        "value: max(v) added, starts at null (Spark's initial value)",
+        "value: count(1) kept, moved from field 2",
+    ]
+    value = pa.StructArray.from_arrays(
+        [
+            pa.array([None, None], pa.struct([("start", pa.int64()), ("end", pa.int64())])),
+            pa.array([7, 8], pa.int32()),
+            pa.array([3, 5], pa.int64()),
+        ],
+        names=["session_window", "kk", "count"],
+    )
+    out = evo.value.convert(value)
+    assert out.field("kk").type == pa.int64() and out.field("kk").to_pylist() == [7, 8]
+    assert out.field("max").to_pylist() == [None, None]
+    assert out.field("count").to_pylist() == [3, 5]
+    with pytest.raises(Refused, match=r"stored field 2 \(count\) matches both count\(1\)"):
+        count_v = dataclasses.replace(COUNT, expression="count(v)")
+        # Two aggregates whose buffers are both "count" (Spark's names), over one stored count.
+        two = struct(
+            ("session_window", window), ("kk", "integer"), ("count", "long"), ("count", "long")
+        )
+        evolve_table(key, stored, key, two, [COUNT, count_v], grouped=True)
+
+
 def test_ambiguous_buffers_are_refused_with_the_field():
     stored = struct(("count", "long", False), ("count", "long", False))
     with pytest.raises(Refused, match=r"count\(1\) matches stored buffers at fields 0, 1"):
