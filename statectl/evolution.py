@@ -18,11 +18,19 @@ more where the meaning is clear, and refuses (with the field) where it is not:
   not found, the aggregate is new and starts at the initial value Spark's own planned
   aggregate gives (``DeclarativeAggregate.initialValues``, evaluated in the planning JVM);
   found more than once, or overlapping another match, it is ambiguous and refused. Stored
-  buffers no query aggregate owns are dropped.
+  buffers no query aggregate owns are dropped. A session window's value (and an aggregation's
+  at state format 1) is its grouping columns (by the positional rule) followed by such
+  buffers, matched the same way;
+- keys widened or renamed: every store's rows are converted before they are placed, so a
+  widened key lands where Spark hashes it at the target partition count (a session by its
+  grouping columns, a join's four stores by the join key, at state formats 2, 3 and 4);
+  transformWithState's grouping key in every column family alike (state variables, row
+  counters, timers, the TTL indexes that nest it in their element key), UnsafeRow or Avro.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import json
 from collections.abc import Callable
@@ -228,9 +236,10 @@ def _run_matches(stored: list[dict], buf: AggregateBuffer, at: int) -> bool:
 
 
 def aggregation_values(
-    stored: str, new: str, buffers: list[AggregateBuffer] | None
+    stored: str, new: str, buffers: list[AggregateBuffer] | None, offset: int = 0
 ) -> tuple[PartEvolution | None, list[str]]:
-    """The query's aggregation buffers from the stored ones, matched by owning aggregate."""
+    """The query's aggregation buffers from the stored ones, matched by owning aggregate
+    (``offset``: where the buffers start in the stored value, for the notes)."""
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     # Spark's own rule ignores names, but here the names say which aggregate owns a buffer:
     # (count, sum) -> (max, count) has the same types and another meaning.
@@ -258,7 +267,7 @@ def aggregation_values(
         if len(found) > 1:
             raise Refused(
                 f"value: the buffer ({names}) of {buf.expression} matches stored buffers at "
-                f"fields {', '.join(map(str, found))}; which one it was is ambiguous"
+                f"fields {', '.join(str(i + offset) for i in found)}; which one it was is ambiguous"
             )
         if not found:
             if buf.initial is None:
@@ -278,7 +287,7 @@ def aggregation_values(
         for i in range(at, at + len(buf.fields)):
             if i in used:
                 raise Refused(
-                    f"value: stored field {i} ({a[i]['name']}) matches both {used[i]} and "
+                    f"value: stored field {i + offset} ({a[i]['name']}) matches both {used[i]} and "
                     f"{buf.expression}; which one owns it is ambiguous"
                 )
             used[i] = buf.expression
@@ -289,14 +298,48 @@ def aggregation_values(
             )
         sources += [Source(at + j) for j in range(len(buf.fields))]
         if at != len(sources) - len(buf.fields):
-            notes.append(f"value: {buf.expression} kept, moved from field {at}")
-    dropped = [f"{i} ({a[i]['name']})" for i in range(len(a)) if i not in used]
+            notes.append(f"value: {buf.expression} kept, moved from field {at + offset}")
+    dropped = [f"{i + offset} ({a[i]['name']})" for i in range(len(a)) if i not in used]
     if dropped:
         notes.append(
             f"value: stored buffer field {', '.join(dropped)} dropped (no aggregate of the "
             "query owns it)"
         )
     return PartEvolution(new, sources), notes
+
+
+def grouped_values(
+    stored_key: str,
+    stored: str,
+    new_key: str,
+    new: str,
+    buffers: list[AggregateBuffer] | None,
+) -> tuple[PartEvolution | None, list[str]]:
+    """A value that repeats the grouping columns before the aggregation buffers: a session
+    window's (``session_window`` and the key's other columns: as many fields as the key has)
+    and a streaming aggregation's at state format 1 (the key's columns). The grouping columns
+    by the positional rule, then the buffers matched by owning aggregate as
+    :func:`aggregation_values` does."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    na, nb = len(json.loads(stored_key)["fields"]), len(json.loads(new_key)["fields"])
+    if na != nb or len(a) < na or len(b) < nb:
+        raise Refused(
+            f"value: {simple_string(json.loads(stored))} in the savepoint, "
+            f"{simple_string(json.loads(new))} in the query do not both start with the "
+            "grouping columns of the key"
+        )
+    head, head_notes = positional(_struct(a[:na]), _struct(b[:nb]), "value")
+    tail, tail_notes = aggregation_values(_struct(a[na:]), _struct(b[nb:]), buffers, na)
+    if head is None and tail is None:
+        return None, head_notes + tail_notes
+    sources = head.sources if head else [Source(i) for i in range(na)]
+    rest = tail.sources if tail else [Source(i) for i in range(len(a) - na)]
+    sources += [s if s.index is None else dataclasses.replace(s, index=s.index + na) for s in rest]
+    return PartEvolution(new, sources), head_notes + tail_notes
+
+
+def _struct(fields: list[dict]) -> str:
+    return json.dumps({"type": "struct", "fields": fields})
 
 
 def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
@@ -353,33 +396,45 @@ def _by_name(a: list[dict], b: list[dict], part: str) -> list[int] | None:
     return at
 
 
-def _grouping_at(family: str, kinds: dict[str, str]) -> int | None:
+def _grouping_at(family: str, kinds: dict[str, str]) -> tuple[int, ...] | None:
     """Where a transformWithState column family's key holds the grouping key (Spark 4.3's
-    layout): -1 for the whole key (value and list state, ``$rowCounter_``, a TTL'd list's
-    ``$min_``/``$count_``), else the index of its ``key`` field (map state ``(key, userKey)``,
-    timers ``(key, expiryTimestampMs)`` and ``(expiryTimestampMs, key)``); None: not known
-    (``$ttl_`` indexes nest it in an element key)."""
+    layout), as a path of field indexes: ``()`` for the whole key (value and list state,
+    ``$rowCounter_``, a TTL'd list's ``$min_``/``$count_``), ``(i,)`` for its field i (map state
+    ``(key, userKey)``, timers ``(key, expiryTimestampMs)`` and ``(expiryTimestampMs, key)``),
+    and in a TTL index ``(expirationMs, elementKey)`` the element key: the grouping key of a
+    value or list (``(1,)``), a map's ``(key, userKey)`` (``(1, 0)``). None: not known."""
     kind = kinds.get(family)
     if kind in ("ValueState", "ListState"):
-        return -1
+        return ()
     if kind == "MapState" or family.endswith("_keyToTimestamp"):
-        return 0
+        return (0,)
     if family.endswith("_timestampToKey"):
-        return 1
+        return (1,)
     if family.startswith(("$rowCounter_", "$min_", "$count_")):
-        return -1
+        return ()
+    if family.startswith("$ttl_"):
+        owner = kinds.get(family[len("$ttl_") :])
+        if owner in ("ValueState", "ListState"):
+            return (1,)
+        if owner == "MapState":
+            return (1, 0)
     return None
 
 
-def _grouping_part(schema: dict, at: int) -> dict:
-    return schema if at < 0 else schema["fields"][at]["type"]
+def _grouping_part(schema: dict, at: tuple[int, ...]) -> dict:
+    for i in at:
+        schema = schema["fields"][i]["type"]
+    return schema
 
 
-def _with_grouping(schema: dict, at: int, grouping: dict) -> dict:
-    if at < 0:
+def _with_grouping(schema: dict, at: tuple[int, ...], grouping: dict) -> dict:
+    if not at:
         return grouping
     fields = list(schema["fields"])
-    fields[at] = {**fields[at], "type": grouping}
+    fields[at[0]] = {
+        **fields[at[0]],
+        "type": _with_grouping(fields[at[0]]["type"], at[1:], grouping),
+    }
     return {**schema, "fields": fields}
 
 
@@ -387,7 +442,7 @@ def grouping_key(
     stored: dict[str, str], new: dict[str, str], kinds: dict[str, str]
 ) -> tuple[PartEvolution | None, list[str]]:
     """transformWithState's grouping key, read as the query's: every column family keeps it
-    (state variables, timers, row counters), so it changes for all of them alike, by
+    (state variables, timers, row counters, TTL indexes), so it changes for all alike, by
     :func:`positional`'s rule (widened, renamed by position). ``stored`` and ``new``: each
     column family's key schema (JSON) in the savepoint and in the query; ``kinds``: the state
     variables' kinds. None when the bytes stay (renamed or nullability widened only): Spark
@@ -399,9 +454,12 @@ def grouping_key(
             continue
         for part, text in ((olds, schema), (news, new[name])):
             s = json.loads(text)
-            if at >= len(s["fields"]) and at >= 0:
-                raise Refused(f"column family {name}: key {simple_string(s)} has no grouping key")
-            part.append(_grouping_part(s, at))
+            try:
+                part.append(_grouping_part(s, at))
+            except (IndexError, KeyError, TypeError):
+                raise Refused(
+                    f"column family {name}: key {simple_string(s)} has no grouping key"
+                ) from None
     if not olds:
         return None, []
     old, want = olds[0], news[0]
@@ -418,8 +476,8 @@ def grouping_key(
             raise Refused(f"column family {name} is not in the query, so cannot be re-keyed")
         if at is None and evo is not None:
             raise Refused(
-                f"column family {name} (state TTL) nests the grouping key in its element key, "
-                "which restore does not re-key"
+                f"column family {name}: restore does not know where its key holds the grouping "
+                "key, so cannot re-key it"
             )
         stored_key = json.loads(schema)
         rekeyed = stored_key if at is None else _with_grouping(stored_key, at, want)
@@ -436,10 +494,15 @@ def evolve_table(
     new_value: str,
     buffers: list[AggregateBuffer] | None = None,
     aggregation: bool = False,
+    grouped: bool = False,
 ) -> TableEvolution:
-    """How a store's rows become the query's; Refused with the field-level reason."""
+    """How a store's rows become the query's; Refused with the field-level reason.
+    ``aggregation``: the value is aggregation buffers; ``grouped``: the grouping columns, then
+    the buffers (a session window, an aggregation at state format 1)."""
     key, key_notes = positional(stored_key, new_key, "key")
-    if aggregation:
+    if grouped:
+        value, value_notes = grouped_values(stored_key, stored_value, new_key, new_value, buffers)
+    elif aggregation:
         value, value_notes = aggregation_values(stored_value, new_value, buffers)
     else:
         value, value_notes = positional(stored_value, new_value, "value")

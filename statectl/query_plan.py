@@ -476,15 +476,19 @@ def _buffers_of(agg_exec: Any) -> list[AggregateBuffer]:
     return out
 
 
+SAVES_AGGREGATES = ("StateStoreSaveExec", "SessionWindowStateStoreSaveExec")
+
+
 def aggregate_buffers(plan: Any) -> dict[int, list[AggregateBuffer]]:
-    """Operator id -> the aggregates whose buffers a StateStoreSaveExec keeps: the aggregate
-    node it saves (its child), as planned. Empty where the plan has other shapes."""
+    """Operator id -> the aggregates whose buffers a StateStoreSaveExec (or a session window's
+    SessionWindowStateStoreSaveExec) keeps: the aggregate node it saves (its child, a
+    MergingSessionsExec for sessions), as planned. Empty where the plan has other shapes."""
     found: dict[int, list[AggregateBuffer]] = {}
     stack = [plan]
     while stack:
         node = stack.pop()
         stack += _seq(node.children())
-        if node.getClass().getSimpleName() != "StateStoreSaveExec":
+        if node.getClass().getSimpleName() not in SAVES_AGGREGATES:
             continue
         try:
             info = node.stateInfo()

@@ -70,7 +70,7 @@ from statectl.evolution import (
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.operators import AGGREGATION, OperatorKind
+from statectl.operators import AGGREGATION, SESSION_WINDOW, OperatorKind
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -238,6 +238,7 @@ def _evolve(
     schemas = {s.name: s for s in logical_stores(target)[1]}
     evolutions: dict[str, TableEvolution] = {}
     notes = []
+    format_ = op.kind.state_format(plan.sp.metadata.pinned_confs if plan.sp else {})
     for table in op.tables:
         desc = schemas.get(table.name)
         if desc is None:
@@ -251,6 +252,8 @@ def _evolve(
                 desc.value_schema,
                 query.aggregates.get(target.operator_id),
                 aggregation=op.kind is AGGREGATION,
+                # The value repeats the grouping columns before the buffers.
+                grouped=op.kind is SESSION_WINDOW or (op.kind is AGGREGATION and format_ == 1),
             )
         except Refused as e:
             # Spark's reason first (what the query changed), then why restore cannot bridge it.
@@ -284,9 +287,9 @@ def _evolve_state_variables(
     where: str,
 ) -> list[str]:
     """transformWithState: the grouping key may be widened or renamed (every state variable,
-    row counter and timer re-keyed alike: :func:`statectl.evolution.grouping_key`), and a state
-    variable's value struct may gain fields (null); both with the UnsafeRow encoding and
-    without TTL. Everything else stays as Spark's rule wants it."""
+    row counter, timer and TTL index re-keyed alike: :func:`statectl.evolution.grouping_key`),
+    with the UnsafeRow encoding; a state variable's value struct may gain fields (null), with
+    the UnsafeRow encoding and without TTL. Everything else stays as Spark's rule wants it."""
     if not op.column_families:
         return problems
     sp = plan.sp
@@ -309,14 +312,6 @@ def _evolve_state_variables(
         )
     except Refused as e:
         return refused("grouping key", e)
-    if key is not None and (avro or ttl):
-        # Avro rows carry schema ids Spark resolves against the schema files' history, and TTL
-        # indexes nest the grouping key in their own keys: neither is rewritten here.
-        return refused(
-            "grouping key",
-            "restore re-keys state only with the UnsafeRow encoding and without TTL "
-            f"({'the savepoint is Avro-encoded' if avro else 'the operator has state TTL'})",
-        )
     notes = [f"uid {uid}: {n}" for n in notes]
     evolutions = {}
     for table in op.tables:
@@ -850,13 +845,6 @@ def plan_restore(
         plan.problems += _native_problems(plan, m)
         return plan
     _plan_join_format(plan, m, join_state_format)
-    if plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
-        for op in m.operators:
-            if op.name == join_state.NAME and op.uid in plan.evolutions:
-                plan.problems.append(
-                    f"uid {op.uid} ({op.name}): schema evolution writes join state format 2 "
-                    f"only, not {plan.join_state_format}; pass --join-state-format 2"
-                )
     for op in m.operators:
         if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
             continue
@@ -1292,8 +1280,13 @@ def _write_join_families(
     Spark registers for that format, keys placed by the join key (statectl/join_state.py)."""
     fmt = plan.join_state_format
     assert fmt in join_state.COLUMN_FAMILY_FORMATS
+    # Schema evolution (a widened join key, widened or renamed columns): the rows are converted
+    # before they are placed, so a widened key lands where Spark hashes it, and the families
+    # take the query's schemas.
+    evolutions = plan.evolutions.get(op.uid, {})
+    convert = functools.partial(_evolved_rows, evolutions) if evolutions else None
     families = join_state.families_for(
-        fmt, {t.name: (t.key_schema, t.value_schema) for t in op.tables}
+        fmt, {t.name: _evolved_schemas(evolutions, t) for t in op.tables}
     )
     cf_ids = assign_cf_ids(families)
     delimiter = b"" if sp.metadata.pinned_confs.get(MERGE_OPERATOR_CONF) == "2" else b","
@@ -1306,7 +1299,9 @@ def _write_join_families(
     def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
         # Keys placed by the join key (statectl/engine.py); a partition encoded whole when it
         # fits the budget, else a chunk at a time (cf_stream.py).
-        for p, spilled in partition_spills(sp, op.tables, place, plan.partitions, engine):
+        for p, spilled in partition_spills(
+            sp, op.tables, place, plan.partitions, engine, convert=convert
+        ):
             if fits(spilled, engine.per_task):
                 yield p, encode({name: t.read() for name, t in spilled.items()})
                 continue

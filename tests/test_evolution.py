@@ -4,6 +4,7 @@ changed aggregation that restores with --query and continues on Spark."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import importlib.util
 import json
 import os
@@ -14,7 +15,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from statectl.checkpoint.model import Checkpoint
+from statectl.checkpoint.model import ENCODING_CONF, Checkpoint
 from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.evolution import (
@@ -28,6 +29,8 @@ from statectl.evolution import (
     evolve_table,
     grouping_key,
 )
+from statectl.join_state import FORMAT_CONF
+from statectl.operators import AGG_FORMAT_CONF
 from statectl.query_plan import PlannedQuery, PlannedSource
 from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
@@ -38,8 +41,10 @@ from tests.test_restore import (  # the continuation helpers
     PROVIDERS,
     assert_exactly_once,
     run,
+    session_merged_across_restore,
     write_input,
 )
+from tests.test_restore_plan import cli
 
 
 def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
@@ -82,6 +87,44 @@ def test_aggregates_match_by_owner_drop_removed_and_start_added_at_sparks_initia
     assert out.field("count").to_pylist() == [3, 5]
     assert any("max(v) added, starts at null" in n for n in notes)
     assert any("1 (sum) dropped" in n for n in notes)
+
+
+def test_grouped_values_widen_the_grouping_columns_and_match_the_buffers_after_them():
+    """A session window's value (session_window, key columns, buffers): the head by position,
+    the buffers by owner, fields numbered in the whole value."""
+    window = json.loads(struct(("start", "timestamp"), ("end", "timestamp")))
+    key = struct(("kk", "integer"), ("sessionStartTime", "timestamp"))
+    new_key = struct(("kk", "long"), ("sessionStartTime", "timestamp"))
+    stored = struct(("session_window", window), ("kk", "integer"), ("count", "long", False))
+    new = struct(
+        ("session_window", window), ("kk", "long"), ("max", "long"), ("count", "long", False)
+    )
+    evo = evolve_table(key, stored, new_key, new, [MAX, COUNT], grouped=True)
+    assert evo.notes == [
+        "key field 0 (kk): widened integer -> long",
+        "value field 1 (kk): widened integer -> long",
+        "value: max(v) added, starts at null (Spark's initial value)",
+        "value: count(1) kept, moved from field 2",
+    ]
+    value = pa.StructArray.from_arrays(
+        [
+            pa.array([None, None], pa.struct([("start", pa.int64()), ("end", pa.int64())])),
+            pa.array([7, 8], pa.int32()),
+            pa.array([3, 5], pa.int64()),
+        ],
+        names=["session_window", "kk", "count"],
+    )
+    out = evo.value.convert(value)
+    assert out.field("kk").type == pa.int64() and out.field("kk").to_pylist() == [7, 8]
+    assert out.field("max").to_pylist() == [None, None]
+    assert out.field("count").to_pylist() == [3, 5]
+    with pytest.raises(Refused, match=r"stored field 2 \(count\) matches both count\(1\)"):
+        count_v = dataclasses.replace(COUNT, expression="count(v)")
+        # Two aggregates whose buffers are both "count" (Spark's names), over one stored count.
+        two = struct(
+            ("session_window", window), ("kk", "integer"), ("count", "long"), ("count", "long")
+        )
+        evolve_table(key, stored, key, two, [COUNT, count_v], grouped=True)
 
 
 def test_ambiguous_buffers_are_refused_with_the_field():
@@ -351,20 +394,37 @@ def test_transform_with_state_grouping_key_widens_and_renames_for_every_column_f
             _tws_keys(struct(("g", "long")), struct(("mk", "integer"))),
             TWS_KINDS,
         )
-    # A TTL index nests the grouping key in its element key: not re-keyed.
-    ttl = json.dumps(
-        {
-            "type": "struct",
-            "fields": [
-                {"name": "expirationMs", "type": "long", "nullable": True, "metadata": {}},
-                {"name": "elementKey", "type": json.loads(struct(("g", "integer")))},
-            ],
+
+    # TTL indexes nest the grouping key in their element key (a map's in (key, userKey)):
+    # re-keyed alike; a family restore cannot place the grouping key in is refused.
+    def ttl(grouping: str, element: str | None = None) -> str:
+        return with_fields(
+            ("expirationMs", "long"),
+            ("elementKey", json.loads(element or grouping)),
+        )
+
+    def with_fields(*pairs: tuple[str, object]) -> str:
+        fields = [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in pairs]
+        return json.dumps({"type": "struct", "fields": fields})
+
+    def with_ttl(grouping: str) -> dict[str, str]:
+        map_key = _tws_keys(grouping)["mp"]
+        return {
+            **_tws_keys(grouping),
+            "$ttl_cnt": ttl(grouping),
+            "$ttl_lst": ttl(grouping),
+            "$min_lst": grouping,
+            "$ttl_mp": ttl(grouping, map_key),
         }
+
+    evo, notes = grouping_key(
+        with_ttl(struct(("g", "integer"))), with_ttl(struct(("g", "long"))), TWS_KINDS
     )
-    with pytest.raises(Refused, match=r"\$ttl_cnt \(state TTL\) nests the grouping key"):
+    assert evo is not None and notes == ["grouping key field 0 (g): widened integer -> long"]
+    with pytest.raises(Refused, match=r"\$ttl_other: restore does not know where its key"):
         grouping_key(
-            {**_tws_keys(struct(("g", "integer"))), "$ttl_cnt": ttl},
-            {**_tws_keys(struct(("g", "long"))), "$ttl_cnt": ttl},
+            {**with_ttl(struct(("g", "integer"))), "$ttl_other": ttl(struct(("g", "integer")))},
+            {**with_ttl(struct(("g", "long"))), "$ttl_other": ttl(struct(("g", "long")))},
             TWS_KINDS,
         )
 
@@ -419,17 +479,18 @@ def test_transform_with_state_key_evolution_is_planned_or_refused_with_the_reaso
     assert "integer in the query, which is not a widening" in problem
     assert sorted(p.split("'")[1] for p in plan.problems) == ["$timers", "cnt", "lst", "mp"]
     assert all("--drop" in p for p in plan.problems) and not plan.evolutions
-    # Avro rows and TTL indexes are not re-keyed: refused, saying which.
-    _, plan = _tws_plan(tmp_path / "avro", "tws-avro-rocksdb", "integer", "long")
-    assert any(
-        "restore re-keys state only with the UnsafeRow encoding and without TTL (the savepoint "
-        "is Avro-encoded)" in p
-        for p in plan.problems
-    ), plan.problems
-    _, plan = _tws_plan(tmp_path / "ttl", "tws-ttl-rocksdb", "integer", "long")
-    assert any("nests the grouping key in its element key" in p for p in plan.problems), (
-        plan.problems
-    )
+    # Avro rows are re-keyed too (the key encoded with the family's schema id, the schema file
+    # carrying the query's key schema under it).
+    uid, plan = _tws_plan(tmp_path / "avro", "tws-avro-rocksdb", "integer", "long")
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [f"uid {uid}: grouping key field 0 (k): widened integer -> long"]
+    # TTL indexes nest the grouping key in their element key: re-keyed with the values.
+    uid, plan = _tws_plan(tmp_path / "ttl", "tws-ttl-rocksdb", "integer", "long")
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [f"uid {uid}: grouping key field 0 (k): widened integer -> long"]
+    _, plan = _tws_plan(tmp_path / "ttl-narrowed", "tws-ttl-rocksdb", "long", "integer")
+    narrowed = "grouping key field 0 (k): long in the savepoint, integer in the query"
+    assert f"{narrowed}, which is not a widening" in plan.problems[0], plan.problems
 
 
 def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
@@ -485,6 +546,24 @@ def after(spark):
 '''
 
 
+def _write_in_order(d, start: int, count: int, now: float | None = None) -> None:
+    """:func:`write_input`'s files ``start`` .. ``start + count - 1``, modified in batch order:
+    the file source takes files by modification time, and an event-time query drops a batch
+    read after a later one as late."""
+    write_input(d, start, count)
+    now = time.time() if now is None else now
+    for b in range(start, start + count):
+        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+
+
+def _placed_elsewhere_when_widened(keys: list[int], partitions: int) -> int:
+    """How many of ``keys`` an int and a bigint key place in different partitions (Murmur3
+    hashes 4 or 8 bytes): restored keys placed by the savepoint's int would not be found."""
+    as_int = pa.StructArray.from_arrays([pa.array(keys, pa.int32())], ["k"])
+    as_long = pa.StructArray.from_arrays([pa.array(keys, pa.int64())], ["k"])
+    return int((partition_ids(as_int, partitions) != partition_ids(as_long, partitions)).sum())
+
+
 def _rows(d, batches):
     out = []
     for b in batches:
@@ -500,16 +579,20 @@ def _load(path):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("backend", ["hdfs", "rocksdb"])
-def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend):
+@pytest.mark.parametrize(("backend", "agg_format"), [("hdfs", 2), ("rocksdb", 2), ("rocksdb", 1)])
+def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend, agg_format):
+    """At state format 1 the value repeats the grouping key before the buffers: widened with
+    the key, the buffers matched as at format 2."""
     d = tmp_path / "input"
     write_input(d, 0, 3)
     queries = tmp_path / "evolving_queries.py"
     queries.write_text(EVOLVING_QUERIES.format(input=str(d)))
     mod = _load(queries)
-    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1")
+    confs = {AGG_FORMAT_CONF: str(agg_format)}
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=confs)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     (uid,) = [op.uid for op in meta.operators]
+    assert meta.pinned_confs[AGG_FORMAT_CONF] == str(agg_format)
 
     plan = restore(
         sp_url,
@@ -525,6 +608,7 @@ def test_changed_aggregation_restores_and_continues(spark, tmp_path, backend):
     text = " | ".join(plan.evolved)
     assert "key field 0 (id): widened integer -> long" in text
     assert "max(v) added, starts at null" in text and "(sum) dropped" in text
+    assert ("value field 0 (id): widened integer -> long" in text) == (agg_format == 1), text
     assert plan.as_dict()["evolved"] == plan.evolved
     plan = restore(
         sp_url,
@@ -683,34 +767,69 @@ def after(spark):
 '''
 
 
-def _continue_changed_tws_query(spark, tmp_path, queries_text: str) -> tuple:
-    """The module's ``before`` query runs on RocksDB over 3 input files; its savepoint is
-    restored with ``--query`` into ``after`` at 3 partitions, which continues over 2 new files.
-    Returns the plan, the continued run's rows in batch order and the input directory."""
+@dataclasses.dataclass
+class Continued:
+    """A changed query restored from its ``before`` run and continued: the plan, the
+    savepoint's metadata, both runs' output by batch id, the input and the queries module."""
+
+    plan: object
+    meta: object
+    first: dict
+    continued: dict
+    d: object
+    mod: object
+
+    @property
+    def rows(self) -> list:
+        return [r for b in sorted(self.continued) for r in self.continued[b]]
+
+
+def _restore_changed_and_continue(
+    spark,
+    tmp_path,
+    queries_text: str,
+    *,
+    mode: str = "update",
+    confs: dict | None = None,
+    backend: str | None = None,
+    before: str = "before",
+    after: str = "after",
+    **fields: object,
+) -> Continued:
+    """The module's ``before`` query (a function's name) runs over 3 input files (RocksDB
+    unless ``confs`` say otherwise); its savepoint is restored with ``--query`` into ``after``
+    at 3 partitions (on
+    ``backend``, else the savepoint's), which continues over 2 new files. ``fields``: the
+    module text's format fields besides ``input``."""
     d = tmp_path / "input"
-    write_input(d, 0, 3)
-    queries = tmp_path / "tws_queries.py"
-    queries.write_text(queries_text.format(input=str(d)))
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "queries.py"
+    queries.write_text(queries_text.format(input=str(d), **fields))
     mod = _load(queries)
-    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
-    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
+    confs = confs or {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    first = run(
+        spark, lambda s, _d: (getattr(mod, before)(s), mode), d, tmp_path / "ck1", confs=confs
+    )
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     plan = restore(
-        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+        sp_url,
+        str(tmp_path / "ck2"),
+        query=f"{queries}:{after}",
+        spark=spark,
+        partitions=3,
+        backend=backend,
     )
     assert not plan.problems, plan.problems
-    write_input(d, 3, 2)
-    now = time.time()
-    for b in (3, 4):
-        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
-    continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
+    _write_in_order(d, 3, 2)
+    continued = run(spark, lambda s, _d: (getattr(mod, after)(s), mode), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
-    return plan, [r for b in sorted(continued) for r in continued[b]], d
+    return Continued(plan, meta, first, continued, d, mod)
 
 
 @pytest.mark.spark
 def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path):
-    plan, rows, d = _continue_changed_tws_query(spark, tmp_path, TWS_QUERIES)
+    c = _restore_changed_and_continue(spark, tmp_path, TWS_QUERIES)
+    plan, rows, d = c.plan, c.rows, c.d
     assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
     firsts: dict[str, tuple] = {}
     lasts: dict[str, tuple] = {}
@@ -787,7 +906,8 @@ def after(spark):
 @pytest.mark.spark
 def test_transform_with_state_value_gains_a_middle_field_and_continues(spark, tmp_path):
     """(c, s) -> (c, tag, s): s is matched by name (not read as tag), tag starts null."""
-    plan, rows, d = _continue_changed_tws_query(spark, tmp_path, TWS_MID_QUERIES)
+    c = _restore_changed_and_continue(spark, tmp_path, TWS_MID_QUERIES)
+    plan, rows, d = c.plan, c.rows, c.d
     assert any("value field 1 (tag): added, starts null" in n for n in plan.evolved)
     assert any("value field 2 (s): stored field 1, matched by name" in n for n in plan.evolved)
     firsts: dict[str, str | None] = {}
@@ -883,28 +1003,23 @@ def after(spark):
 
 
 @pytest.mark.spark
-def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path):
+@pytest.mark.parametrize("encoding", ["unsaferow", "avro"])
+def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path, encoding):
     d = tmp_path / "input"
-    write_input(d, 0, 3)
-    # Read in batch order (the file source goes by modification time): an event-time query
-    # drops a batch read after a later one as late.
-    now = time.time()
-    for b in range(3):
-        os.utime(d / f"part-{b:03d}.json", (now - 10 + b, now - 10 + b))
+    _write_in_order(d, 0, 3, time.time() - 10)
     queries = tmp_path / "tws_key_queries.py"
     queries.write_text(TWS_KEY_QUERIES.format(input=str(d)))
     mod = _load(queries)
-    # An int and a long key hash to other partitions: restored keys placed by the savepoint's
-    # int would not be found by the query (9 keys, v = 0..8, over 3 partitions).
-    keys = list(range(9))
-    as_int = pa.StructArray.from_arrays([pa.array(keys, pa.int32())], ["g"])
-    as_long = pa.StructArray.from_arrays([pa.array(keys, pa.int64())], ["v"])
-    assert (partition_ids(as_int, 3) != partition_ids(as_long, 3)).sum() >= 3
-    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    assert _placed_elsewhere_when_widened(list(range(9)), 3) >= 3
+    rocksdb = {
+        "spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"],
+        ENCODING_CONF: encoding,
+    }
     first = run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=rocksdb)
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     (uid,) = [op.uid for op in meta.operators]
     assert meta.operators[0].partitions == 2  # restored to 3
+    assert meta.pinned_confs.get(ENCODING_CONF, "unsaferow") == encoding
     plan = restore(
         sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
     )
@@ -941,10 +1056,7 @@ def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path)
         assert df.count() == stored.num_rows, var
         assert spark_rows(df) == spark_rows(read(tmp_path / "ck4")), var
 
-    write_input(d, 3, 2)
-    now = time.time()
-    for b in (3, 4):
-        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
+    _write_in_order(d, 3, 2)
     continued = run(spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
     # Old state intact, new events added: each key's last count, list length and map value
@@ -1055,30 +1167,12 @@ def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(
 ):
     """``struct<n>`` gains ``tag`` at the end; ``struct<n, total>`` gains it in the middle,
     where the stored ``total`` is matched by name and keeps summing."""
-    d = tmp_path / "input"
-    write_input(d, 0, 3)
-    queries = tmp_path / "fmgws_queries.py"
-    queries.write_text(FMGWS_QUERIES.format(input=str(d)))
-    mod = _load(queries)
-    run(spark, lambda s, _d: (getattr(mod, before)(s), "update"), d, tmp_path / "ck1", "hdfs")
-    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
-    plan = restore(
-        sp_url,
-        str(tmp_path / "ck2"),
-        query=f"{queries}:{after}",
-        spark=spark,
-        partitions=3,
-        backend="rocksdb",
+    hdfs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["hdfs"]}
+    c = _restore_changed_and_continue(
+        spark, tmp_path, FMGWS_QUERIES, confs=hdfs, backend="rocksdb", before=before, after=after
     )
-    assert not plan.problems, plan.problems
+    plan, rows, d = c.plan, c.rows, c.d
     assert any("(tag): added, starts null" in n for n in plan.evolved), plan.evolved
-    write_input(d, 3, 2)
-    now = time.time()
-    for b in (3, 4):
-        os.utime(d / f"part-{b:03d}.json", (now + b, now + b))
-    continued = run(spark, lambda s, _d: (getattr(mod, after)(s), "update"), d, tmp_path / "ck2")
-    assert continued and all(b > meta.batch_id for b in continued)
-    rows = [r for b in sorted(continued) for r in continued[b]]
     firsts: dict[str, tuple] = {}
     lasts: dict[str, tuple[int, int | None]] = {}
     for k, n, tag, total in rows:
@@ -1137,3 +1231,320 @@ def test_renamed_fields_in_place_stay_matched_by_position():
         struct(("v", "long")),
     )
     assert evo.notes == ["key field 0 (x): renamed a -> x, matched by position"]
+
+
+KEY_WIDENING_QUERIES = '''
+import pyspark.sql.functions as F
+
+INPUT = {input!r}
+
+
+def src(spark, key_type, delay="10 seconds"):
+    """The events with the key kk = v (0..8) as key_type: int before, bigint after."""
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+        .withColumn("kk", F.col("v").cast(key_type))
+        .withWatermark("ts", delay)
+    )
+
+
+def sessions(spark, key_type):
+    # Batches are 8 s apart, 0..4 s within one: with a 7 s gap kk 8's events at 19 s (batch 2)
+    # and 25 s (batch 3) are one session across the savepoint, closed by the last watermark.
+    return src(spark, key_type, "2 seconds").groupBy(F.session_window("ts", "7 seconds"), "kk")
+
+
+def session(spark, key_type):
+    return sessions(spark, key_type).agg(F.count("*").alias("count"), F.sum("v").alias("total"))
+
+
+def session_top(spark, key_type):
+    """The count kept (moved), the total removed, max(v) added."""
+    return sessions(spark, key_type).agg(F.max("v").alias("top"), F.count("*").alias("count"))
+
+
+def window(spark, key_type):
+    # Window [20 s, 30 s) of kk 4 counts events of batches 2 and 3; the last watermark closes it.
+    return src(spark, key_type, "2 seconds").groupBy(F.window("ts", "10 seconds"), "kk").count()
+
+
+def join(spark, key_type):
+    # Right events up to 10 s after a left one: batch b's right rows meet batch b - 1's left.
+    left = src(spark, key_type).selectExpr("kk as lk", "id as lid", "ts as lts")
+    right = src(spark, key_type).selectExpr("kk as rk", "k as rv", "ts as rts")
+    return left.join(right, F.expr("lk = rk AND rts BETWEEN lts AND lts + interval 10 seconds"))
+
+
+def dedup(spark, key_type):
+    # 12 of the 20 (kk, id) pairs of batches 3 and 4 were seen before the savepoint.
+    return src(spark, key_type).dropDuplicates(["kk", "id"])
+
+
+def dedupwm(spark, key_type):
+    return src(spark, key_type).dropDuplicatesWithinWatermark(["kk", "id"])
+
+
+def before(spark):
+    return {kind}(spark, "int")
+
+
+def after(spark):
+    """The key widened from int to bigint (and the aggregates changed: {after})."""
+    return {after}(spark, "bigint")
+'''
+
+# (kind, source backend, target backend, join state format): the source runs at 2 partitions,
+# the restore writes 3.
+KEY_WIDENING = [
+    ("session", "hdfs", "rocksdb", None),
+    ("session", "rocksdb", "hdfs", None),
+    ("window", "rocksdb", "hdfs", None),
+    ("dedup", "hdfs", "rocksdb", None),
+    ("dedupwm", "rocksdb", "hdfs", None),
+    ("join", "hdfs", "hdfs", 2),
+    ("join", "rocksdb", "rocksdb", 3),
+    ("join", "rocksdb", "rocksdb", 4),
+]
+
+
+def _join_reference(events: list[dict]) -> list[tuple]:
+    """Every pair the join emits over all the input, from the input alone."""
+    pairs = []
+    for left in events:
+        for right in events:
+            lts, rts = dt.datetime.fromisoformat(left["ts"]), dt.datetime.fromisoformat(right["ts"])
+            if left["v"] == right["v"] and lts <= rts <= lts + dt.timedelta(seconds=10):
+                pairs.append(
+                    (left["v"], left["id"], left["ts"], right["v"], right["k"], right["ts"])
+                )
+    return sorted(pairs)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("kind", "src_backend", "dst_backend", "join_format"), KEY_WIDENING)
+def test_a_widened_key_is_placed_by_the_new_key_and_continues(
+    spark, tmp_path, kind, src_backend, dst_backend, join_format
+):
+    """A key widened int -> bigint: every store's keys (a session's grouping columns and start,
+    a join's keyToNumValues and keyWithIndexToValue on both sides, at state formats 2, 3 and 4)
+    converted, and placed by the bigint key at another partition count; the continued query
+    emits what one uninterrupted run of the changed query emits."""
+    assert _placed_elsewhere_when_widened(list(range(9)), 3) >= 3
+    confs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS[src_backend]}
+    if join_format:
+        confs[FORMAT_CONF] = str(join_format)
+    c = _restore_changed_and_continue(
+        spark,
+        tmp_path,
+        KEY_WIDENING_QUERIES,
+        mode="append",
+        confs=confs,
+        backend=dst_backend,
+        kind=kind,
+        after=kind,
+    )
+    (op,) = c.meta.operators
+    assert op.partitions == 2
+    plan, first, continued, d, mod = c.plan, c.first, c.continued, c.d, c.mod
+    assert plan.restored == {op.uid: 0} and plan.join_state_format == join_format
+    widened = [n for n in plan.evolved if n.endswith("widened integer -> long")]
+    # Every store's key, and the value rows that repeat it (a session's, a join side's).
+    assert len(widened) == {"join": 6, "session": 2}.get(kind, 1), plan.evolved
+    assert any(continued.values())
+    full = run(spark, lambda s, _d: (mod.after(s), "append"), d, tmp_path / "ck3", confs=confs)
+    assert_exactly_once(first, continued, full)
+    emitted = [r for part in (first, continued) for rows in part.values() for r in rows]
+    events = _rows(d, range(5))
+    if kind == "join":
+        # Restored left rows met new right rows: the pairs across the savepoint are there.
+        assert sorted(emitted) == _join_reference(events)
+    elif kind == "dedup":  # (id, k, v, ts, kk): each (kk, id) once, old ones not again
+        assert sorted((r[4], r[0]) for r in emitted) == sorted({(e["v"], e["id"]) for e in events})
+    elif kind == "session":
+        assert session_merged_across_restore([r for rows in continued.values() for r in rows])
+
+
+@pytest.mark.spark
+def test_a_session_window_gains_and_loses_aggregates_and_continues(spark, tmp_path):
+    """A session window's value holds its grouping columns and the buffers: the key widened,
+    count kept (moved), sum dropped, max added. Restored sessions keep their counts, and the
+    added max covers only the events after the savepoint (computed from the input alone)."""
+    hdfs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["hdfs"]}
+    c = _restore_changed_and_continue(
+        spark,
+        tmp_path,
+        KEY_WIDENING_QUERIES,
+        mode="append",
+        confs=hdfs,
+        backend="rocksdb",
+        kind="session",
+        after="session_top",
+    )
+    (uid,) = [op.uid for op in c.meta.operators]
+    assert c.plan.evolved == [
+        f"uid {uid}: key field 0 (kk): widened integer -> long",
+        f"uid {uid}: value field 1 (kk): widened integer -> long",
+        f"uid {uid}: value: max(v) added, starts at null (Spark's initial value)",
+        f"uid {uid}: value: count(1) kept, moved from field 2",
+        f"uid {uid}: value: stored buffer field 3 (sum) dropped (no aggregate of the query "
+        "owns it)",
+    ]
+    d, continued = c.d, c.continued
+    rows = [r for part in continued.values() for r in part]
+    assert session_merged_across_restore(rows)
+    events = _rows(d, range(5))
+    new = _rows(d, range(3, 5))
+    for (start, end), kk, top, count in rows:
+
+        def within(e, start=start, end=end, kk=kk):
+            return e["v"] == kk and start <= e["ts"] < end
+
+        assert count == sum(1 for e in events if within(e)), (start, kk)
+        assert top == max((e["v"] for e in new if within(e)), default=None), (start, kk)
+
+
+AMBIGUOUS_SESSION_QUERY = '''
+import pyspark.sql.functions as F
+
+from fixtures.generate import events
+
+
+def two_counts(spark):
+    """fixtures/generate.py's q_session counting rows and values: two buffers named count."""
+    df = events(spark, {input!r}).withWatermark("ts", "15 seconds")
+    return df.groupBy(F.session_window("ts", "5 seconds"), "k").agg(
+        F.count("*").alias("count"), F.count("v").alias("values")
+    )
+'''
+
+
+@pytest.mark.spark
+def test_an_ambiguous_session_window_buffer_is_refused_with_the_field(tmp_path):
+    """Which of two count aggregates owns the stored count is a guess: refused at plan time,
+    exit 2, one line naming the field and both aggregates; nothing written."""
+    q = tmp_path / "ambiguous.py"
+    q.write_text(AMBIGUOUS_SESSION_QUERY.format(input=str(tmp_path / "no-input")))
+    sp_url, _ = take_savepoint(str(FIXTURES / "session-hdfs"), str(tmp_path / "sp"))
+    target = tmp_path / "ck"
+    proc = cli("restore", "-s", sp_url, str(target), "--query", f"{q}:two_counts", "--dry-run")
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("statectl: error:")]
+    assert len(errors) == 1, proc.stderr
+    assert (
+        "stored field 2 (count) matches both count(1) and count(v); which one owns it is "
+        "ambiguous" in errors[0]
+    ), errors[0]
+    assert not target.exists()
+
+
+TWS_TTL_KEY_QUERIES = '''
+import pandas as pd
+import pyspark.sql.functions as F
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+INPUT = {input!r}
+HOUR = 3_600_000
+
+
+class Processor(StatefulProcessor):
+    """Value, list and map state, each with TTL (an hour: nothing expires in the test), so
+    $ttl_cnt, $ttl_lst (with $min_lst, $count_lst) and $ttl_mp all hold the grouping key."""
+
+    def init(self, handle):
+        long_ = StructType([StructField("n", LongType())])
+        self.cnt = handle.getValueState("cnt", long_, ttlDurationMs=HOUR)
+        self.lst = handle.getListState("lst", long_, ttlDurationMs=HOUR)
+        self.mp = handle.getMapState(
+            "mp", StructType([StructField("mk", StringType())]), long_, ttlDurationMs=HOUR
+        )
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = 0
+        for pdf in rows:
+            for id_ in pdf["id"]:
+                self.lst.appendValue((int(id_),))
+                self.mp.updateValue((str(id_),), (int(id_),))
+                n += 1
+        c = (self.cnt.get()[0] if self.cnt.exists() else 0) + n
+        self.cnt.update((c,))
+        live = sum(1 for _ in self.lst.get())
+        ids = sum(1 for _ in self.mp.keys())
+        yield pd.DataFrame({{"g": [int(key[0])], "c": [c * 1_000_000 + live * 1000 + ids]}})
+
+    def close(self):
+        pass
+
+
+def build(key_type):
+    def query(spark):
+        return (
+            spark.readStream.schema("id long, k string, v long, ts timestamp")
+            .option("maxFilesPerTrigger", 1)
+            .json(INPUT)
+            .withColumn("g", F.col("v").cast(key_type))
+            .groupBy("g")
+            .transformWithStateInPandas(
+                Processor(), outputStructType="g long, c long", outputMode="Update",
+                timeMode="ProcessingTime",
+            )
+        )
+
+    return query
+
+
+before = build("int")
+after = build("bigint")  # the grouping key widened
+'''
+
+
+def _once_per_file(spark, query, d, ckpt, batches: range, confs: dict | None = None) -> dict:
+    """One trigger(once) run per input file of ``batches``, each file added just before (trigger
+    once reads all there is). TTL needs ProcessingTime mode, which always has another batch to
+    run: availableNow would not end. The query's output by batch id."""
+    staged = d.parent / f"{d.name}-staged"
+    staged.mkdir(exist_ok=True)
+    names = [f"part-{b:03d}.json" for b in batches]
+    for name in names:
+        (d / name).rename(staged / name)  # rename keeps the modification time
+    out: dict[int, list] = {}
+    for name in names:
+        (staged / name).rename(d / name)
+        out |= run(spark, lambda s, _d: (query(s), "update"), d, ckpt, confs=confs, once=True)
+    return out
+
+
+@pytest.mark.spark
+def test_transform_with_state_ttl_grouping_key_widens_and_continues(spark, tmp_path):
+    """The TTL indexes ($ttl_ of a value, a list and a map, a list's $min_ and $count_) are
+    re-keyed with the state: the widened query continues at 3 partitions like one run of it."""
+    d = tmp_path / "input"
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "tws_ttl_queries.py"
+    queries.write_text(TWS_TTL_KEY_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    rocksdb = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    first = _once_per_file(spark, mod.before, d, tmp_path / "ck1", range(3), rocksdb)
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (op,) = meta.operators
+    assert {"$ttl_cnt", "$ttl_lst", "$ttl_mp", "$min_lst", "$count_lst"} <= {
+        cf["name"] for cf in op.column_families
+    }
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert plan.evolved == [f"uid {op.uid}: grouping key field 0 (g): widened integer -> long"]
+    _write_in_order(d, 3, 2)
+    continued = _once_per_file(spark, mod.after, d, tmp_path / "ck2", range(3, 5))
+    assert continued and all(b > meta.batch_id for b in continued)
+    full = _once_per_file(spark, mod.after, d, tmp_path / "ck3", range(5), rocksdb)
+    assert_exactly_once(first, continued, full)
+    # From the input alone: each key's count, live list length and distinct ids over all five.
+    events = _rows(d, range(5))
+    last = {g: c for b in sorted(continued) for g, c in continued[b]}
+    for g, c in last.items():
+        mine = [e["id"] for e in events if e["v"] == g]
+        assert c == len(mine) * 1_000_000 + len(mine) * 1000 + len(set(mine)), g

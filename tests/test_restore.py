@@ -273,12 +273,13 @@ def session_merged_across_restore(rows: list) -> bool:
     return any(r[0][0] < "2024-01-01T00:00:24" and r[0][1] > "2024-01-01T00:00:27" for r in rows)
 
 
-def run(spark, case, d, ckpt, provider=None, confs=None, sink_name=None):
+def run(spark, case, d, ckpt, provider=None, confs=None, sink_name=None, once=False):
     """Run to the end of the input; return {batch id: sorted output rows}.
 
     ``case`` names a query of :func:`build`, or is a function ``(spark, input) -> (DataFrame,
     output mode)`` such as fixtures/generate.py's queries. ``sink_name`` names the sink (sink
-    evolution, commit log v3); PySpark has no ``DataStreamWriter.name``, the JVM writer has."""
+    evolution, commit log v3); PySpark has no ``DataStreamWriter.name``, the JVM writer has.
+    ``once``: one batch (trigger once), for ProcessingTime queries availableNow never ends."""
     out: dict[int, list] = {}
     confs = dict(confs or {})
 
@@ -299,7 +300,7 @@ def run(spark, case, d, ckpt, provider=None, confs=None, sink_name=None):
         )
         if sink_name:
             q._jwrite.name(sink_name)
-        q.trigger(availableNow=True).start().awaitTermination()
+        (q.trigger(once=True) if once else q.trigger(availableNow=True)).start().awaitTermination()
     finally:
         for k in confs:
             spark.conf.unset(k)
