@@ -792,13 +792,13 @@ def _restore_changed_and_continue(
     mode: str = "update",
     confs: dict | None = None,
     backend: str | None = None,
-    before: str = "before",
-    after: str = "after",
+    before_fn: str = "before",
+    after_fn: str = "after",
     **fields: object,
 ) -> Continued:
-    """The module's ``before`` query (a function's name) runs over 3 input files (RocksDB
-    unless ``confs`` say otherwise); its savepoint is restored with ``--query`` into ``after``
-    at 3 partitions (on
+    """The module's ``before_fn`` query (a function's name) runs over 3 input files (RocksDB
+    unless ``confs`` say otherwise); its savepoint is restored with ``--query`` into
+    ``after_fn`` at 3 partitions (on
     ``backend``, else the savepoint's), which continues over 2 new files. ``fields``: the
     module text's format fields besides ``input``."""
     d = tmp_path / "input"
@@ -808,20 +808,20 @@ def _restore_changed_and_continue(
     mod = _load(queries)
     confs = confs or {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
     first = run(
-        spark, lambda s, _d: (getattr(mod, before)(s), mode), d, tmp_path / "ck1", confs=confs
+        spark, lambda s, _d: (getattr(mod, before_fn)(s), mode), d, tmp_path / "ck1", confs=confs
     )
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     plan = restore(
         sp_url,
         str(tmp_path / "ck2"),
-        query=f"{queries}:{after}",
+        query=f"{queries}:{after_fn}",
         spark=spark,
         partitions=3,
         backend=backend,
     )
     assert not plan.problems, plan.problems
     _write_in_order(d, 3, 2)
-    continued = run(spark, lambda s, _d: (getattr(mod, after)(s), mode), d, tmp_path / "ck2")
+    continued = run(spark, lambda s, _d: (getattr(mod, after_fn)(s), mode), d, tmp_path / "ck2")
     assert continued and all(b > meta.batch_id for b in continued)
     return Continued(plan, meta, first, continued, d, mod)
 
@@ -1169,7 +1169,13 @@ def test_apply_in_pandas_with_state_user_state_gains_a_field_and_continues(
     where the stored ``total`` is matched by name and keeps summing."""
     hdfs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["hdfs"]}
     c = _restore_changed_and_continue(
-        spark, tmp_path, FMGWS_QUERIES, confs=hdfs, backend="rocksdb", before=before, after=after
+        spark,
+        tmp_path,
+        FMGWS_QUERIES,
+        confs=hdfs,
+        backend="rocksdb",
+        before_fn=before,
+        after_fn=after,
     )
     plan, rows, d = c.plan, c.rows, c.d
     assert any("(tag): added, starts null" in n for n in plan.evolved), plan.evolved
