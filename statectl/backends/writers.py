@@ -19,13 +19,14 @@ import tempfile
 import time
 import uuid
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statectl.backends.sst import SstWriter
 from statectl.checksums import spark_checksum_file, spark_crc_path
 from statectl.codecs.compression import compress_stream
 from statectl.codecs.records import write_state_records
@@ -96,39 +97,40 @@ def _rocksdb_options() -> Any:
     return opts
 
 
-def sorted_pairs(keys: pa.Array, values: pa.Array) -> Iterator[tuple[bytes, bytes]]:
+def sorted_entries(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, pa.Array]:
     """The entries in RocksDB's BytewiseComparator order."""
     keys, values = keys.cast(pa.large_binary()), values.cast(pa.large_binary())
     if not len(keys):
-        return iter(())
+        return keys, values
     order = _bytewise_order(keys)
-    return zip(keys.take(order).to_pylist(), values.take(order).to_pylist(), strict=True)
+    return keys.take(order), values.take(order)
 
 
-def _build_rocksdb(local: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
-    """A RocksDB database holding the entries (sorted bytewise) in one SST: written with an
-    SstFileWriter and ingested (no memtable, no compaction), with an empty WAL."""
-    from rocksdict import Rdict, SstFileWriter
+def _build_rocksdb(local: str, batches: Iterable[tuple[pa.Array, pa.Array]]) -> None:
+    """A RocksDB database holding the entries (batches of keys and values, sorted bytewise
+    across batches) in one SST: written by :class:`~statectl.backends.sst.SstWriter` and
+    ingested (no memtable, no compaction), with an empty WAL."""
+    from rocksdict import IngestExternalFileOptions, Rdict
 
     opts = _rocksdb_options()
-    ingest = []
     sst = local + ".ingest.sst"
-    writer = None
-    for key, value in pairs:
-        if writer is None:
-            writer = SstFileWriter(options=opts)
-            writer.open(sst)
-        writer[key] = value
-    if writer is not None:
-        writer.finish()
-        ingest.append(sst)
+    with open(sst, "wb") as out:
+        writer = SstWriter(out)
+        for keys, values in batches:
+            writer.add(keys, values)
+        if writer.entries:
+            writer.finish()
     db = Rdict(local, opts)
     try:
-        if ingest:
-            db.ingest_external_file(ingest)
+        if writer.entries:
+            ingest = IngestExternalFileOptions()
+            ingest.set_move_files(True)  # a hard link, not a copy of the file
+            db.ingest_external_file([sst], ingest)
         db.flush()
     finally:
         db.close()
+        if os.path.exists(sst):
+            os.remove(sst)
 
 
 def write_rocksdb_snapshot(
@@ -141,7 +143,7 @@ def write_rocksdb_snapshot(
     column_families: dict[str, int] | None = None,
     num_internal_keys: int = 0,
     unique_id: str | None = None,
-    pairs: Iterable[tuple[bytes, bytes]] | None = None,
+    batches: Iterable[tuple[pa.Array, pa.Array]] | None = None,
     num_keys: int | None = None,
 ) -> list[str]:
     """``SSTs/<n>-<uuid>.sst`` files, then ``<version>.zip`` (Spark's snapshot layout).
@@ -150,15 +152,16 @@ def write_rocksdb_snapshot(
     virtual column family id for ``column_families`` stores). ``column_families`` is the
     name -> id mapping recorded in the zip's metadata; names starting with ``$`` are Spark's
     internal families, and ``num_internal_keys`` counts their entries. Instead of arrays,
-    ``pairs`` may give the entries already sorted (an external sort), ``num_keys`` of them.
+    ``batches`` may give the entries already sorted (an external sort's merged batches of keys
+    and values), ``num_keys`` of them.
     """
-    if pairs is None:
+    if batches is None:
         assert keys is not None and values is not None
-        pairs, num_keys = sorted_pairs(keys, values), len(keys)
+        batches, num_keys = [sorted_entries(keys, values)], len(keys)
     written = []
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as local:
         db_dir = os.path.join(local, "db")
-        _build_rocksdb(db_dir, pairs)
+        _build_rocksdb(db_dir, batches)
         sst_files = []
         zipped = []
         for name in sorted(os.listdir(db_dir)):
