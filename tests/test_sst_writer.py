@@ -209,3 +209,24 @@ def test_bytewise_order_is_unsigned():
     keys = pa.array([b"\xff", b"\x01", b"\x80\x00", b"\x7f", b""], pa.large_binary())
     order = _bytewise_order(keys).to_pylist()
     assert [keys[i].as_py() for i in order] == [b"", b"\x01", b"\x7f", b"\x80\x00", b"\xff"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(
+        st.one_of(st.binary(max_size=70), st.sampled_from([b"", b"\x00", b"\x00\x00", b"\xff"])),
+        max_size=60,
+    ),
+    offset=st.integers(0, 3),
+    presorted=st.booleans(),
+)
+def test_bytewise_order_equals_python_bytes_order(keys, offset, presorted):
+    """Python compares bytes as RocksDB's BytewiseComparator does (unsigned, a prefix first):
+    keys with zero bytes at the end, equal lengths, keys longer than the word sort and keys
+    mostly sorted already (both Arrow's sort), a sliced array."""
+    if presorted:
+        keys = sorted(keys)[1:] + sorted(keys)[:1]
+    array = pa.array([b"pad"] * offset + keys, pa.large_binary()).slice(offset)
+    order = _bytewise_order(array).to_pylist()
+    assert sorted(order) == list(range(len(keys)))
+    assert [keys[i] for i in order] == sorted(keys)

@@ -72,17 +72,63 @@ def write_rocksdb_store(
 _ZIPPED = re.compile(r"^(CURRENT|MANIFEST-\d+|OPTIONS-\d+|\d+\.log)$")
 
 
+# Keys up to this long sort as big-endian uint64 words (numpy's lexsort, a pass per word that
+# varies); longer ones by Arrow's comparison sort.
+WORD_SORT_MAX_BYTES = 64
+# Keys whose sorted runs are this long on average go to Arrow's sort instead (see below).
+PRESORTED_RUN = 16
+
+
 def _bytewise_order(keys: pa.Array) -> pa.Array:
-    """Indices that sort the keys the way RocksDB's BytewiseComparator does."""
-    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False)
-    if len(keys) and (lengths == lengths[0]).all():
-        # Equal-length keys: numpy's fixed-width byte strings sort bytewise, much faster.
-        start = keys.offset
-        offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[start : start + len(keys) + 1]
-        data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
-        fixed = data.view(f"S{int(lengths[0])}") if lengths[0] else np.zeros(len(keys), "S1")
-        return pa.array(np.argsort(fixed, kind="stable"))
-    return pc.sort_indices(keys)
+    """Indices that sort the keys (large_binary) the way RocksDB's BytewiseComparator does.
+
+    Short keys (every real key: the encoding byte, a column family id, an UnsafeRow) sort as
+    tuples of big-endian uint64 words, zero-padded, then their length: zero padding keeps
+    bytewise order except between a key and itself extended by zero bytes, where the shorter
+    one comes first, as the length settles. Words equal in every key cost no pass. Several
+    times faster than Arrow's sort of variable-length binaries."""
+    n = len(keys)
+    if n < 2:
+        return pa.array(np.arange(n, dtype=np.int64))
+    offsets = np.frombuffer(keys.buffers()[1], dtype=np.int64)[keys.offset : keys.offset + n + 1]
+    lengths = np.diff(offsets)
+    longest = int(lengths.max())
+    if longest == 0:  # every key empty
+        return pa.array(np.arange(n, dtype=np.int64))
+    if longest > WORD_SORT_MAX_BYTES:
+        return pc.sort_indices(keys)
+    # Keys mostly in sorted runs already (a RocksDB source's partitions, savepoints written in
+    # key order) are what Arrow's adaptive merge sort does fastest; one comparison pass tells.
+    descents = pc.sum(pc.less(keys.slice(1), keys.slice(0, n - 1))).as_py() or 0
+    if descents * PRESORTED_RUN < n:
+        return pc.sort_indices(keys)
+    words = (longest + 7) // 8
+    # The data padded with zeros, so that every key's last word can be read whole.
+    data = np.zeros(int(offsets[-1] - offsets[0]) + 8 * words, dtype=np.uint8)
+    data[: len(data) - 8 * words] = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[
+        offsets[0] : offsets[-1]
+    ]
+    windows = np.lib.stride_tricks.sliding_window_view(data, 8)
+    starts = offsets[:-1] - offsets[0]
+    columns: list[np.ndarray] = []
+    for w in range(words):
+        word = windows[starts + 8 * w].view(">u8").reshape(-1).astype(np.uint64)
+        # Bytes past a key's end belong to the next key: zero them.
+        valid = np.clip(lengths - 8 * w, 0, 8).astype(np.uint64)
+        shift = np.minimum(np.uint64(8) * (np.uint64(8) - valid), np.uint64(63))
+        word &= np.where(valid == 0, np.uint64(0), ~np.uint64(0) << shift)
+        if (word != word[0]).any():
+            columns.append(word)
+    if (lengths != lengths[0]).any():
+        columns.append(lengths)  # after every word: a tie means one key is a zero-padded prefix
+    if not columns:  # every key equal (callers have unique keys; kept correct anyway)
+        return pa.array(np.arange(n, dtype=np.int64))
+    # Least significant column first, each a stable sort of the order so far (numpy's stable
+    # sort of integers is adaptive: input in long sorted runs, as savepoints often are, is fast).
+    order = np.argsort(columns[-1], kind="stable")
+    for column in columns[-2::-1]:
+        order = order[np.argsort(column[order], kind="stable")]
+    return pa.array(order)
 
 
 def _rocksdb_options() -> Any:
