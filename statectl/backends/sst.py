@@ -60,11 +60,6 @@ _COMPRESSION_OPTIONS = (
 )
 
 
-def _mask(crc: int) -> int:
-    """RocksDB's crc32c::Mask: a CRC stored beside the data it covers is rotated and offset."""
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
 def _varint(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
@@ -80,7 +75,10 @@ _SIZES = [_varint(n) for n in range(1 << 14)]  # the raw-size prefix of a compre
 def _varint_sizes(n: np.ndarray) -> np.ndarray:
     """Bytes of each number's varint (up to 64 bits)."""
     size = np.ones(len(n), dtype=np.int64)
+    top = int(n.max(initial=0))
     for bits in range(7, 64, 7):
+        if top < (1 << bits):  # lengths are small: usually one or two passes
+            break
         size += n >= (1 << bits)
     return size
 
@@ -121,9 +119,9 @@ def _entries(keys: pa.Array, values: pa.Array, key_suffix: bytes) -> pa.Array:
     """Every row's block entry (shared 0, lengths, key + ``key_suffix``, value), one array
     whose data buffer is the entries back to back."""
     key_len = _lengths(keys) + len(key_suffix)
-    header = _varints([np.zeros(len(keys), dtype=np.int64), key_len, _lengths(values)])
-    parts = [header, keys, pa.scalar(key_suffix, pa.large_binary()), values]
-    return pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+    lengths = _varints([key_len, _lengths(values)])
+    shared, suffix, none = (pa.scalar(b, pa.large_binary()) for b in (b"\0", key_suffix, b""))
+    return pc.binary_join_element_wise(shared, lengths, keys, suffix, values, none)
 
 
 def _blocks(entries: pa.Array, bounds: np.ndarray, interval: int) -> pa.Array:
@@ -191,7 +189,9 @@ class SstWriter:
             if body is None:
                 body = bytes(view)  # google_crc32c takes bytes, not a memoryview
             out.append(body)
-            out.append(struct.pack("<BI", kind, _mask(extend(crc32c(body), _KINDS[kind]))))
+            crc = extend(crc32c(body), _KINDS[kind])
+            masked = ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+            out.append(struct.pack("<BI", kind, masked))  # crc32c::Mask, inlined: per block
             sizes.append(len(body))
         self.out.write(b"".join(out))
         handles = np.empty((len(sizes), 2), dtype=np.int64)
