@@ -64,6 +64,22 @@ def test_one_entry(tmp_path):
     _check(tmp_path, {b"\x00k": b"\x00v"}).close()
 
 
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [[b"b", b"a"]],  # out of order within a batch
+        [[b"a", b"a"]],  # a duplicate
+        [[b"a", b"c"], [b"b"]],  # out of order across batches
+        [[b"a"], [b"a"]],  # a duplicate across batches
+        [[b"\x7f"], [b"\x01\xff"]],  # unsigned: 0x01ff sorts before 0x7f
+    ],
+)
+def test_keys_out_of_order_are_refused(tmp_path, batches):
+    """As RocksDB's SstFileWriter: an SST with unsorted keys would read back wrong."""
+    with pytest.raises(ValueError, match="strictly increasing"):
+        _write(str(tmp_path / "x.sst"), [(keys, [b"v"] * len(keys)) for keys in batches])
+
+
 def test_edge_case_entries(tmp_path):
     """Empty keys and values, 0xff bytes (bytewise order, not signed), keys longer than a
     block, values needing 3-byte varints, incompressible blocks (stored raw)."""

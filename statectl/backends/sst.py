@@ -163,6 +163,7 @@ class SstWriter:
         self.raw_key_size = self.raw_value_size = 0
         self.index_keys: list[pa.Array] = []  # each data block's last user key
         self.index_handles: list[np.ndarray] = []  # (offset, size) rows per data block
+        self.last_key: bytes | None = None
 
     def _write_blocks(self, bodies: pa.Array, compress: bool = True) -> np.ndarray:
         """The blocks, each with its trailer; returns their BlockHandles (offset, size
@@ -210,6 +211,14 @@ class SstWriter:
         n = len(keys)
         if not n:
             return
+        # SstFileWriter refuses keys out of order; so does this writer, with one vectorized
+        # comparison: an SST with unsorted keys would read back wrong, silently.
+        first = keys[0].as_py()
+        if (self.last_key is not None and first <= self.last_key) or (
+            n > 1 and pc.any(pc.less_equal(keys.slice(1), keys.slice(0, n - 1))).as_py()
+        ):
+            raise ValueError("SST keys must be added in strictly increasing bytewise order")
+        self.last_key = keys[n - 1].as_py()
         entries = _entries(keys, values, VALUE_TRAILER)
         starts = _offsets(entries)
         base = int(starts[0])
