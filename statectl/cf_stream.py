@@ -48,7 +48,7 @@ class EncodedRuns:
     num_keys: int
     num_internal_keys: int
 
-    def pairs(self) -> Iterator[tuple[bytes, bytes]]:
+    def batches(self) -> Iterator[tuple[pa.Array, pa.Array]]:
         return merge_runs(self.runs)
 
 

@@ -21,7 +21,6 @@ object stores (concurrent transfers; s3fs and fork do not mix).
 from __future__ import annotations
 
 import contextlib
-import heapq
 import os
 import posixpath
 import re
@@ -34,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statectl.backends.writers import (
     EMPTY_RECORDS,
@@ -242,7 +242,7 @@ class StoreFormat:
                 None,
                 None,
                 unique_id=uid,
-                pairs=merge_runs(runs),
+                batches=merge_runs(runs),
                 num_keys=sum(_rows(r) for r in runs),
             )
             return uid
@@ -379,17 +379,44 @@ def sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
     return runs
 
 
-def _run_pairs(path: str) -> Iterator[tuple[bytes, bytes]]:
+def _run_batches(path: str) -> Iterator[tuple[pa.Array, pa.Array]]:
     with pa.OSFile(path, "rb") as f:
         for batch in pa.ipc.open_stream(f):
-            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+            if batch.num_rows:
+                yield batch.column(0), batch.column(1)
 
 
-def merge_runs(runs: list[str]) -> Iterator[tuple[bytes, bytes]]:
-    """A k-way merge of sorted runs (keys are unique within a store)."""
+def merge_runs(runs: list[str]) -> Iterator[tuple[pa.Array, pa.Array]]:
+    """A k-way merge of sorted runs (keys are unique within a store), a batch at a time: the
+    rows of every run's current batch up to the smallest of their last keys are exactly the
+    rows left at or below it (runs are sorted), so they are sorted together and yielded; the
+    run that held that key moves to its next batch. Vectorized: no Python object per row."""
     if len(runs) == 1:
-        return _run_pairs(runs[0])
-    return heapq.merge(*(_run_pairs(r) for r in runs), key=lambda kv: kv[0])
+        yield from _run_batches(runs[0])
+        return
+    streams = [_run_batches(r) for r in runs]
+    heads: dict[int, tuple[pa.Array, pa.Array]] = {}
+    for i, stream in enumerate(streams):
+        first = next(stream, None)
+        if first is not None:
+            heads[i] = first
+    while heads:
+        bound = min(keys[-1].as_py() for keys, _ in heads.values())
+        limit = pa.scalar(bound, pa.large_binary())
+        taken_keys, taken_values = [], []
+        for i, (keys, values) in list(heads.items()):
+            take = pc.sum(pc.less_equal(keys, limit)).as_py() or 0
+            taken_keys.append(keys.slice(0, take))
+            taken_values.append(values.slice(0, take))
+            if take < len(keys):
+                heads[i] = keys.slice(take), values.slice(take)
+            elif (following := next(streams[i], None)) is not None:
+                heads[i] = following
+            else:
+                del heads[i]
+        keys, values = pa.concat_arrays(taken_keys), pa.concat_arrays(taken_values)
+        order = _bytewise_order(keys)
+        yield keys.take(order), values.take(order)
 
 
 class SpillWriters:

@@ -1348,7 +1348,7 @@ def _write_cf_files(
                 column_families=cf_ids,
                 num_internal_keys=encoded.num_internal_keys,
                 unique_id=unique_id,
-                pairs=encoded.pairs(),
+                batches=encoded.batches(),
                 num_keys=encoded.num_keys,
             )
             continue
