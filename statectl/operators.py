@@ -191,6 +191,10 @@ JOIN_V4 = OperatorKind(
     partition_key=join_key,
     fixed_format=4,
 )
+# A stream-stream join at any state format statectl models: savepoints hold each as format 2's
+# four stores, which restore writes at any of 2, 3, 4. Spark 3.5's joins (no operator name)
+# are known by those stores, so a join is a kind, never a name check.
+JOIN_KINDS = (JOIN_V2, JOIN_V3, JOIN_V4)
 TRANSFORM_WITH_STATE = OperatorKind("transformWithState", "column-families")
 
 SESSION_WINDOW = OperatorKind(

@@ -70,7 +70,7 @@ from statectl.evolution import (
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.operators import AGGREGATION, SESSION_WINDOW, OperatorKind
+from statectl.operators import AGGREGATION, JOIN_KINDS, SESSION_WINDOW, OperatorKind
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -889,9 +889,7 @@ def _plan_join_format(plan: RestorePlan, m: Any, requested: int | None) -> None:
     joins = [
         op
         for op in m.operators
-        if op.uid in plan.restored
-        and op.name == join_state.NAME
-        and any(t.kind == "join-store" for t in op.tables)
+        if op.uid in plan.restored and not op.column_families and op.kind in JOIN_KINDS
     ]
     if requested is not None and requested not in (2, 3, 4):
         raise StatectlError(f"--join-state-format must be 2, 3 or 4, not {requested}")
@@ -930,6 +928,11 @@ def _plan_join_format(plan: RestorePlan, m: Any, requested: int | None) -> None:
             )
             target = 2
     plan.join_state_format = target
+    if target == 4 and m.pinned_confs.get(MERGE_OPERATOR_CONF) != "2":
+        plan.conversions.append(
+            "RocksDB merge operator version 1 -> 2: Spark runs join state format 4 only with "
+            "version 2, and reads a checkpoint that pins none as version 1"
+        )
     for op in joins:
         src = sources[op.uid]
         if src == target:
@@ -1066,21 +1069,29 @@ def _evolved_rows(evolutions: dict[str, TableEvolution], table: Any, rows: pa.Ta
 
 
 def _evolved_encode(
-    evolutions: dict[str, TableEvolution],
     backend: str,
+    schemas: dict[str, tuple[str, str]],
     kind: OperatorKind,
     key: pa.StructArray,
     value: pa.StructArray,
     table: Any,
 ) -> tuple[pa.Array, pa.Array]:
-    """Encoded with the query's schemas (the rows were converted by :func:`_evolved_rows`)."""
-    key_schema, value_schema = _evolved_schemas(evolutions, table)
+    """Encoded with the schemas :func:`target_schemas` chose (the rows were converted by
+    :func:`_evolved_rows`). Plain data, no plan: the Spark engine ships it to executors."""
+    key_schema, value_schema = schemas[table.name]
     table = dataclasses.replace(table, key_schema=key_schema, value_schema=value_schema)
     return _encode_store(backend, kind, key, value, table)
 
 
-def _evolved_schemas(evolutions: dict[str, TableEvolution], table: Any) -> tuple[str, str]:
-    evo = evolutions.get(table.name)
+def target_schemas(plan: RestorePlan, uid: str, table: Any) -> tuple[str, str]:
+    """The key and value schemas a restored store (a join's at any state format) is written
+    with: the query's wherever the plan has them, evolved or the same bytes under other names
+    or nullability (which Spark's schema check may refuse as stored), else the savepoint's.
+    The one owner: the schema files, the column families and the encoders all ask here."""
+    planned = plan.query_schemas.get(uid, {}).get(table.name)
+    if planned is not None:
+        return planned
+    evo = plan.evolutions.get(uid, {}).get(table.name)
     key = evo.key.new_schema if evo and evo.key else table.key_schema
     value = evo.value.new_schema if evo and evo.value else table.value_schema
     return key, value
@@ -1103,7 +1114,7 @@ def _write_operator(
 ) -> dict[str, int]:
     if op.column_families:
         return _write_cf_operator(sp, op, new_id, plan, io, root)
-    if op.name == join_state.NAME and plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
+    if op.kind in JOIN_KINDS and plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
         return _write_join_families(sp, op, new_id, plan, io, root)
     kind = op.kind
     rows_written = {}
@@ -1125,7 +1136,12 @@ def _write_operator(
         io,
         store_dir,
         plan.engine or Engine.of(),
-        encoder=functools.partial(_evolved_encode, evolutions, plan.backend, kind),
+        encoder=functools.partial(
+            _evolved_encode,
+            plan.backend,
+            {t.name: target_schemas(plan, op.uid, t) for t in op.tables},
+            kind,
+        ),
         # Spark runs a single-partition operator in one task and never creates the others.
         only=[0] if kind.single_partition else None,
         convert=functools.partial(_evolved_rows, evolutions) if evolutions else None,
@@ -1133,11 +1149,7 @@ def _write_operator(
     for table, ids in zip(op.tables, built, strict=True):
         for p, unique_id in ids:
             _record_unique_id(plan, new_id, p, unique_id)
-        # The query's schemas where it has them: evolved, or the same bytes under other
-        # names or nullability (which Spark's schema check may refuse as stored).
-        key_schema, value_schema = plan.query_schemas.get(op.uid, {}).get(
-            table.name, _evolved_schemas(evolutions, table)
-        )
+        key_schema, value_schema = target_schemas(plan, op.uid, table)
         io.write_atomic(
             posixpath.join(store_dir(table.name, 0), "_metadata", "schema"),
             write_schema_file_v2(key_schema, value_schema),
@@ -1220,7 +1232,23 @@ class _TwsPartitionEncoder:
         return TableEncoder(self.families, self.cf_ids, self.time_mode, self.delimiter, self.avro)
 
 
+def merge_operator_version(plan: RestorePlan, pinned: dict[str, str]) -> str | None:
+    """The RocksDB merge operator version the restored checkpoint pins, which decides how every
+    list value is written (``,``-joined at 1, plain at 2): the savepoint's, or 2 where a join
+    is written at state format 4. Spark 4.3 refuses format 4 with version 1
+    (``STREAM_STREAM_JOIN_INCOMPATIBLE_STATE_STORE_CONFIGS``), and reads a checkpoint that
+    pins no version as 1 (``OffsetSeqMetadata.relevantSQLConfDefaultValues``, javap)."""
+    if plan.join_state_format == 4:
+        return "2"
+    return pinned.get(MERGE_OPERATOR_CONF)
+
+
+def _merge_delimiter(plan: RestorePlan, sp: Savepoint) -> bytes:
+    return b"" if merge_operator_version(plan, sp.metadata.pinned_confs) == "2" else b","
+
+
 def _tws_partition_encoder(
+    plan: RestorePlan,
     sp: Savepoint,
     properties: dict[str, Any],
     families: list[ColumnFamilySchema],
@@ -1233,7 +1261,7 @@ def _tws_partition_encoder(
         cf_ids,
         kinds,
         properties.get("timeMode", ""),
-        b"" if confs.get(MERGE_OPERATOR_CONF) == "2" else b",",
+        _merge_delimiter(plan, sp),
         confs.get(ENCODING_CONF) == "avro",
     )
 
@@ -1254,7 +1282,7 @@ def _write_cf_state(
     chunk at a time through sorted runs on disk (statectl/cf_stream.py); the Spark engine hands
     each partition over whole."""
     cf_ids = assign_cf_ids(families)
-    encode = _tws_partition_encoder(sp, op.properties, families, cf_ids, kinds)
+    encode = _tws_partition_encoder(plan, sp, op.properties, families, cf_ids, kinds)
     engine = plan.engine or Engine.of()
     place = op.kind.partitions_of
     internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
@@ -1286,10 +1314,10 @@ def _write_join_families(
     evolutions = plan.evolutions.get(op.uid, {})
     convert = functools.partial(_evolved_rows, evolutions) if evolutions else None
     families = join_state.families_for(
-        fmt, {t.name: _evolved_schemas(evolutions, t) for t in op.tables}
+        fmt, {t.name: target_schemas(plan, op.uid, t) for t in op.tables}
     )
     cf_ids = assign_cf_ids(families)
-    delimiter = b"" if sp.metadata.pinned_confs.get(MERGE_OPERATOR_CONF) == "2" else b","
+    delimiter = _merge_delimiter(plan, sp)
     engine = plan.engine or Engine.of()
     place = op.kind.partitions_of
     encode = functools.partial(
@@ -1309,7 +1337,10 @@ def _write_join_families(
                 yield p, encode_join_spilled(fmt, spilled, encode, scratch, engine.per_task)
 
     properties = {"useVirtualColumnFamilies": True}
-    _write_cf_files(new_id, op.name, properties, families, cf_ids, entries(), plan, io, root)
+    # Spark 3.5's joins carry no operator name; Spark reads column families by this one.
+    _write_cf_files(
+        new_id, join_state.NAME, properties, families, cf_ids, entries(), plan, io, root
+    )
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
@@ -1420,7 +1451,7 @@ def _write_empty_operator(
             for d in op.schemas
         ]
         cf_ids = assign_cf_ids(families)
-        encode = _tws_partition_encoder(sp, op.properties, families, cf_ids, {})
+        encode = _tws_partition_encoder(plan, sp, op.properties, families, cf_ids, {})
         empty = ((p, encode({})) for p in range(plan.partitions))
         _write_cf_files(
             op.operator_id, op.name, op.properties, families, cf_ids, empty, plan, io, root
@@ -1579,6 +1610,8 @@ def _write_canonical(plan: RestorePlan) -> None:
     confs[PARTITIONS_CONF] = str(plan.partitions)
     if plan.join_state_format is not None:  # Spark reads the joins at the pinned format
         confs[join_state.FORMAT_CONF] = str(plan.join_state_format)
+    if (merge := merge_operator_version(plan, m.pinned_confs)) is not None:
+        confs[MERGE_OPERATOR_CONF] = merge
     # statectl writes plain rows; the restarted query keeps writing them.
     if confs.get(ROW_CHECKSUM_CONF) == "true":
         confs[ROW_CHECKSUM_CONF] = "false"

@@ -190,7 +190,7 @@ def _merge_lists(
     offs = np.frombuffer(pieces.buffers()[1], dtype=np.int64)[: len(pieces) + 1]
     buf = buf[offs[0] : offs[-1]]
     offs = offs - offs[0]
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    starts = np.cumsum(counts) - counts  # (empty when there are no elements)
     # Drop the leading delimiter of each group's first element.
     keep = np.ones(len(buf), dtype=bool)
     d = len(delimiter)

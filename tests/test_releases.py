@@ -390,3 +390,31 @@ def test_each_line_writes_the_kinds_it_supports_and_says_why_not():
             assert name not in want and prefix + name not in names and why
     assert "join3-rocksdb" in generate.RELEASE_REFUSES["4.0"]
     assert "join4-rocksdb" in generate.RELEASE_REFUSES["4.1"]
+
+
+@pytest.mark.spark
+def test_spark35_left_semi_join_continues_on_spark43_at_join_format_4(
+    spark, tmp_path, tmp_path_factory
+):
+    """Spark 3.5's left semi join (no operator name; stored non-nullable, planned nullable by
+    4.3, see ``SPARK43_REFUSES``) restored with ``--query`` at join state format 4 continues
+    on 4.3: the column families take 4.3's schema, the operator gets its name, and the
+    checkpoint pins merge operator 2 (4.3 refuses format 4 with the 1 it assumes when none is
+    pinned)."""
+    fx = next(f for f in RELEASE_FIXTURES if f["name"] == "spark35-join-leftsemi-hdfs")
+    url, meta = take_savepoint(str(FIXTURES / fx["name"]), str(tmp_path / "sp"))
+    ckpt = tmp_path / "ck"
+    with _recorded_dir(_recorded_input(meta)):
+        plan = restore(
+            url,
+            str(ckpt),
+            backend="rocksdb",
+            partitions=3,
+            join_state_format=4,
+            **_query(fx, meta, tmp_path, spark),
+        )
+    assert not plan.problems, plan.problems
+    confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    continued = continue_restored(spark, fx, meta, ckpt, {**confs, CHECKSUM_CONF: "true"})
+    rows = sorted((r for part in continued.values() for r in part), key=repr)
+    assert rows and rows == uninterrupted(spark, tmp_path_factory, fx)
