@@ -32,6 +32,13 @@ def load_manifest(include_pending: bool = False) -> list[dict[str, Any]]:
     return [f for f in fixtures if include_pending or not f.get("pending")]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long tests (marked ``slow``: memory budgets, the base-dependency venv) first, so the
+    two xdist workers start them early and the short ones fill in around them, instead of one
+    worker finishing them alone at the end (the suite's last minutes were that tail)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] SparkSession shared by every Spark test (JVM start is ~10 s)."""
