@@ -147,6 +147,40 @@ def _resolve(given: dict[str, str], new: list[PlannedSource]) -> tuple[dict[int,
     return out, problems
 
 
+def _file_offset_refused(where: str, description: str, keeps: str) -> str:
+    """``--source-offsets`` for a file source: its position is its seen-files log."""
+    return (
+        f"--source-offsets {where}: {description} is a file source, whose position is its "
+        f"seen-files log, not an offset; {keeps} or starts from its files ({where}=-)"
+    )
+
+
+def _unparsable(where: str, text: str, s: PlannedSource | None) -> str | None:
+    """Why the query's source ``s`` cannot read ``--source-offsets where=text``, if it can say."""
+    err = s.parse_offset(text) if s is not None and s.parse_offset is not None else None
+    if not err:
+        return None
+    return f"--source-offsets {where}={text}: {s.description} cannot parse this offset: {err}"
+
+
+def _dropped(o: _Old, label: str | int, allow: bool, hint: str = "") -> tuple[dict, str | None]:
+    """A savepoint source the query does not continue: its report entry, and the problem
+    unless ``-n`` allows dropping it."""
+    entry = {
+        "index": None,
+        "savepoint_index": label,
+        "description": o.describe(),
+        "position": "dropped",
+        "offset": o.offset,
+    }
+    if allow:
+        return entry, None
+    return entry, (
+        f"source {label!r} of the savepoint ({o.describe()}, offset {o.offset}) is not in the "
+        f"query; pass -n (--allow-non-restored-state) to drop its position{hint}"
+    )
+
+
 def plan_positions(
     m: Any,
     new: list[PlannedSource] | None,
@@ -197,19 +231,16 @@ def plan_positions(
                 if replaced is not None:
                     used.add(replaced.key)  # refused here; not "dropped" as well
                 problems.append(
-                    f"--source-offsets {s.index}: {s.description} is a file source, whose "
-                    "position is its seen-files log, not an offset; it keeps the log of the "
-                    f"savepoint's source of the same directory or starts from its files "
-                    f"({s.index}=-)"
+                    _file_offset_refused(
+                        str(s.index),
+                        s.description,
+                        "it keeps the log of the savepoint's source of the same directory",
+                    )
                 )
                 continue
             else:
-                err = s.parse_offset(text) if s.parse_offset is not None else None
-                if err:
-                    problems.append(
-                        f"--source-offsets {s.index}={text}: {s.description} cannot parse this "
-                        f"offset: {err}"
-                    )
+                if (problem := _unparsable(str(s.index), text, s)) is not None:
+                    problems.append(problem)
                 entry.update(position="given", offset=text)
                 offsets[key] = previous[key] = text
             if entry["position"] == "new":
@@ -240,21 +271,14 @@ def plan_positions(
     for o in old:
         if o.key in used:
             continue
-        report.append(
-            {
-                "index": None,
-                "savepoint_index": int(o.key) if o.key.isdigit() else o.key,
-                "description": o.describe(),
-                "position": "dropped",
-                "offset": o.offset,
-            }
+        entry, problem = _dropped(
+            o,
+            int(o.key) if o.key.isdigit() else o.key,
+            allow_non_restored,
+            ", or --source-offsets to hand it to a new source",
         )
-        if not allow_non_restored:
-            problems.append(
-                f"source {o.key} of the savepoint ({o.describe()}, offset {o.offset}) is not in "
-                "the query; pass -n (--allow-non-restored-state) to drop its position, or "
-                "--source-offsets to hand it to a new source"
-            )
+        report.append(entry)
+        problems += [problem] if problem else []
     return SourcePositions(offsets, previous, logs, report, problems)
 
 
@@ -352,16 +376,13 @@ def _named_positions(
             text = given[name]
             if s is not None and s.is_file and text != START:
                 problems.append(
-                    f"--source-offsets {name}: {description} is a file source, whose position "
-                    f"is its seen-files log, not an offset; it keeps the savepoint's log of "
-                    f"that name or starts from its files ({name}=-)"
+                    _file_offset_refused(
+                        name, description, "it keeps the savepoint's log of that name"
+                    )
                 )
                 continue
-            err = s.parse_offset(text) if s and s.parse_offset and text != START else None
-            if err:
-                problems.append(
-                    f"--source-offsets {name}={text}: {description} cannot parse this offset: {err}"
-                )
+            if text != START and (problem := _unparsable(name, text, s)) is not None:
+                problems.append(problem)
             entry.update(position="given", offset=None if text == START else text)
             if o is not None:
                 entry["replaces"] = o.describe()
@@ -389,20 +410,9 @@ def _named_positions(
     for o in old:
         if o.key in names:
             continue
-        report.append(
-            {
-                "index": None,
-                "savepoint_index": o.key,
-                "description": o.describe(),
-                "position": "dropped",
-                "offset": o.offset,
-            }
-        )
-        if not allow_non_restored:
-            problems.append(
-                f"source {o.key!r} of the savepoint ({o.describe()}, offset {o.offset}) is not "
-                "in the query; pass -n (--allow-non-restored-state) to drop its position"
-            )
+        entry, problem = _dropped(o, o.key, allow_non_restored)
+        report.append(entry)
+        problems += [problem] if problem else []
     return SourcePositions(offsets, previous, logs, report, problems)
 
 
