@@ -569,6 +569,8 @@ OUTER_CELLS = [
     ("full_outer", "hdfs", 2, "rocksdb", 4, 3, "migrate"),
     ("right_outer", "hdfs", 2, "rocksdb", None, 3, "restore"),
     ("right_outer", "rocksdb", 3, "rocksdb", 4, 2, "restore"),
+    # Format 2 on RocksDB (as fixture join-leftouter-rocksdb writes it).
+    ("left_outer", "rocksdb", 2, "hdfs", None, 3, "restore"),
 ]
 
 
