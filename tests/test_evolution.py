@@ -1554,3 +1554,170 @@ def test_transform_with_state_ttl_grouping_key_widens_and_continues(spark, tmp_p
     for g, c in last.items():
         mine = [e["id"] for e in events if e["v"] == g]
         assert c == len(mine) * 1_000_000 + len(mine) * 1000 + len(set(mine)), g
+
+
+TWS_TTL_VALUE_QUERIES = '''
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+INPUT = {input!r}
+HOUR = 3_600_000
+BRIEF = 1_000  # long expired when the restored query's first batch runs
+
+
+def schema(name, tagged):
+    fields = [StructField(name, LongType())]
+    return StructType(fields + [StructField("tag", StringType())] if tagged else fields)
+
+
+class Processor(StatefulProcessor):
+    """Value, list and map state with TTL (an hour), a value with a brief TTL and one
+    without TTL. ``TAGGED`` (the changed query): each of their structs gains a string tag,
+    which the restored values read as null and the changed query writes as "new"."""
+
+    TAGGED = False
+
+    def init(self, handle):
+        t = self.TAGGED
+        self.cnt = handle.getValueState("cnt", schema("c", t), ttlDurationMs=HOUR)
+        self.lst = handle.getListState("lst", schema("v", t), ttlDurationMs=HOUR)
+        self.mp = handle.getMapState(
+            "mp", StructType([StructField("ts", StringType())]), schema("v", t),
+            ttlDurationMs=HOUR,
+        )
+        self.brief = handle.getValueState("brief", schema("b", t), ttlDurationMs=BRIEF)
+        self.plain = handle.getValueState("plain", schema("n", t))
+
+    def _row(self, value):
+        return (value, "new") if self.TAGGED else (value,)
+
+    def _count(self, state, n):
+        old = state.get() if state.exists() else None
+        return (old[0] if old else 0) + n, (old[1] if self.TAGGED and old else None)
+
+    def handleInputRows(self, key, rows, timerValues):
+        pdf = pd.concat(list(rows))
+        c, tag = self._count(self.cnt, len(pdf))
+        pn, ptag = self._count(self.plain, len(pdf))
+        untagged = 1000 * sum(1 for e in self.lst.get() if len(e) == 1 or e[1] is None)
+        untagged += sum(1 for e in self.mp.values() if len(e) == 1 or e[1] is None)
+        brief = int(self.brief.exists())
+        for v, ts in zip(pdf["v"], pdf["ts"]):
+            self.lst.appendValue(self._row(int(v)))
+            self.mp.updateValue((str(ts),), self._row(int(v)))
+        self.cnt.update(self._row(c))
+        self.plain.update(self._row(pn))
+        self.brief.update(self._row(1))
+        yield pd.DataFrame({{
+            "k": [key[0]], "c": [c], "tag": [tag], "pn": [pn], "ptag": [ptag],
+            "untagged": [untagged], "brief": [brief],
+        }})
+
+    def close(self):
+        pass
+
+
+class Tagged(Processor):
+    TAGGED = True
+
+
+def build(processor):
+    def query(spark):
+        return (
+            spark.readStream.schema("id long, k string, v long, ts timestamp")
+            .json(INPUT)
+            .groupBy("k")
+            .transformWithStateInPandas(
+                processor(),
+                outputStructType=(
+                    "k string, c long, tag string, pn long, ptag string, untagged long, "
+                    "brief long"
+                ),
+                outputMode="Update", timeMode="ProcessingTime",
+            )
+        )
+
+    return query
+
+
+before, after = build(Processor), build(Tagged)
+'''
+
+
+def _ttl_value_reference(d, batch_ms: dict[int, int], before_ms: int) -> dict[int, list]:
+    """The changed query's output per continued batch (one input file each, 3 and 4), from
+    the input and the batch times alone: counts over every file; the tags the restored values
+    read (null) and the changed query wrote ("new"); the restored list elements and map
+    entries (untagged: an hour's TTL, none expired); the brief value live only before its
+    expiry, the batch time it was written + 1 s (Spark's StateTTL.isExpired: expired once the
+    batch time reaches it), the restored ones at their original expiry."""
+    restored = _rows(d, range(3))
+    written = {r["k"]: before_ms for r in restored}
+    out = {}
+    for batch, f in zip(sorted(batch_ms), (3, 4), strict=True):
+        now, rows = batch_ms[batch], []
+        for k in sorted({r["k"] for r in _rows(d, [f])}):
+            c = sum(1 for r in _rows(d, range(f + 1)) if r["k"] == k)
+            tag = "new" if any(r["k"] == k for r in _rows(d, range(3, f))) else None
+            mine = [r for r in restored if r["k"] == k]
+            untagged = 1000 * len(mine) + len({r["ts"] for r in mine})
+            brief = int(k in written and now < written[k] + 1_000)
+            rows.append((k, c, tag, c, tag, untagged, brief))
+            written[k] = now
+        out[batch] = rows
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("encoding", ["unsaferow", "avro"])
+def test_transform_with_state_ttl_value_gains_a_field_and_continues(spark, tmp_path, encoding):
+    """Value, list and map state with TTL, a brief TTL and no TTL gain a field: restored with
+    --query, every value keeps its meaning and its original expiry and reads the new field as
+    null, under either encoding (Avro: re-encoded in the query's schema)."""
+    d = tmp_path / "input"
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "tws_ttl_value_queries.py"
+    queries.write_text(TWS_TTL_VALUE_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    confs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    confs[ENCODING_CONF] = encoding
+    # ProcessingTime mode (TTL) never ends availableNow: trigger once reads the 3 files at once.
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=confs, once=True)
+    before_ms = Checkpoint.open(str(tmp_path / "ck1")).offsets(0).batch_timestamp_ms
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (uid,) = [op.uid for op in meta.operators]
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert sorted(plan.evolved) == [
+        f"uid {uid} state variable {var!r}: value field 1 (tag): added, starts null"
+        for var in sorted(("cnt", "lst", "mp", "brief", "plain"))
+    ]
+    assert meta.pinned_confs.get(ENCODING_CONF, "unsaferow") == encoding
+    # Spark's reader sees each restored value as the query keeps it: the tag null, the expiry
+    # the one Spark gave it in the first run (its batch time + the TTL).
+    counts: dict[str, int] = {}
+    for r in _rows(d, range(3)):
+        counts[r["k"]] = counts.get(r["k"], 0) + 1
+    for var, ttl, value in (("cnt", 3_600_000, counts.get), ("brief", 1_000, lambda _k: 1)):
+        df = (
+            spark.read.format("statestore")
+            .option("operatorId", 0)
+            .option("stateVarName", var)
+            .load(str(tmp_path / "ck2"))
+        )
+        assert sorted(spark_rows(df.select("key.k", "value"))) == sorted(
+            (k, ((value(k), None), before_ms + ttl)) for k in counts
+        ), var
+    batches = {}
+    for f in (3, 4):
+        _write_in_order(d, f, 1)
+        batches |= run(
+            spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2", once=True
+        )
+    assert sorted(batches) == [meta.batch_id + 1, meta.batch_id + 2]
+    ck2 = Checkpoint.open(str(tmp_path / "ck2"))
+    batch_ms = {b: ck2.offsets(b).batch_timestamp_ms for b in batches}
+    assert batches == _ttl_value_reference(d, batch_ms, before_ms)
