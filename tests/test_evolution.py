@@ -1191,6 +1191,20 @@ def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path,
     (uid,) = [op.uid for op in meta.operators]
     assert meta.operators[0].partitions == 2  # restored to 3
     assert meta.pinned_confs.get(ENCODING_CONF, "unsaferow") == encoding
+    if encoding == "unsaferow":  # (the reason does not depend on the encoding)
+        refused = restore(
+            sp_url,
+            str(tmp_path / "ck-untimed"),
+            query=f"{queries}:untimed",
+            spark=spark,
+            partitions=3,
+            dry_run=True,
+        )
+        assert any(
+            "restore cannot evolve it: state variable 'cnt': value: the savepoint keeps it with "
+            "TTL (each value has its ttlExpirationMs), the query without" in p
+            for p in refused.problems
+        ), refused.problems
     plan = restore(
         sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
     )
@@ -1748,10 +1762,11 @@ class Processor(StatefulProcessor):
     which the restored values read as null and the changed query writes as "new"."""
 
     TAGGED = False
+    CNT_TTL = HOUR
 
     def init(self, handle):
         t = self.TAGGED
-        self.cnt = handle.getValueState("cnt", schema("c", t), ttlDurationMs=HOUR)
+        self.cnt = handle.getValueState("cnt", schema("c", t), ttlDurationMs=self.CNT_TTL)
         self.lst = handle.getListState("lst", schema("v", t), ttlDurationMs=HOUR)
         self.mp = handle.getMapState(
             "mp", StructType([StructField("ts", StringType())]), schema("v", t),
@@ -1793,6 +1808,10 @@ class Tagged(Processor):
     TAGGED = True
 
 
+class Untimed(Tagged):
+    CNT_TTL = None  # cnt's TTL dropped: refused
+
+
 def build(processor):
     def query(spark):
         return (
@@ -1812,7 +1831,7 @@ def build(processor):
     return query
 
 
-before, after = build(Processor), build(Tagged)
+before, after, untimed = build(Processor), build(Tagged), build(Untimed)
 '''
 
 
@@ -1867,6 +1886,20 @@ def test_transform_with_state_ttl_value_gains_a_field_and_continues(spark, tmp_p
         for var in sorted(("cnt", "lst", "mp", "brief", "plain"))
     ]
     assert meta.pinned_confs.get(ENCODING_CONF, "unsaferow") == encoding
+    if encoding == "unsaferow":  # (the reason does not depend on the encoding)
+        refused = restore(
+            sp_url,
+            str(tmp_path / "ck-untimed"),
+            query=f"{queries}:untimed",
+            spark=spark,
+            partitions=3,
+            dry_run=True,
+        )
+        assert any(
+            "restore cannot evolve it: state variable 'cnt': value: the savepoint keeps it with "
+            "TTL (each value has its ttlExpirationMs), the query without" in p
+            for p in refused.problems
+        ), refused.problems
     # Spark's reader sees each restored value as the query keeps it: the tag null, the expiry
     # the one Spark gave it in the first run (its batch time + the TTL).
     counts: dict[str, int] = {}
