@@ -10,7 +10,9 @@ more where the meaning is clear, and refuses (with the field) where it is not:
 - state structs (a transformWithState value, applyInPandasWithState's user state) that gain
   fields: matched by name when every stored name is still there in the same order (added
   fields anywhere start null), else by position with the added fields at the end; stored
-  names in another order are refused;
+  names in another order are refused. A TTL'd transformWithState value evolves inside Spark's
+  ``struct<value, ttlExpirationMs>`` wrapper, its expiry kept; UnsafeRow or Avro, the values
+  are re-encoded in the query's schema;
 - streaming aggregation values: the buffers are matched by the aggregate that owns them.
   Spark names a buffer after its aggregate function (``count``, ``sum``, ``max``, avg's
   ``sum, count``), so a query aggregate's buffer run (names and types, from the planned
@@ -343,7 +345,7 @@ def _struct(fields: list[dict]) -> str:
 
 
 def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
-    """A state struct (a transformWithState value, UnsafeRow encoding; the user state inside
+    """A state struct (a transformWithState value; the user state inside
     applyInPandasWithState's value) that gains fields. When every stored field's name is in the
     query's struct, in the same order, the stored fields are matched by name (widened or
     themselves grown) and the added ones, anywhere, start null; names that match in another
@@ -374,6 +376,58 @@ def added_fields(stored: str, new: str, part: str) -> tuple[PartEvolution | None
         notes.append(f"{part} field {j} ({f['name']}): added, starts null")
         sources[j] = Source(None)
     return PartEvolution(new, [s for s in sources if s is not None]), notes
+
+
+# Spark 4.3 wraps a TTL'd state variable's value (TransformWithStateKeyValueRowSchemaUtils.
+# getValueSchemaWithTTL): struct<value: <the user's struct>, ttlExpirationMs: long>.
+TTL_VALUE_FIELDS = ("value", "ttlExpirationMs")
+
+
+def ttl_value(stored: str, new: str, part: str) -> tuple[PartEvolution | None, list[str]]:
+    """A TTL'd state variable's value that gains fields: the user's struct inside Spark's TTL
+    wrapper evolves as :func:`added_fields` evolves it (the notes name its fields, as the
+    query's author sees them); ``ttlExpirationMs`` is kept as stored, so every restored value
+    keeps its original expiry. Refused when either side is not the wrapper."""
+    a, b = json.loads(stored), json.loads(new)
+    for side, schema in (("savepoint", a), ("query", b)):
+        if tuple(f["name"] for f in schema["fields"]) != TTL_VALUE_FIELDS:
+            raise Refused(
+                f"{part}: {simple_string(schema)} in the {side} is not Spark's TTL value "
+                "struct<value, ttlExpirationMs>"
+            )
+    expiry_a, expiry_b = a["fields"][1], b["fields"][1]
+    if difference(expiry_a["type"], expiry_b["type"]) is not None:
+        raise Refused(f"{part}: ttlExpirationMs changed type")
+    inner, notes = added_fields(
+        json.dumps(a["fields"][0]["type"]), json.dumps(b["fields"][0]["type"]), part
+    )
+    if inner is None:
+        return None, notes
+    return PartEvolution(new, [Source(0, nested=inner), Source(1)]), notes
+
+
+def state_variable_value(
+    stored: str, new: str, stored_ttl: bool, query_ttl: bool
+) -> tuple[PartEvolution | None, list[str]]:
+    """A transformWithState state variable's value (or list element, or map value) as the
+    query keeps it; ``stored_ttl``/``query_ttl``: whether the savepoint and the query keep it
+    with TTL (a ``$ttl_`` index). TTL added or dropped is refused: an added TTL has no expiry
+    for the restored values (Spark computes one only when a value is written), and a dropped
+    one would keep values past the expiry they were written with."""
+    if stored_ttl and not query_ttl:
+        raise Refused(
+            "value: the savepoint keeps it with TTL (each value has its ttlExpirationMs), the "
+            "query without: restore does not drop expiries, so the restored values would "
+            "outlive them"
+        )
+    if query_ttl and not stored_ttl:
+        raise Refused(
+            "value: the query adds TTL to it, and its restored values have no expiry to keep "
+            "(Spark sets ttlExpirationMs only when a value is written)"
+        )
+    if stored_ttl:
+        return ttl_value(stored, new, "value")
+    return added_fields(stored, new, "value")
 
 
 def _by_name(a: list[dict], b: list[dict], part: str) -> list[int] | None:

@@ -62,11 +62,11 @@ from statectl.evolution import (
     PartEvolution,
     Refused,
     TableEvolution,
-    added_fields,
     apply_transform,
     evolve_table,
     grouping_key,
     load_transform,
+    state_variable_value,
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
@@ -288,13 +288,11 @@ def _evolve_state_variables(
 ) -> list[str]:
     """transformWithState: the grouping key may be widened or renamed (every state variable,
     row counter, timer and TTL index re-keyed alike: :func:`statectl.evolution.grouping_key`),
-    with the UnsafeRow encoding; a state variable's value struct may gain fields (null), with
-    the UnsafeRow encoding and without TTL. Everything else stays as Spark's rule wants it."""
+    UnsafeRow or Avro; a state variable's value struct may gain fields (null), with or without
+    TTL (the expiry kept), UnsafeRow or Avro. Everything else stays as Spark's rule wants it."""
     if not op.column_families:
         return problems
-    sp = plan.sp
-    avro = sp is not None and sp.metadata.pinned_confs.get(ENCODING_CONF) == "avro"
-    ttl = any(cf["name"].startswith(TTL_INDEX) for cf in op.column_families)
+    stored_families = {cf["name"] for cf in op.column_families}
     schemas = {s.name: s for s in logical_stores(target)[1]}
     kinds = {t.name: t.kind for t in op.tables}
 
@@ -324,15 +322,17 @@ def _evolve_state_variables(
             return problems
         what = f"state variable {table.name!r}"
         try:
-            value, changes = added_fields(table.value_schema, desc.value_schema, "value")
+            # A TTL'd value evolves inside Spark's TTL wrapper, its expiry kept. UnsafeRow or
+            # Avro, the rows are re-encoded in the query's schema (the schema file says so),
+            # so Spark 4.3 finds its own schema and evolves nothing itself.
+            value, changes = state_variable_value(
+                table.value_schema,
+                desc.value_schema,
+                stored_ttl=TTL_INDEX + table.name in stored_families,
+                query_ttl=TTL_INDEX + table.name in schemas,
+            )
         except Refused as e:
             return refused(what, e)
-        if value is not None and (avro or ttl):
-            return [
-                f"{problems[0]}; restore evolves state variables only with the UnsafeRow "
-                f"encoding and without TTL ({where} {what})",
-                *problems[1:],
-            ]
         if value is not None or key is not None:
             evolutions[table.name] = TableEvolution(key=key, value=value)
         notes += [f"uid {uid} state variable {table.name!r}: {n}" for n in changes]

@@ -15,7 +15,9 @@ import time
 import pyarrow as pa
 import pytest
 
+from statectl.api import read_state
 from statectl.checkpoint.model import ENCODING_CONF, Checkpoint
+from statectl.codecs.avro import encode_avro_rows
 from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.evolution import (
@@ -28,6 +30,7 @@ from statectl.evolution import (
     apply_transform,
     evolve_table,
     grouping_key,
+    state_variable_value,
 )
 from statectl.join_state import FORMAT_CONF
 from statectl.operators import AGG_FORMAT_CONF
@@ -36,7 +39,7 @@ from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.spark_engine import SparkEngine
-from tests.conftest import FIXTURES, spark_rows
+from tests.conftest import FIXTURES, arrow_rows, spark_rows
 from tests.test_restore import (  # the continuation helpers
     PROVIDERS,
     assert_exactly_once,
@@ -45,6 +48,7 @@ from tests.test_restore import (  # the continuation helpers
     write_input,
 )
 from tests.test_restore_plan import cli
+from tests.test_tws_encode import _entries_by_family
 
 
 def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
@@ -491,6 +495,173 @@ def test_transform_with_state_key_evolution_is_planned_or_refused_with_the_reaso
     _, plan = _tws_plan(tmp_path / "ttl-narrowed", "tws-ttl-rocksdb", "long", "integer")
     narrowed = "grouping key field 0 (k): long in the savepoint, integer in the query"
     assert f"{narrowed}, which is not a widening" in plan.problems[0], plan.problems
+
+
+def _ttl_wrapped(inner: str) -> str:
+    """Spark's TTL'd value struct around ``inner``: struct<value, ttlExpirationMs>."""
+    fields = [("value", json.loads(inner)), ("ttlExpirationMs", "long")]
+    return json.dumps(
+        {
+            "type": "struct",
+            "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
+        }
+    )
+
+
+def test_a_ttl_value_gains_fields_inside_sparks_wrapper_and_keeps_its_expiry():
+    stored = _ttl_wrapped(struct(("c", "long"), ("s", "long")))
+    new = _ttl_wrapped(struct(("c", "long"), ("tag", "string"), ("s", "long")))
+    evo, notes = state_variable_value(stored, new, stored_ttl=True, query_ttl=True)
+    # The notes name the user's fields, as for a value without TTL.
+    assert notes == [
+        "value field 2 (s): stored field 1, matched by name",
+        "value field 1 (tag): added, starts null",
+    ]
+    user = pa.StructArray.from_arrays([pa.array([3, 4]), pa.array([30, None])], ["c", "s"])
+    rows = pa.StructArray.from_arrays(
+        [user, pa.array([1_000, 2_000])], ["value", "ttlExpirationMs"]
+    )
+    assert evo.convert(rows).to_pylist() == [
+        {"value": {"c": 3, "tag": None, "s": 30}, "ttlExpirationMs": 1_000},
+        {"value": {"c": 4, "tag": None, "s": None}, "ttlExpirationMs": 2_000},
+    ]
+    assert state_variable_value(stored, stored, stored_ttl=True, query_ttl=True) == (None, [])
+    plain = struct(("c", "long"), ("s", "long"))
+    with pytest.raises(
+        Refused, match=r"value: the savepoint keeps it with TTL .* the query without"
+    ):
+        state_variable_value(stored, plain, stored_ttl=True, query_ttl=False)
+    with pytest.raises(Refused, match=r"value: the query adds TTL to it, .* no expiry to keep"):
+        state_variable_value(plain, stored, stored_ttl=False, query_ttl=True)
+    reordered = _ttl_wrapped(struct(("s", "long"), ("c", "long"), ("tag", "string")))
+    with pytest.raises(Refused, match=r"value: the savepoint's fields \(c, s\) are in the query"):
+        state_variable_value(stored, reordered, stored_ttl=True, query_ttl=True)
+    with pytest.raises(Refused, match=r"struct<c:long,s:long> in the savepoint is not Spark's"):
+        state_variable_value(plain, new, stored_ttl=True, query_ttl=True)
+
+
+def _tagged(value_schema: str) -> str:
+    """A state variable's value schema with a string ``tag`` added to the user's struct
+    (inside Spark's TTL wrapper when it has one)."""
+    s = json.loads(value_schema)
+    ttl = [f["name"] for f in s["fields"]] == ["value", "ttlExpirationMs"]
+    inner = s["fields"][0]["type"] if ttl else s
+    inner["fields"].append({"name": "tag", "type": "string", "nullable": True, "metadata": {}})
+    return json.dumps(s)
+
+
+def _planned_values(fixture: str, values: dict[str, str | None]) -> PlannedQuery:
+    """The fixture's own operator as the planned query, the column families named in
+    ``values`` with that value schema (None: the query has no such family)."""
+    ck = Checkpoint.open(str(FIXTURES / fixture))
+    (qop,) = ck.operators(ck.latest_committed_batch)
+    qop.schemas = [
+        dataclasses.replace(s, value_schema=values.get(s.name) or s.value_schema)
+        for s in qop.schemas
+        if s.name not in values or values[s.name] is not None
+    ]
+    source = PlannedSource(0, "FileSource[in]", "/in")  # the fixture's one file source
+    return PlannedQuery("queries.py:after", "update", [qop], sources=[source])
+
+
+def _restored_values(url: str, uid: str, target, var: str) -> tuple[list, list]:
+    """A state variable's rows in the savepoint and in the restored target (statectl reads
+    both; Spark's own reading of an evolved restore is the continuation tests')."""
+    column = {"lst": "list_element", "mp": "user_map_value"}.get(var, "value")
+    rows = [
+        sorted(arrow_rows(read_state(src, op, state_var=var).drop_columns(["partition_id"])))
+        for src, op in ((url, uid), (str(target), 0))
+    ]
+    assert column in read_state(str(target), 0, state_var=var).schema.names
+    return rows[0], rows[1]
+
+
+@pytest.mark.parametrize("fixture", ["tws-ttl-rocksdb", "tws-avro-rocksdb"])
+def test_ttl_and_avro_values_gain_a_field_with_their_bytes_and_expiry_kept(tmp_path, fixture):
+    """Without a JVM: each value, list element and map value gains a null tag; every other
+    byte Spark wrote stays (the TTL indexes, so each value's expiry; Avro's schema id and
+    the stored fields' encoding, the null tag appended), and the schema file carries the
+    query's value schema under the stored schema id, so Spark evolves nothing itself."""
+    url, meta = take_savepoint(str(FIXTURES / fixture), str(tmp_path / "sp"))
+    (op,) = meta.operators
+    grown = {t.name: _tagged(t.value_schema) for t in op.tables if t.kind != "timers"}
+    n = op.partitions
+    plan = restore(
+        url, str(tmp_path / "evolved"), query=_planned_values(fixture, grown), partitions=n
+    )
+    assert not plan.problems, plan.problems
+    assert sorted(plan.evolved) == [
+        f"uid {op.uid} state variable {var!r}: value field 1 (tag): added, starts null"
+        for var in sorted(grown)
+    ]
+    assert not restore(url, str(tmp_path / "plain"), partitions=n).problems
+    evolved, plain = (
+        _entries_by_family(Checkpoint.open(str(tmp_path / name))) for name in ("evolved", "plain")
+    )
+
+    def others(entries: list[set]) -> list[set]:
+        return [{e for e in p if e[0] not in grown} for p in entries]
+
+    assert others(evolved) == others(plain)
+    kept = {e[0] for p in others(plain) for e in p}
+    assert kept >= (
+        {"$ttl_cnt", "$ttl_lst", "$min_lst", "$count_lst"}
+        if "ttl" in fixture
+        else {"$rowCounter_lst"}
+    )
+    if fixture == "tws-avro-rocksdb":
+        # A record is its fields' encodings in order: the stored ones, then the null tag.
+        tag = struct(("tag", "string"))
+        null_tag = encode_avro_rows(
+            pa.StructArray.from_arrays([pa.nulls(1, pa.string())], ["tag"]), tag
+        )[0].as_py()
+        for p_evolved, p_plain in zip(evolved, plain, strict=True):
+            for var in ("cnt", "mp"):
+                want = {(f, k, v + null_tag) for f, k, v in p_plain if f == var}
+                assert want and {e for e in p_evolved if e[0] == var} == want, var
+    for var in grown:
+        stored, restored = _restored_values(url, op.uid, tmp_path / "evolved", var)
+        ttl = "$ttl_" + var in {cf["name"] for cf in op.column_families}
+        tagged = [
+            (*r[:-1], ((r[-1][0] + (None,)), r[-1][1]) if ttl else r[-1] + (None,)) for r in stored
+        ]
+        assert restored == sorted(tagged), var
+    # The schema file: the query's value schemas, under the ids the values carry.
+    ck = Checkpoint.open(str(tmp_path / "evolved"))
+    (schemas,) = [o.schemas for o in ck.operators(ck.latest_committed_batch)]
+    for s in schemas:
+        if s.name in grown:
+            assert (s.value_schema, s.value_schema_id) == (grown[s.name], 0), s.name
+
+
+def test_ttl_added_or_dropped_by_the_query_is_refused_with_the_reason(tmp_path):
+    """A query that drops a variable's TTL would keep its values past their expiry; one
+    that adds TTL has no expiry for them: refused at plan time, the variable named, nothing
+    written."""
+    url, meta = take_savepoint(str(FIXTURES / "tws-ttl-rocksdb"), str(tmp_path / "sp"))
+    (op,) = meta.operators
+    cnt = next(t for t in op.tables if t.name == "cnt")
+    unwrapped = json.dumps(json.loads(cnt.value_schema)["fields"][0]["type"])
+    query = _planned_values("tws-ttl-rocksdb", {"cnt": unwrapped, "$ttl_cnt": None})
+    plan = restore(url, str(tmp_path / "dropped"), query=query, partitions=2)
+    assert len(plan.problems) == 1, plan.problems
+    assert (
+        "restore cannot evolve it: state variable 'cnt': value: the savepoint keeps it "
+        in (plan.problems[0])
+    )
+    assert not (tmp_path / "dropped").exists()
+    url, meta = take_savepoint(str(FIXTURES / "tws-rocksdb"), str(tmp_path / "sp-plain"))
+    cnt = next(t for t in meta.operators[0].tables if t.name == "cnt")
+    query = _planned_values("tws-rocksdb", {"cnt": _ttl_wrapped(cnt.value_schema)})
+    # The TTL index Spark would plan for it.
+    ck = Checkpoint.open(str(FIXTURES / "tws-ttl-rocksdb"))
+    (ttl_op,) = ck.operators(ck.latest_committed_batch)
+    query.operators[0].schemas.append(next(s for s in ttl_op.schemas if s.name == "$ttl_cnt"))
+    plan = restore(url, str(tmp_path / "added"), query=query, partitions=2)
+    assert any(
+        "state variable 'cnt': value: the query adds TTL to it" in p for p in plan.problems
+    ), plan.problems
+    assert not (tmp_path / "added").exists()
 
 
 def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
@@ -1554,3 +1725,201 @@ def test_transform_with_state_ttl_grouping_key_widens_and_continues(spark, tmp_p
     for g, c in last.items():
         mine = [e["id"] for e in events if e["v"] == g]
         assert c == len(mine) * 1_000_000 + len(mine) * 1000 + len(set(mine)), g
+
+
+TWS_TTL_VALUE_QUERIES = '''
+import pandas as pd
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+INPUT = {input!r}
+HOUR = 3_600_000
+BRIEF = 1_000  # long expired when the restored query's first batch runs
+
+
+def schema(name, tagged):
+    fields = [StructField(name, LongType())]
+    return StructType(fields + [StructField("tag", StringType())] if tagged else fields)
+
+
+class Processor(StatefulProcessor):
+    """Value, list and map state with TTL (an hour), a value with a brief TTL and one
+    without TTL. ``TAGGED`` (the changed query): each of their structs gains a string tag,
+    which the restored values read as null and the changed query writes as "new"."""
+
+    TAGGED = False
+    CNT_TTL = HOUR
+
+    def init(self, handle):
+        t = self.TAGGED
+        self.cnt = handle.getValueState("cnt", schema("c", t), ttlDurationMs=self.CNT_TTL)
+        self.lst = handle.getListState("lst", schema("v", t), ttlDurationMs=HOUR)
+        self.mp = handle.getMapState(
+            "mp", StructType([StructField("ts", StringType())]), schema("v", t),
+            ttlDurationMs=HOUR,
+        )
+        self.brief = handle.getValueState("brief", schema("b", t), ttlDurationMs=BRIEF)
+        self.plain = handle.getValueState("plain", schema("n", t))
+
+    def _row(self, value):
+        return (value, "new") if self.TAGGED else (value,)
+
+    def _count(self, state, n):
+        old = state.get() if state.exists() else None
+        return (old[0] if old else 0) + n, (old[1] if self.TAGGED and old else None)
+
+    def handleInputRows(self, key, rows, timerValues):
+        pdf = pd.concat(list(rows))
+        c, tag = self._count(self.cnt, len(pdf))
+        pn, ptag = self._count(self.plain, len(pdf))
+        untagged = 1000 * sum(1 for e in self.lst.get() if len(e) == 1 or e[1] is None)
+        untagged += sum(1 for e in self.mp.values() if len(e) == 1 or e[1] is None)
+        brief = int(self.brief.exists())
+        for v, ts in zip(pdf["v"], pdf["ts"]):
+            self.lst.appendValue(self._row(int(v)))
+            self.mp.updateValue((str(ts),), self._row(int(v)))
+        self.cnt.update(self._row(c))
+        self.plain.update(self._row(pn))
+        self.brief.update(self._row(1))
+        yield pd.DataFrame({{
+            "k": [key[0]], "c": [c], "tag": [tag], "pn": [pn], "ptag": [ptag],
+            "untagged": [untagged], "brief": [brief],
+        }})
+
+    def close(self):
+        pass
+
+
+class Tagged(Processor):
+    TAGGED = True
+
+
+class Untimed(Tagged):
+    CNT_TTL = None  # cnt's TTL dropped: refused
+
+
+def build(processor):
+    def query(spark):
+        return (
+            spark.readStream.schema("id long, k string, v long, ts timestamp")
+            .json(INPUT)
+            .groupBy("k")
+            .transformWithStateInPandas(
+                processor(),
+                outputStructType=(
+                    "k string, c long, tag string, pn long, ptag string, untagged long, "
+                    "brief long"
+                ),
+                outputMode="Update", timeMode="ProcessingTime",
+            )
+        )
+
+    return query
+
+
+before, after, untimed = build(Processor), build(Tagged), build(Untimed)
+'''
+
+
+def _ttl_value_reference(d, batch_ms: dict[int, int], before_ms: int) -> dict[int, list]:
+    """The changed query's output per continued batch (one input file each, 3 and 4), from
+    the input and the batch times alone: counts over every file; the tags the restored values
+    read (null) and the changed query wrote ("new"); the restored list elements and map
+    entries (untagged: an hour's TTL, none expired); the brief value live only before its
+    expiry, the batch time it was written + 1 s (Spark's StateTTL.isExpired: expired once the
+    batch time reaches it), the restored ones at their original expiry."""
+    restored = _rows(d, range(3))
+    written = {r["k"]: before_ms for r in restored}
+    out = {}
+    for batch, f in zip(sorted(batch_ms), (3, 4), strict=True):
+        now, rows = batch_ms[batch], []
+        for k in sorted({r["k"] for r in _rows(d, [f])}):
+            c = sum(1 for r in _rows(d, range(f + 1)) if r["k"] == k)
+            tag = "new" if any(r["k"] == k for r in _rows(d, range(3, f))) else None
+            mine = [r for r in restored if r["k"] == k]
+            untagged = 1000 * len(mine) + len({r["ts"] for r in mine})
+            brief = int(k in written and now < written[k] + 1_000)
+            rows.append((k, c, tag, c, tag, untagged, brief))
+            written[k] = now
+        out[batch] = rows
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("encoding", ["unsaferow", "avro"])
+def test_transform_with_state_ttl_value_gains_a_field_and_continues(spark, tmp_path, encoding):
+    """Value, list and map state with TTL, a brief TTL and no TTL gain a field: restored with
+    --query, every value keeps its meaning and its original expiry and reads the new field as
+    null, under either encoding (Avro: re-encoded in the query's schema)."""
+    d = tmp_path / "input"
+    _write_in_order(d, 0, 3, time.time() - 10)
+    queries = tmp_path / "tws_ttl_value_queries.py"
+    queries.write_text(TWS_TTL_VALUE_QUERIES.format(input=str(d)))
+    mod = _load(queries)
+    confs = {"spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]}
+    confs[ENCODING_CONF] = encoding
+    # ProcessingTime mode (TTL) never ends availableNow: trigger once reads the 3 files at once.
+    run(spark, lambda s, _d: (mod.before(s), "update"), d, tmp_path / "ck1", confs=confs, once=True)
+    before_ms = Checkpoint.open(str(tmp_path / "ck1")).offsets(0).batch_timestamp_ms
+    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    (uid,) = [op.uid for op in meta.operators]
+    plan = restore(
+        sp_url, str(tmp_path / "ck2"), query=f"{queries}:after", spark=spark, partitions=3
+    )
+    assert not plan.problems, plan.problems
+    assert sorted(plan.evolved) == [
+        f"uid {uid} state variable {var!r}: value field 1 (tag): added, starts null"
+        for var in sorted(("cnt", "lst", "mp", "brief", "plain"))
+    ]
+    assert meta.pinned_confs.get(ENCODING_CONF, "unsaferow") == encoding
+    if encoding == "unsaferow":  # (the reason does not depend on the encoding)
+        refused = restore(
+            sp_url,
+            str(tmp_path / "ck-untimed"),
+            query=f"{queries}:untimed",
+            spark=spark,
+            partitions=3,
+            dry_run=True,
+        )
+        assert any(
+            "restore cannot evolve it: state variable 'cnt': value: the savepoint keeps it with "
+            "TTL (each value has its ttlExpirationMs), the query without" in p
+            for p in refused.problems
+        ), refused.problems
+    else:  # The Spark engine converts the values before its shuffle: the same entries.
+        restore(
+            sp_url,
+            str(tmp_path / "ck-engine"),
+            query=f"{queries}:after",
+            spark=spark,
+            partitions=3,
+            engine=SparkEngine(spark),
+        )
+        assert _entries_by_family(Checkpoint.open(str(tmp_path / "ck-engine"))) == (
+            _entries_by_family(Checkpoint.open(str(tmp_path / "ck2")))
+        )
+    # Spark's reader sees each restored value as the query keeps it: the tag null, the expiry
+    # the one Spark gave it in the first run (its batch time + the TTL).
+    counts: dict[str, int] = {}
+    for r in _rows(d, range(3)):
+        counts[r["k"]] = counts.get(r["k"], 0) + 1
+    for var, ttl, value in (("cnt", 3_600_000, counts.get), ("brief", 1_000, lambda _k: 1)):
+        df = (
+            spark.read.format("statestore")
+            .option("operatorId", 0)
+            .option("stateVarName", var)
+            .load(str(tmp_path / "ck2"))
+        )
+        assert sorted(spark_rows(df.select("key.k", "value"))) == sorted(
+            (k, ((value(k), None), before_ms + ttl)) for k in counts
+        ), var
+    batches = {}
+    for f in (3, 4):
+        _write_in_order(d, f, 1)
+        batches |= run(
+            spark, lambda s, _d: (mod.after(s), "update"), d, tmp_path / "ck2", once=True
+        )
+    assert sorted(batches) == [meta.batch_id + 1, meta.batch_id + 2]
+    ck2 = Checkpoint.open(str(tmp_path / "ck2"))
+    batch_ms = {b: ck2.offsets(b).batch_timestamp_ms for b in batches}
+    assert batches == _ttl_value_reference(d, batch_ms, before_ms)
