@@ -18,6 +18,20 @@ FIXTURES = ROOT / "fixtures" / "checkpoints"
 MANIFEST = ROOT / "fixtures" / "manifest.json"
 
 
+# The file source of the query modules the Spark tests write (``{input!r}``: its directory,
+# filled by ``str.format``): one JSON file per micro-batch.
+QUERY_SOURCE = """INPUT = {input!r}
+
+
+def src(spark):
+    return (
+        spark.readStream.schema("id long, k string, v long, ts timestamp")
+        .option("maxFilesPerTrigger", 1)
+        .json(INPUT)
+    )
+"""
+
+
 def load_manifest(include_pending: bool = False) -> list[dict[str, Any]]:
     """The fixtures of fixtures/manifest.json.
 

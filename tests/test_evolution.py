@@ -39,7 +39,7 @@ from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.spark_engine import SparkEngine
-from tests.conftest import FIXTURES, arrow_rows, spark_rows
+from tests.conftest import FIXTURES, QUERY_SOURCE, arrow_rows, spark_rows
 from tests.test_restore import (  # the continuation helpers
     PROVIDERS,
     assert_exactly_once,
@@ -691,19 +691,13 @@ def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
         apply_transform(evo, "default", rows)
 
 
-EVOLVING_QUERIES = '''
+EVOLVING_QUERIES = (
+    """
 import pyspark.sql.functions as F
 
-INPUT = {input!r}
-
-
-def src(spark):
-    return (
-        spark.readStream.schema("id long, k string, v long, ts timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(INPUT)
-    )
-
+"""
+    + QUERY_SOURCE
+    + '''
 
 def before(spark):
     return src(spark).groupBy(F.col("id").cast("int").alias("id")).agg(
@@ -715,6 +709,7 @@ def after(spark):
     """sum removed, max added, the key widened from int to bigint."""
     return src(spark).groupBy("id").agg(F.max("v").alias("top"), F.count("*").alias("cnt"))
 '''
+)
 
 
 def _write_in_order(d, start: int, count: int, now: float | None = None) -> None:
@@ -884,20 +879,14 @@ def _reference(d):
     }
 
 
-TWS_QUERIES = '''
+TWS_QUERIES = (
+    """
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor
 
-INPUT = {input!r}
-
-
-def src(spark):
-    return (
-        spark.readStream.schema("id long, k string, v long, ts timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(INPUT)
-    )
-
+"""
+    + QUERY_SOURCE
+    + '''
 
 class Counter(StatefulProcessor):
     SCHEMA = "c long"
@@ -936,6 +925,7 @@ def after(spark):
     """The value state gains a field: old keys read it as null, then write "new"."""
     return build(spark, TaggedCounter)
 '''
+)
 
 
 @dataclasses.dataclass
@@ -1015,20 +1005,14 @@ def test_transform_with_state_value_gains_a_field_and_continues(spark, tmp_path)
     assert all(tag is None for k, (c, tag) in firsts.items() if k in old_keys)
 
 
-TWS_MID_QUERIES = '''
+TWS_MID_QUERIES = (
+    """
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor
 
-INPUT = {input!r}
-
-
-def src(spark):
-    return (
-        spark.readStream.schema("id long, k string, v long, ts timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(INPUT)
-    )
-
+"""
+    + QUERY_SOURCE
+    + '''
 
 class Totals(StatefulProcessor):
     def init(self, handle):
@@ -1072,6 +1056,7 @@ def after(spark):
     """The value state gains a field in the middle: (c, s) -> (c, tag, s)."""
     return build(spark, TaggedTotals)
 '''
+)
 
 
 @pytest.mark.spark
@@ -1097,22 +1082,16 @@ def test_transform_with_state_value_gains_a_middle_field_and_continues(spark, tm
     assert all(firsts[k] == "fresh" for k in firsts if k not in old_keys)
 
 
-TWS_KEY_QUERIES = '''
+TWS_KEY_QUERIES = (
+    """
 import pandas as pd
 import pyspark.sql.functions as F
 from pyspark.sql.streaming import StatefulProcessor
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-INPUT = {input!r}
-
-
-def src(spark):
-    return (
-        spark.readStream.schema("id long, k string, v long, ts timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(INPUT)
-    )
-
+"""
+    + QUERY_SOURCE
+    + '''
 
 class Processor(StatefulProcessor):
     """Value, list and map state and event-time timers (tests/test_restore.py's tws processor):
@@ -1171,6 +1150,7 @@ def after(spark):
     """The grouping key widened (int -> bigint) and renamed (g -> v)."""
     return build(src(spark), "v")
 '''
+)
 
 
 @pytest.mark.spark
@@ -1248,20 +1228,14 @@ def test_transform_with_state_grouping_key_widens_and_continues(spark, tmp_path,
     assert_exactly_once(first, continued, full)
 
 
-FMGWS_QUERIES = '''
+FMGWS_QUERIES = (
+    """
 import pandas as pd
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-INPUT = {input!r}
-
-
-def src(spark):
-    return (
-        spark.readStream.schema("id long, k string, v long, ts timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(INPUT)
-    )
-
+"""
+    + QUERY_SOURCE
+    + '''
 
 def out(key, n, tag, total):
     return pd.DataFrame({{"k": [key[0]], "n": [n], "tag": [tag], "total": [total]}})
@@ -1325,6 +1299,7 @@ def before_total(spark):
 def after_mid(spark):
     return build(spark, tagged_count_and_total, "n long, tag string, total long")
 '''
+)
 
 
 @pytest.mark.spark

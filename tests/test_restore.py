@@ -20,7 +20,7 @@ from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint, table_selection
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, arrow_rows, normalize, spark_rows
+from tests.conftest import FIXTURES, QUERY_SOURCE, arrow_rows, normalize, spark_rows
 
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
@@ -660,21 +660,15 @@ def test_spark_offline_repartition_runs_on_a_migrated_checkpoint(spark, tmp_path
     assert spark_rows(after.drop("partition_id")) == before
 
 
-CHANGED_QUERIES = '''
+CHANGED_QUERIES = (
+    """
 import pandas as pd
 import pyspark.sql.functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
-INPUT = {input!r}
-
-
-def src(spark):
-    return (
-        spark.readStream.schema("id long, k string, v long, ts timestamp")
-        .option("maxFilesPerTrigger", 1)
-        .json(INPUT)
-    )
-
+"""
+    + QUERY_SOURCE
+    + '''
 
 def before(spark):
     """Operators: 0 = count per k (stateStoreSave), 1 = dedupe on (id, k)."""
@@ -724,6 +718,7 @@ def retyped(spark):
     """The (id, k) dedupe with k cast to an int: its key schema is incompatible."""
     return src(spark).select("id", F.length("k").alias("k")).dropDuplicates(["id", "k"])
 '''
+)
 
 
 @pytest.mark.spark
