@@ -292,6 +292,12 @@ def spark_hash(columns: Columns, seed: int = SEED) -> np.ndarray:
 
 def partition_ids(keys: Columns, num_partitions: int) -> np.ndarray:
     """``pmod(hash(keys), n)``: the state partition Spark puts each key in (int32)."""
+    return pmod(spark_hash(keys), num_partitions)
+
+
+def pmod(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
+    """``pmod(hash, n)`` of :func:`spark_hash`'s values: one hash serves several partition
+    counts (a migrate checks the source's placement and computes the target's)."""
     if num_partitions <= 0:
         raise ValueError(f"number of partitions must be positive, got {num_partitions}")
-    return np.mod(spark_hash(keys).astype(np.int64), num_partitions).astype(np.int32)
+    return np.mod(hashes.astype(np.int64), num_partitions).astype(np.int32)
