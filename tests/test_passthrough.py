@@ -264,3 +264,23 @@ def test_version_bytes_are_added_removed_and_kept():
     other = pa.array([b"\x07\x01"], pa.large_binary())  # another version byte: statectl's
     assert pt.to_target(other, ROCKSDB, ROCKSDB).to_pylist() == [b"\x00\x01"]
     assert pt.to_target(rows.slice(1), HDFS, ROCKSDB).to_pylist() == [b"\x00", b"\x00\x03"]
+
+
+@pytest.mark.spark
+def test_passed_through_operators_continue_like_an_uninterrupted_run(spark, tmp_path):
+    """HDFS 2 -> RocksDB 3 through the pass-through (deduplication then aggregation, two
+    operators): the real query continues, and with the first run it emits what one
+    uninterrupted run emits. (Joins and every other kind: their targets are the savepoint
+    path's, byte for byte, above; that path's continuations are tests/test_restore.py's.)"""
+    from tests.test_restore import assert_exactly_once, run, write_input
+
+    d = tmp_path / "input"
+    write_input(d, 0, 3)
+    first = run(spark, "multi", d, tmp_path / "ck1", "hdfs")
+    plan, _ = migrate(str(tmp_path / "ck1"), str(tmp_path / "ck2"), backend=ROCKSDB, partitions=3)
+    assert len(plan.passthrough) == 2
+    write_input(d, 3, 2)
+    continued = run(spark, "multi", d, tmp_path / "ck2")
+    full = run(spark, "multi", d, tmp_path / "ck3", "hdfs")
+    assert any(continued.values())
+    assert_exactly_once(first, continued, full)
