@@ -55,6 +55,10 @@ from statectl.state import (
 from statectl.tws_encode import VERSION
 
 _SPILL_SCHEMA = pa.schema([("key", pa.large_binary()), ("value", pa.large_binary())])
+# The budget a source partition is read with: its chunks are a tenth of it. Larger chunks save
+# nothing (the work per entry is vectorized) but cost fresh pages for every chunk's arrays,
+# which the kernel faults in one by one (measured: 3x the system time at 290 MB chunks).
+READ_BUDGET = 256 << 20
 NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
 
 
@@ -160,7 +164,7 @@ class RawSpillTask:
                 self.partition,
                 self.batch,
                 enc,
-                self.budget,
+                min(self.budget, READ_BUDGET),
                 scratch,
             )
             for keys, values in entries:
