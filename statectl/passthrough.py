@@ -17,7 +17,6 @@ Avro encoding, row checksums, a join whose format changes, and any kind restore 
 from __future__ import annotations
 
 import os
-import posixpath
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -207,7 +206,7 @@ def restore_raw_stores(
     built = list(range(partitions)) if only is None else only
     target = HDFS if fmt.backend == HDFS else ROCKSDB
     with spill_dir() as directory:
-        dirs = [posixpath.join(directory, f"t{i:04d}") for i in range(len(op.store_names))]
+        dirs = [os.path.join(directory, f"t{i:04d}") for i in range(len(op.store_names))]
         jobs = [
             RawSpillTask(ckpt, op, s, p, batch, target, partitions, d, engine.per_task)
             for s, d in zip(op.store_names, dirs, strict=True)
