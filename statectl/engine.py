@@ -626,14 +626,38 @@ def restore_stores(
             threads=threads,
             convert=convert,
         )
-        jobs = [
-            BuildTask(d, len(t.files), p, fmt, io, store_dir(t.name, p), engine.per_task)
-            for t, d in zip(tables, dirs, strict=True)
-            for p in built
-        ]
-        flat = run_tasks(jobs, engine.workers, threads=threads)  # type: ignore[arg-type]
+        return build_stores(
+            [(t.name, d, len(t.files)) for t, d in zip(tables, dirs, strict=True)],
+            built,
+            fmt,
+            io,
+            store_dir,
+            engine,
+            threads=threads,
+        )
+
+
+def build_stores(
+    spilled: list[tuple[str, str, int]],
+    built: list[int],
+    fmt: StoreFormat,
+    io: FileIO,
+    store_dir: Callable[[str, int], str],
+    engine: Engine,
+    *,
+    threads: bool,
+) -> list[list[tuple[int, str | None]]]:
+    """Phase 2 for tables spilled by phase 1, each given as (name, spill directory, spill
+    tasks): the ``built`` partitions of every table; returns [table] -> [(partition, unique
+    id)]."""
+    jobs = [
+        BuildTask(d, files, p, fmt, io, store_dir(name, p), engine.per_task)
+        for name, d, files in spilled
+        for p in built
+    ]
+    flat = run_tasks(jobs, engine.workers, threads=threads)  # type: ignore[arg-type]
     n = len(built)
-    return [list(zip(built, flat[i * n : (i + 1) * n], strict=True)) for i in range(len(tables))]
+    return [list(zip(built, flat[i * n : (i + 1) * n], strict=True)) for i in range(len(spilled))]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from statectl.checkpoint.logs import PINNED_CONF_LEGACY_DEFAULTS
-from statectl.codecs.murmur3 import partition_ids
+from statectl.codecs.murmur3 import pmod, spark_hash
 from statectl.errors import UnsupportedError
 
 UNKNOWN = "unknown"  # Spark < 4 writes no operator metadata
@@ -134,9 +134,16 @@ class OperatorKind:
 
     def partitions_of(self, table: str, key: pa.StructArray, partitions: int) -> np.ndarray:
         """The partition Spark keeps each key of ``table`` in, at ``partitions`` partitions."""
+        return self.placements(table, key, (partitions,))[0]
+
+    def placements(
+        self, table: str, key: pa.StructArray, counts: tuple[int, ...]
+    ) -> list[np.ndarray]:
+        """:meth:`partitions_of` at each of ``counts`` partitions, the keys hashed once."""
         if self.single_partition:
-            return np.zeros(len(key), dtype=np.int32)
-        return partition_ids(self.partition_key(table, key), partitions)
+            return [np.zeros(len(key), dtype=np.int32) for _ in counts]
+        hashes = spark_hash(self.partition_key(table, key))
+        return [pmod(hashes, n) for n in counts]
 
     def partition_may_be_absent(self, partition: int) -> bool:
         """A missing partition directory is empty state for this kind (and only this kind)."""

@@ -57,7 +57,7 @@ from statectl.engine import (
     restore_stores,
     spill_dir,
 )
-from statectl.errors import StatectlError
+from statectl.errors import MissingFileError, StatectlError
 from statectl.evolution import (
     PartEvolution,
     Refused,
@@ -152,6 +152,11 @@ class RestorePlan:
     started: bool = field(default=False, repr=False, compare=False)  # marker already written
     # The engine that writes the stores: local (memory, workers) or Spark's.
     engine: Any = field(default=None, repr=False, compare=False)
+    # migrate: uid -> (checkpoint, batch, operator) of the operators whose stores are written
+    # from the source's bytes (statectl/passthrough.py), not from the savepoint.
+    passthrough: dict[str, tuple[Any, int, Operator]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -1103,31 +1108,19 @@ def _record_unique_id(plan: RestorePlan, op_id: int, partition: int, uid: str | 
         parts[partition].append(uid)
 
 
-def _write_operator(
+def _restore_stores(
     sp: Savepoint,
     op: OperatorState,
-    new_id: int,
     plan: RestorePlan,
     io: FileIO,
-    root: str,
     codec: str,
-) -> dict[str, int]:
-    if op.column_families:
-        return _write_cf_operator(sp, op, new_id, plan, io, root)
-    if op.kind in JOIN_KINDS and plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
-        return _write_join_families(sp, op, new_id, plan, io, root)
+    store_dir: Callable[[str, int], str],
+    evolutions: dict[str, TableEvolution],
+) -> list[list[tuple[int, str | None]]]:
+    """The local engine: bounded memory, every core (statectl/engine.py). Keys go where the
+    operator kind places them, encoded as the backend keeps them (:func:`_encode_store`)."""
     kind = op.kind
-    rows_written = {}
-    store_infos = []
-
-    def store_dir(table: str, p: int) -> str:
-        base = _under(root, "state", str(new_id), str(p))
-        return base if table == "default" else posixpath.join(base, table)
-
-    # The local engine: bounded memory, every core (statectl/engine.py). Keys go where the
-    # operator kind places them, encoded as the backend keeps them (:func:`_encode_store`).
-    evolutions = plan.evolutions.get(op.uid, {})
-    built = restore_stores(
+    return restore_stores(
         sp,
         op.tables,
         kind.partitions_of,
@@ -1146,6 +1139,59 @@ def _write_operator(
         only=[0] if kind.single_partition else None,
         convert=functools.partial(_evolved_rows, evolutions) if evolutions else None,
     )
+
+
+def _write_raw_operator(
+    raw: tuple[Any, int, Operator],
+    plan: RestorePlan,
+    io: FileIO,
+    codec: str,
+    store_dir: Callable[[str, int], str],
+) -> tuple[list[list[tuple[int, str | None]]], dict[str, int]]:
+    """:func:`_restore_stores` from the source checkpoint's bytes (migrate's pass-through)."""
+    from statectl.passthrough import restore_raw_stores
+
+    ckpt, batch, source_op = raw
+    return restore_raw_stores(
+        ckpt,
+        source_op,
+        batch,
+        plan.partitions,
+        _store_format(plan, codec),
+        io,
+        store_dir,
+        plan.engine,
+        only=[0] if source_op.kind.single_partition else None,
+    )
+
+
+def _write_operator(
+    sp: Savepoint,
+    op: OperatorState,
+    new_id: int,
+    plan: RestorePlan,
+    io: FileIO,
+    root: str,
+    codec: str,
+) -> dict[str, int]:
+    if op.column_families:
+        return _write_cf_operator(sp, op, new_id, plan, io, root)
+    if op.kind in JOIN_KINDS and plan.join_state_format in join_state.COLUMN_FAMILY_FORMATS:
+        return _write_join_families(sp, op, new_id, plan, io, root)
+    kind = op.kind
+    store_infos = []
+
+    def store_dir(table: str, p: int) -> str:
+        base = _under(root, "state", str(new_id), str(p))
+        return base if table == "default" else posixpath.join(base, table)
+
+    evolutions = plan.evolutions.get(op.uid, {})
+    raw = plan.passthrough.get(op.uid)
+    if raw is not None:
+        built, rows_written = _write_raw_operator(raw, plan, io, codec, store_dir)
+    else:
+        built = _restore_stores(sp, op, plan, io, codec, store_dir, evolutions)
+        rows_written = {t.name: sum(f.rows for f in t.files) for t in op.tables}
     for table, ids in zip(op.tables, built, strict=True):
         for p, unique_id in ids:
             _record_unique_id(plan, new_id, p, unique_id)
@@ -1154,7 +1200,6 @@ def _write_operator(
             posixpath.join(store_dir(table.name, 0), "_metadata", "schema"),
             write_schema_file_v2(key_schema, value_schema),
         )
-        rows_written[table.name] = sum(f.rows for f in table.files)
         prefix = kind.prefix_columns(key_schema)
         # numPartitions is the shuffle partition count even for a one-task operator (Spark's
         # StatefulOperatorStateInfo.numPartitions), as Spark records it.
@@ -1743,14 +1788,18 @@ def migrate(
     workers: int | None = None,
     engine: Any = None,
     join_state_format: int | None = None,
+    passthrough: bool = True,
 ) -> tuple[RestorePlan, str | None]:
     """Savepoint then restore. The target is marked in progress first and the temporary
     savepoint is written inside it (``.statectl-tmp/``) and removed before the target is
     finished, so an interrupted migrate leaves one directory that says what it is (and that
     ``--overwrite`` replaces), never a full savepoint elsewhere. ``join_state_format``
-    converts stream-stream joins as :func:`restore`'s does."""
-    from statectl.savepoints.create import take_savepoint
+    converts stream-stream joins as :func:`restore`'s does.
 
+    Operators whose bytes stay the same (statectl/passthrough.py) skip the typed savepoint:
+    their stores go from the source's files to the target's, only the keys decoded for
+    placement (``plan.passthrough`` names them). ``passthrough=False`` takes the savepoint
+    path for every operator (tests compare the two)."""
     engine = engine or Engine.of(memory, workers)
     src_io, src_root = FileIO.for_url(source)
     io, root = FileIO.for_url(target)
@@ -1759,48 +1808,150 @@ def migrate(
         raise StatectlError(problems[0])
     if partitions is not None and partitions < 1:
         raise StatectlError(f"--partitions must be at least 1, got {partitions}")
+    # The local engine only (Spark's runs the savepoint path), a checkpoint (not a native
+    # savepoint), and no savepoint to keep (a kept one must hold the state).
+    fast = (
+        passthrough
+        and isinstance(engine, Engine)
+        and keep_savepoint is None
+        and src_io.exists(posixpath.join(src_root, "offsets"))
+    )
     stub = RestorePlan(source, io.url(root), "", 0, -1, overwrite=overwrite)
-    tmp = _under(root, TMP_DIR)
     existed = io.exists(root)
-    kept = None
     try:
         begin_target(io, root, stub, "migrate", src_io.url(src_root))
+        args = (source, keep_savepoint, batch, verify, engine, backend, partitions)
         try:
-            kept, _ = take_savepoint(
-                source,
-                keep_savepoint or io.url(tmp),
-                batch=batch,
-                verify=verify,
-                engine=engine,
-            )
-            plan = plan_restore(
-                Savepoint.open(kept),
-                target,
-                backend,
-                partitions,
-                {},
-                False,
-                rocksdb_layout="changelog" if changelog else "snapshot",
-                own_target=True,
-                join_state_format=join_state_format,
-            )
-            plan.engine = engine
-            if plan.problems:
-                raise StatectlError(f"cannot migrate: {plan.problems[0]}", io.url(root))
+            plan, kept = _migrate_plan(io, root, target, *args, changelog, join_state_format, fast)
         except StatectlError:
             # Refused before any state was written: leave the target as it was found.
-            io.remove(root, recursive=True)
-            if existed:
-                io.makedirs(root)
+            _discard_target(io, root, existed)
             raise
-
-        def drop_tmp() -> None:
-            if io.exists(tmp):
-                io.remove(tmp, recursive=True)
-
-        write_restore(plan, before_finish=drop_tmp)
+        try:
+            _migrate_write(io, root, plan)
+        except StatectlError as e:
+            if not plan.passthrough:
+                raise
+            # The pass-through reads the source while it writes. A source the savepoint path
+            # refuses before writing anything leaves the target as it was found, as there.
+            _discard_target(io, root, existed)
+            if not isinstance(e, MissingFileError) or batch is not None:
+                raise
+            # Spark's maintenance removed a file of the batch meanwhile (a running query):
+            # the savepoint path tries the newest batch again.
+            begin_target(io, root, stub, "migrate", src_io.url(src_root))
+            plan, kept = _migrate_plan(io, root, target, *args, changelog, join_state_format, False)
+            _migrate_write(io, root, plan)
     finally:
         # On every exit path (errors, Ctrl-C, SIGTERM): no temporary savepoint survives.
+        tmp = _under(root, TMP_DIR)
         if io.exists(tmp):
             io.remove(tmp, recursive=True)
     return plan, kept if keep_savepoint else None
+
+
+def _discard_target(io: FileIO, root: str, existed: bool) -> None:
+    """The target as migrate found it: absent, or an empty directory."""
+    io.remove(root, recursive=True)
+    if existed:
+        io.makedirs(root)
+
+
+def _migrate_write(io: FileIO, root: str, plan: RestorePlan) -> None:
+    tmp = _under(root, TMP_DIR)
+
+    def drop_tmp() -> None:
+        if io.exists(tmp):
+            io.remove(tmp, recursive=True)
+
+    write_restore(plan, before_finish=drop_tmp)
+
+
+def _migrate_plan(
+    io: FileIO,
+    root: str,
+    target: str,
+    source: str,
+    keep_savepoint: str | None,
+    batch: int | None,
+    verify: bool,
+    engine: Any,
+    backend: str | None,
+    partitions: int | None,
+    changelog: bool,
+    join_state_format: int | None,
+    fast: bool,
+) -> tuple[RestorePlan, str]:
+    """The temporary savepoint (``fast``: operators that pass through unread) and the plan
+    of the restore from it."""
+    from statectl.passthrough import fallback_reason
+    from statectl.savepoints.create import take_savepoint
+
+    tmp = _under(root, TMP_DIR)
+    chosen: dict[int, tuple[Any, int, Operator]] = {}
+
+    def unread(ckpt: Any, b: int, op: Operator) -> bool:
+        if fallback_reason(ckpt, b, op, join_state_format) is not None:
+            return False
+        chosen[op.operator_id] = (ckpt, b, op)
+        return True
+
+    if io.exists(tmp):
+        io.remove(tmp, recursive=True)
+    kept, meta = take_savepoint(
+        source,
+        keep_savepoint or io.url(tmp),
+        batch=batch,
+        verify=verify,
+        engine=engine,
+        unread=unread if fast else None,
+    )
+    plan = plan_restore(
+        Savepoint.open(kept),
+        target,
+        backend,
+        partitions,
+        {},
+        False,
+        rocksdb_layout="changelog" if changelog else "snapshot",
+        own_target=True,
+        join_state_format=join_state_format,
+    )
+    plan.engine = engine
+    if plan.problems:
+        raise StatectlError(f"cannot migrate: {plan.problems[0]}", io.url(root))
+    for op in meta.operators:
+        raw = chosen.get(op.operator_id)
+        if raw is None or raw[1] != meta.batch_id:
+            continue
+        if not _passes_through(plan, op.uid):
+            # The plan changes this operator's bytes after all: its state must be read.
+            return _migrate_plan(
+                io,
+                root,
+                target,
+                source,
+                keep_savepoint,
+                batch,
+                verify,
+                engine,
+                backend,
+                partitions,
+                changelog,
+                join_state_format,
+                False,
+            )
+        plan.passthrough[op.uid] = raw
+    return plan, kept
+
+
+def _passes_through(plan: RestorePlan, uid: str) -> bool:
+    """The plan restores ``uid``'s stores as they are: no evolution, no other schemas, no
+    join state format conversion."""
+    return (
+        uid in plan.restored
+        and not plan.evolutions.get(uid)
+        and uid not in plan.query_schemas
+        and uid not in plan.transforms
+        and plan.join_state_format not in join_state.COLUMN_FAMILY_FORMATS
+    )

@@ -362,21 +362,31 @@ def check_placement(
     where Spark pinned strict distribution (queries started on Spark >= 3.3); older queries may
     have partitioned by a subset of the key.
     """
-    if table.num_rows == 0 or op.num_partitions < 1:
+    if table.num_rows == 0 or not placement_checked(ckpt, op, batch):
         return
-    strict = ckpt.offsets(batch).pinned_conf(STRICT_DISTRIBUTION_CONF)
-    if strict != "true":
-        return
-    kind = op.kind
-    if not kind.restorable:
-        return  # no spec for this kind: where Spark places its keys is not modelled
     key = table.column("key").combine_chunks()
-    pids = kind.partitions_of(store or "default", key, op.num_partitions)
+    check_partition_ids(
+        ckpt, op, op.kind.partitions_of(store or "default", key, op.num_partitions), partition
+    )
+
+
+def placement_checked(ckpt: Checkpoint, op: Operator, batch: int) -> bool:
+    """Whether :func:`check_placement` checks ``op``'s keys: where Spark pinned strict
+    distribution, for a kind whose placement statectl models."""
+    if op.num_partitions < 1:
+        return False
+    strict = ckpt.offsets(batch).pinned_conf(STRICT_DISTRIBUTION_CONF)
+    # Without a spec for the kind, where Spark places its keys is not modelled.
+    return strict == "true" and op.kind.restorable
+
+
+def check_partition_ids(ckpt: Checkpoint, op: Operator, pids: np.ndarray, partition: int) -> None:
+    """Every key read from ``partition`` (its partition ids ``pids``) belongs there."""
     wrong = pids != partition
     if wrong.any():
         first = int(pids[np.argmax(wrong)])
         raise CorruptFileError(
-            f"{int(wrong.sum())} of {table.num_rows} keys read from partition {partition} "
+            f"{int(wrong.sum())} of {len(pids)} keys read from partition {partition} "
             f"belong to another partition (first: {first}); state files were swapped or moved "
             "between partitions",
             ckpt.path("state", str(op.operator_id), str(partition)),

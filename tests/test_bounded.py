@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from statectl.backends.replay import bounded_replay
+from statectl.checkpoint.model import Checkpoint
 from statectl.codecs.compression import compress_stream, decompress_stream, iter_decompressed
 from statectl.codecs.records import (
     OP_DELETE,
@@ -28,6 +29,7 @@ from statectl.codecs.records import (
 from statectl.engine import Engine
 from statectl.errors import CorruptFileError
 from statectl.export import export_state
+from statectl.passthrough import fallback_reason
 from statectl.restoring import restore
 from statectl.savepoints.create import take_savepoint
 from tests.conftest import FIXTURES
@@ -223,9 +225,10 @@ def _savepoint_rss(ckpt: str, out: Path, memory: str) -> float:
 
 @pytest.mark.slow
 def test_memory_budget_bounds_savepoint_and_export(tmp_path):
-    """Under 32M the peak RSS of a savepoint and an export does not grow with the state
-    (200,000 vs 600,000 wide keys); the same savepoint in memory (8G) grows with it; and the
-    bounded savepoint holds the in-memory one's rows."""
+    """Under 32M the peak RSS of a savepoint, an export and a migrate (its pass-through:
+    changelogs replayed on disk, bytes spilled by target partition) does not grow with the
+    state (200,000 vs 600,000 wide keys); the same savepoint in memory (8G) grows with it; and
+    the bounded savepoint holds the in-memory one's rows."""
     small = _checkpoint(tmp_path / "s", 200_000)
     large = _checkpoint(tmp_path / "l", 600_000)
 
@@ -241,13 +244,21 @@ def test_memory_budget_bounds_savepoint_and_export(tmp_path):
     sp_unbounded = savepoint_rss(large, "sp3", "8G")
     ex_small = export_rss(small, "e1.parquet", "32M")
     ex_large = export_rss(large, "e2.parquet", "32M")
+    migrate = ["--backend", "hdfs", "--partitions", "3", "--memory", "32M", "--workers", "1"]
+    mg_small = peak_rss_of_cli(["migrate", small, str(tmp_path / "m1"), *migrate])
+    mg_large = peak_rss_of_cli(["migrate", large, str(tmp_path / "m2"), *migrate])
+    ckpt = Checkpoint.open(large)
+    b = ckpt.latest_committed_batch
+    assert all(fallback_reason(ckpt, b, op, None) is None for op in ckpt.operators(b))
     print(
         f"peak RSS MB: fixture {baseline:.0f}; savepoint under 32M: 200k keys {sp_small:.0f}, "
         f"600k keys {sp_large:.0f}; under 8G: 600k keys {sp_unbounded:.0f}; "
-        f"export under 32M: 200k {ex_small:.0f}, 600k {ex_large:.0f}"
+        f"export under 32M: 200k {ex_small:.0f}, 600k {ex_large:.0f}; "
+        f"migrate under 32M: 200k {mg_small:.0f}, 600k {mg_large:.0f}"
     )
     assert sp_large - sp_small <= 40  # 3x the keys, the same peak (allocator noise aside)
     assert ex_large - ex_small <= 40
+    assert mg_large - mg_small <= 40
     assert sp_large - baseline <= 32 + 128  # the budget plus Parquet and allocator slack
     assert sp_unbounded - baseline >= 2 * (sp_large - baseline)
     # The bounded savepoint (replayed through buckets on disk) holds the same rows, in order.

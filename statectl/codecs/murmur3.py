@@ -46,6 +46,22 @@ def _mix_h1(h: np.ndarray, k: np.ndarray) -> np.ndarray:
     return _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
 
 
+def _mix_word(h: np.ndarray, k: np.ndarray) -> None:
+    """``h = _mix_h1(h, _mix_k1(k))`` in place (``k`` a fresh array, overwritten): the word
+    loop of :func:`hash_bytes` runs once per 4 bytes of the longest key, so temporaries count."""
+    k *= C1
+    r = k >> np.uint32(17)
+    k <<= np.uint32(15)
+    k |= r
+    k *= C2
+    h ^= k
+    np.right_shift(h, np.uint32(19), out=r)
+    h <<= np.uint32(13)
+    h |= r
+    h *= np.uint32(5)
+    h += np.uint32(0xE6546B64)
+
+
 def _fmix(h: np.ndarray, length: np.ndarray | int) -> np.ndarray:
     h = h ^ np.asarray(length).astype(np.uint32)
     h = h ^ (h >> np.uint32(16))
@@ -92,7 +108,7 @@ def hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
             if int(words.min()) == max_words:  # equal word counts: every row every step
                 for w in range(max_words):
                     k = windows[starts + 4 * w].view("<u4").reshape(-1)
-                    h = _mix_h1(h, _mix_k1(k))
+                    _mix_word(h, k)
             else:  # longest first, so the rows still going at word w are a prefix
                 order = np.argsort(-words, kind="stable")
                 hs, st = h[order], starts[order]
@@ -100,7 +116,7 @@ def hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
                 for w in range(max_words):
                     m = int(live[w])
                     k = windows[st[:m] + 4 * w].view("<u4").reshape(-1)
-                    hs[:m] = _mix_h1(hs[:m], _mix_k1(k))
+                    _mix_word(hs[:m], k)
                 h[order] = hs
         tail = lengths & 3
         for t in range(3):
@@ -292,6 +308,12 @@ def spark_hash(columns: Columns, seed: int = SEED) -> np.ndarray:
 
 def partition_ids(keys: Columns, num_partitions: int) -> np.ndarray:
     """``pmod(hash(keys), n)``: the state partition Spark puts each key in (int32)."""
+    return pmod(spark_hash(keys), num_partitions)
+
+
+def pmod(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
+    """``pmod(hash, n)`` of :func:`spark_hash`'s values: one hash serves several partition
+    counts (a migrate checks the source's placement and computes the target's)."""
     if num_partitions <= 0:
         raise ValueError(f"number of partitions must be positive, got {num_partitions}")
-    return np.mod(spark_hash(keys).astype(np.int64), num_partitions).astype(np.int32)
+    return np.mod(hashes.astype(np.int64), num_partitions).astype(np.int32)

@@ -319,15 +319,22 @@ def build_savepoint(
     uids: dict[int, str],
     progress: Callable[[str], None] | None = None,
     engine: TaskRunner | None = None,
+    unread: Callable[[Checkpoint, int, Operator], bool] | None = None,
 ) -> SavepointMetadata:
-    """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten)."""
+    """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten).
+
+    ``unread`` (migrate's pass-through, statectl/passthrough.py): operators whose state is
+    not read here; their tables list placeholder files, never written, of no rows."""
     ops = ckpt.operators(batch)
+    skipped = {op.operator_id for op in ops if unread is not None and unread(ckpt, batch, op)}
     enc = StoreEncoding.of(ckpt, batch)
     pinned_join_format = pinned_format(ckpt.offsets(batch).conf)
     # One task per operator, table and partition, each writing its own Parquet file: the same
     # task function runs here, in a process pool, or as a Spark task (statectl/engine.py, statectl/spark_engine.py).
     jobs = []
     for op in ops:
+        if op.operator_id in skipped:
+            continue
         for task in table_tasks(op):
             for p in range(op.num_partitions):
                 rel = f"operators/{_safe_name(uids[op.operator_id])}/{_safe_name(task.name)}/part-{p:05d}.parquet"
@@ -345,9 +352,33 @@ def build_savepoint(
         results = iter(run_tasks(jobs, runner, progress))
     operators = []
     for op in ops:
-        parts = [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
+        if op.operator_id in skipped:
+            parts = _placeholder_parts(op, uids[op.operator_id])
+        else:
+            parts = [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
         operators.append(operator_state(op, uids[op.operator_id], parts, pinned_join_format))
     return savepoint_metadata(ckpt, batch, operators)
+
+
+def _placeholder_parts(op: Operator, uid: str) -> list[list[tuple[DataFile, list[str]]]]:
+    """An unread operator's tables: one empty entry per partition, as the metadata's checks
+    want them (the file is never written; reading it fails as a missing data file)."""
+    empty = hashlib.sha256(b"").hexdigest()
+    return [
+        [
+            (
+                DataFile(
+                    f"operators/{_safe_name(uid)}/{_safe_name(t.name)}/part-{p:05d}.parquet",
+                    0,
+                    0,
+                    empty,
+                ),
+                ["key", "value", "partition_id"],
+            )
+            for p in range(op.num_partitions)
+        ]
+        for t in table_tasks(op)
+    ]
 
 
 def operator_state(
@@ -465,6 +496,7 @@ def take_savepoint(
     verify: bool = True,
     engine: TaskRunner | None = None,
     memory: str | int | None = None,
+    unread: Callable[[Checkpoint, int, Operator], bool] | None = None,
 ) -> tuple[str, SavepointMetadata]:
     """Take a canonical (or native) savepoint; returns (savepoint URL, metadata).
 
@@ -476,6 +508,8 @@ def take_savepoint(
     ``engine`` runs the partition tasks (default: a local process pool of ``workers`` sharing
     ``memory``, bytes or ``"512M"``, see :mod:`statectl.engine`); the
     Spark engine runs them on a cluster, and ``_metadata`` is still written here, last.
+    ``unread`` is :func:`build_savepoint`'s (migrate's pass-through only: such a savepoint
+    is a plan, not a savepoint to keep).
     """
     if kind not in ("canonical", "native"):
         raise StatectlError(f"--type must be canonical or native, not {kind!r}")
@@ -538,6 +572,7 @@ def take_savepoint(
                     assign_uids(ops, explicit),
                     progress,
                     engine or Engine.of(memory, workers or default_workers(fresh)),
+                    unread,
                 )
         except MissingFileError as e:
             out_io.remove(root, recursive=True) if out_io.exists(root) else None

@@ -1,0 +1,219 @@
+"""migrate's pass-through: a store's bytes carried from the source checkpoint to the target.
+
+A migrate that changes nothing in a store (no query, no evolution, no join format conversion,
+plain UnsafeRow keys and values that both backends lay out alike) need not decode every value
+into a typed savepoint and encode it back: each source partition's live entries are read as
+bytes, only the keys are decoded (Spark places a key by hashing its columns, through the
+operator kind's own placement, :meth:`~statectl.operators.OperatorKind.placements`), and the
+entries go to the target partitions' spill files with nothing but RocksDB's encoding-version
+byte added or removed. The build phase (:func:`statectl.engine.build_stores`) writes the target
+files from the spills exactly as a restore does.
+
+What is not plainly the same bytes on both sides takes the savepoint path: column families
+(transformWithState, joins at formats 3/4), prefix-encoded keys (session windows on RocksDB),
+Avro encoding, row checksums, a join whose format changes, and any kind restore has no spec for.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from statectl.checkpoint.model import HDFS, ROCKSDB, Checkpoint, Operator, partition_absent
+from statectl.codecs.sparktypes import parse_schema
+from statectl.codecs.unsaferow import decode_unsafe_rows
+from statectl.engine import (
+    Engine,
+    SpillWriters,
+    StoreFormat,
+    _uses_threads,
+    build_stores,
+    run_tasks,
+    spill_dir,
+    split_by_partition,
+)
+from statectl.errors import StatectlError
+from statectl.io import FileIO
+from statectl.join_state import NAME as JOIN
+from statectl.join_state import format_of, pinned_format
+from statectl.state import (
+    StoreEncoding,
+    _live_entries,
+    _parts,
+    check_partition_ids,
+    check_schema,
+    placement_checked,
+    slice_bytes,
+)
+from statectl.tws_encode import VERSION
+
+_SPILL_SCHEMA = pa.schema([("key", pa.large_binary()), ("value", pa.large_binary())])
+# The budget a source partition is read with: its chunks are a tenth of it. Larger chunks save
+# nothing (the work per entry is vectorized) but cost fresh pages for every chunk's arrays,
+# which the kernel faults in one by one (measured: 3x the system time at 290 MB chunks).
+READ_BUDGET = 256 << 20
+NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
+
+
+def fallback_reason(
+    ckpt: Checkpoint, batch: int, op: Operator, join_state_format: int | None
+) -> str | None:
+    """Why ``op``'s state at ``batch`` must take the savepoint path (None: its bytes pass
+    through unchanged). The same for either target backend: nothing accepted here differs
+    between HDFS and RocksDB but the encoding-version byte."""
+    kind = op.kind
+    enc = StoreEncoding.of(ckpt, batch)
+    if op.uses_column_families or format_of(kind) is not None:
+        return "column families"
+    if not kind.restorable:
+        return "no restore spec for this kind"
+    if enc.avro:
+        return "Avro state encoding"
+    if enc.row_checksum:
+        return "row checksums"
+    if op.name == JOIN and join_state_format not in (None, pinned_format(ckpt.offsets(batch).conf)):
+        return "join state format conversion"
+    for desc in op.schemas:
+        spec = desc.key_encoder_spec.get("keyStateEncoderType", NO_PREFIX)
+        if desc.num_cols_prefix_key or kind.prefix_columns(desc.key_schema) or spec != NO_PREFIX:
+            return "prefix-encoded keys"
+        try:
+            check_schema(desc)
+        except StatectlError:
+            return "a type statectl cannot decode"
+    if [d.name for d in op.schemas] != op.store_names:
+        return "stores without schemas"
+    return None
+
+
+def _has_version_byte(rows: pa.Array) -> bool:
+    """Every row starts with RocksDB's encoding-version byte as statectl writes it."""
+    data, offsets = _parts(rows)
+    starts = offsets[:-1]
+    return bool((offsets[1:] > starts).all() and (data[starts] == VERSION[0]).all())
+
+
+def _prepend_version(rows: pa.Array) -> pa.LargeBinaryArray:
+    """``VERSION ‖ row`` for every row, as two buffer copies (no per-row work)."""
+    data, offsets = _parts(rows)
+    n = len(offsets) - 1
+    base = offsets - offsets[0]
+    new_offsets = base + np.arange(n + 1, dtype=np.int64)
+    out = np.empty(int(new_offsets[-1]), dtype=np.uint8)
+    out[new_offsets[:-1]] = VERSION[0]
+    keep = np.ones(len(out), dtype=bool)
+    keep[new_offsets[:-1]] = False
+    out[keep] = data[offsets[0] : offsets[-1]]
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out)]
+    )
+
+
+def to_target(rows: pa.Array, source: str, target: str) -> pa.LargeBinaryArray:
+    """Source entry bytes as the target backend keeps them: RocksDB's carry statectl's
+    encoding-version byte in front of the UnsafeRow, HDFS's are the UnsafeRow."""
+    rows = rows.cast(pa.large_binary()) if rows.type != pa.large_binary() else rows
+    if source == target:
+        if source == ROCKSDB and not _has_version_byte(rows):
+            return _prepend_version(slice_bytes(rows, 1))
+        return rows
+    if source == ROCKSDB:  # -> HDFS
+        return slice_bytes(rows, 1)
+    return _prepend_version(rows)
+
+
+@dataclass
+class RawSpillTask:
+    """Phase 1 of a pass-through: one source partition of one store, its live entries spilled
+    by target partition as the target backend's bytes (the keys decoded for placement only)."""
+
+    ckpt: Checkpoint
+    op: Operator
+    store: str
+    partition: int
+    batch: int
+    target_backend: str
+    partitions: int
+    directory: str
+    budget: int
+
+    def __call__(self) -> int:
+        out = SpillWriters(os.path.join(self.directory, f"f{self.partition:06d}"), _SPILL_SCHEMA)
+        if partition_absent(self.ckpt, self.op, self.partition):
+            return 0
+        enc = StoreEncoding.of(self.ckpt, self.batch)
+        skip = 1 if enc.backend == ROCKSDB else 0  # the encoding-version byte
+        schema = parse_schema(self.op.schema(self.store).key_schema)
+        checked = self.ckpt.verify and placement_checked(self.ckpt, self.op, self.batch)
+        counts = (self.partitions, self.op.num_partitions) if checked else (self.partitions,)
+        where = self.ckpt.path("state", str(self.op.operator_id), str(self.partition))
+        scratch = tempfile.mkdtemp(prefix="passthrough-", dir=self.directory)
+        rows = 0
+        try:
+            entries = _live_entries(
+                self.ckpt,
+                self.op,
+                self.store,
+                self.partition,
+                self.batch,
+                enc,
+                min(self.budget, READ_BUDGET),
+                scratch,
+            )
+            for keys, values in entries:
+                if not len(keys):
+                    continue
+                key = decode_unsafe_rows(keys, schema, where, skip_prefix=skip)
+                placed = self.op.kind.placements(self.store, key, counts)
+                if checked:  # as the savepoint path checks what it reads
+                    check_partition_ids(self.ckpt, self.op, placed[1], self.partition)
+                chunk = pa.table(
+                    {
+                        "key": to_target(keys, enc.backend, self.target_backend),
+                        "value": to_target(values, enc.backend, self.target_backend),
+                    }
+                )
+                split_by_partition(chunk, placed[0], out)
+                rows += len(keys)
+        finally:
+            out.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+        return rows
+
+
+def restore_raw_stores(
+    ckpt: Checkpoint,
+    op: Operator,
+    batch: int,
+    partitions: int,
+    fmt: StoreFormat,
+    io: FileIO,
+    store_dir: Callable[[str, int], str],
+    engine: Engine,
+    *,
+    only: list[int] | None = None,
+) -> tuple[list[list[tuple[int, str | None]]], dict[str, int]]:
+    """Every store of ``op`` written to the target from the source's bytes: [store] ->
+    [(partition, unique id)] as :func:`statectl.engine.restore_stores` returns, and the rows
+    written per store."""
+    threads = _uses_threads(ckpt.io, io)
+    built = list(range(partitions)) if only is None else only
+    target = HDFS if fmt.backend == HDFS else ROCKSDB
+    with spill_dir() as directory:
+        dirs = [os.path.join(directory, f"t{i:04d}") for i in range(len(op.store_names))]
+        jobs = [
+            RawSpillTask(ckpt, op, s, p, batch, target, partitions, d, engine.per_task)
+            for s, d in zip(op.store_names, dirs, strict=True)
+            for p in range(op.num_partitions)
+        ]
+        counts = run_tasks(jobs, engine.workers, threads=threads)  # type: ignore[arg-type]
+        n = op.num_partitions
+        rows = {s: sum(counts[i * n : (i + 1) * n]) for i, s in enumerate(op.store_names)}
+        spilled = [(s, d, n) for s, d in zip(op.store_names, dirs, strict=True)]
+        return build_stores(spilled, built, fmt, io, store_dir, engine, threads=threads), rows
