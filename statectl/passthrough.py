@@ -40,8 +40,8 @@ from statectl.engine import (
 )
 from statectl.errors import StatectlError
 from statectl.io import FileIO
-from statectl.join_state import NAME as JOIN
 from statectl.join_state import format_of, pinned_format
+from statectl.operators import JOIN_KINDS
 from statectl.state import (
     StoreEncoding,
     _live_entries,
@@ -77,7 +77,10 @@ def fallback_reason(
         return "Avro state encoding"
     if enc.row_checksum:
         return "row checksums"
-    if op.name == JOIN and join_state_format not in (None, pinned_format(ckpt.offsets(batch).conf)):
+    if kind in JOIN_KINDS and join_state_format not in (
+        None,
+        pinned_format(ckpt.offsets(batch).conf),
+    ):
         return "join state format conversion"
     for desc in op.schemas:
         spec = desc.key_encoder_spec.get("keyStateEncoderType", NO_PREFIX)

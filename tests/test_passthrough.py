@@ -15,7 +15,7 @@ from statectl.checkpoint.model import HDFS, ROCKSDB, Checkpoint
 from statectl.engine import Engine
 from statectl.errors import MissingFileError, StatectlError
 from statectl.restoring import migrate
-from statectl.savepoints.create import table_tasks
+from statectl.savepoints.create import table_tasks, take_savepoint
 from statectl.state import StoreEncoding, load_raw, read_state
 from tests.conftest import FIXTURES
 
@@ -212,6 +212,17 @@ def test_a_join_format_conversion_and_a_kept_savepoint_take_the_savepoint_path(t
     src = str(FIXTURES / "join-rocksdb")
     plan, _ = migrate(src, str(tmp_path / "j3"), join_state_format=3, engine=INLINE)
     assert not plan.passthrough and plan.join_state_format == 3
+    # Spark 3.5 names no operator: its join is known by its kind, and converts alike.
+    old = Checkpoint.open(str(FIXTURES / "spark35-join-hdfs"))
+    (op,) = old.operators(old.latest_committed_batch)
+    assert pt.fallback_reason(old, old.latest_committed_batch, op, 4) == (
+        "join state format conversion"
+    )
+    plan, _ = migrate(str(FIXTURES / "spark35-join-hdfs"), str(tmp_path / "j4"),
+                      backend="rocksdb", join_state_format=4, engine=INLINE)  # fmt: skip
+    assert not plan.passthrough and plan.join_state_format == 4
+    _, back = take_savepoint(str(tmp_path / "j4"), str(tmp_path / "back"))
+    assert back.operators[0].state_format == 4 and back.operators[0].rows > 0
     plan, kept = migrate(
         str(FIXTURES / "agg-hdfs"),
         str(tmp_path / "k"),
