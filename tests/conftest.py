@@ -47,10 +47,15 @@ def load_manifest(include_pending: bool = False) -> list[dict[str, Any]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The long tests (marked ``slow``: memory budgets, the base-dependency venv) first, so the
-    two xdist workers start them early and the short ones fill in around them, instead of one
-    worker finishing them alone at the end (the suite's last minutes were that tail)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+    """Longest first, so the two xdist workers start the long tests early and the short ones
+    fill in around them, instead of one worker finishing a long one alone at the end: the
+    ``slow`` ones (memory budgets, the base-dependency venv, the TTL test that waits 3 minutes)
+    and among them those that run Spark, then the other Spark tests, then the fast tier."""
+
+    def rank(item: pytest.Item) -> tuple[bool, bool]:
+        return item.get_closest_marker("slow") is None, item.get_closest_marker("spark") is None
+
+    items.sort(key=rank)  # stable: the collection order within a rank
 
 
 @pytest.fixture(scope="session")

@@ -150,6 +150,8 @@ def read_state(spark, ckpt, var: str) -> list[tuple]:
     return spark_rows(df.drop("partition_id"))
 
 
+# slow: it waits ~3 minutes for the short TTL to pass, so it starts first (tests/conftest.py).
+@pytest.mark.slow
 @pytest.mark.spark
 def test_restored_ttl_state_expires_at_its_original_expiry(spark, tmp_path):
     d, src = tmp_path / "input", tmp_path / "src"
