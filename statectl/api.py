@@ -283,7 +283,7 @@ def restore(
     converts stream-stream join state to that format (default: the savepoint's where the
     target backend runs it, else 2). ``memory`` (bytes or ``"512M"``) bounds the local
     engine's memory, ``workers`` its parallel tasks (default: a quarter of the machine's
-    memory, a worker per core). ``source_offsets`` sets sources' starting positions: source
+    memory up to 2 GiB, a worker per core). ``source_offsets`` sets sources' starting positions: source
     index or description (as the plan's ``sources`` show it) -> offset (JSON text or a dict;
     ``None`` or ``"-"``: the source's configured start). ``engine`` is ``"local"``, ``"spark"``
     (the stores are built by Spark tasks on ``spark``, the active session, or one from

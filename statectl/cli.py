@@ -63,7 +63,7 @@ MemoryOpt = Annotated[
     typer.Option(
         "--memory",
         help="Memory budget of the local engine, e.g. 512M or 4G (default: a quarter of the "
-        "machine's RAM, or $STATECTL_MEMORY); state larger than it is spilled to temporary files.",
+        "machine's RAM up to 2G, or $STATECTL_MEMORY); state larger than it is spilled to temporary files.",
     ),
 ]
 WorkersOpt = Annotated[

@@ -1738,7 +1738,7 @@ def restore(
     ``query`` (``MODULE:FUNCTION`` or a :class:`PlannedQuery`) is the changed query: it is
     planned with Spark (``spark``, or a local session) to match state to its operators.
     ``memory`` (bytes or ``"512M"``) and ``workers`` size the local engine
-    (:mod:`statectl.engine`; default a quarter of the machine's memory, a worker per core);
+    (:mod:`statectl.engine`; default a quarter of the machine's memory up to 2 GiB, a worker per core);
     ``engine`` (an engine of :func:`statectl.spark_engine.engine_for`) replaces it.
     """
     engine = engine or Engine.of(memory, workers)
