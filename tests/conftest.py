@@ -46,14 +46,24 @@ def load_manifest(include_pending: bool = False) -> list[dict[str, Any]]:
     return [f for f in fixtures if include_pending or not f.get("pending")]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest first, so the two xdist workers start the long tests early and the short ones
-    fill in around them, instead of one worker finishing a long one alone at the end: the
-    ``slow`` ones (memory budgets, the base-dependency venv, the TTL test that waits 3 minutes)
-    and among them those that run Spark, then the other Spark tests, then the fast tier."""
+# Test modules that fork worker processes from the test process: they run on each xdist
+# worker before any Spark test starts a JVM gateway there.
+FORK_FIRST = {"test_adversarial.py"}
 
-    def rank(item: pytest.Item) -> tuple[bool, bool]:
-        return item.get_closest_marker("slow") is None, item.get_closest_marker("spark") is None
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The forking tests, then longest first: the two xdist workers start the long tests early
+    and the short ones fill in around them, instead of one worker finishing a long one alone
+    at the end. Longest: the ``slow`` ones (memory budgets, the base-dependency venv, the TTL
+    test that waits 3 minutes), those that run Spark first, then the other Spark tests, then
+    the fast tier."""
+
+    def rank(item: pytest.Item) -> tuple[bool, bool, bool]:
+        # Before all of them, the tests that fork (bench/fuzz.py refuses to fork a process
+        # with threads running, and a worker's SparkSession leaves py4j threads behind).
+        forks = item.path.name in FORK_FIRST
+        slow, spark = item.get_closest_marker("slow"), item.get_closest_marker("spark")
+        return not forks, slow is None, spark is None
 
     items.sort(key=rank)  # stable: the collection order within a rank
 
