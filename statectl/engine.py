@@ -199,7 +199,7 @@ def spill_dir() -> Iterator[str]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _uses_threads(*ios: FileIO) -> bool:
+def uses_threads(*ios: FileIO) -> bool:
     return not all(io.is_local for io in ios)
 
 
@@ -617,7 +617,7 @@ def restore_stores(
             only=only,
             convert=convert,
         )
-    threads = _uses_threads(sp.io, io)
+    threads = uses_threads(sp.io, io)
     built = list(range(partitions)) if only is None else only
     with spill_dir() as directory:
         dirs = spill_tables(
@@ -701,7 +701,7 @@ def partition_spills(
     if not isinstance(engine, Engine):  # the Spark engine: a shuffle, then partition by partition
         yield from engine.partition_spills(sp, tables, place, partitions, convert=convert)
         return
-    threads = _uses_threads(sp.io)
+    threads = uses_threads(sp.io)
     with spill_dir() as directory:
         dirs = spill_tables(
             sp,

@@ -32,11 +32,11 @@ from statectl.engine import (
     Engine,
     SpillWriters,
     StoreFormat,
-    _uses_threads,
     build_stores,
     run_tasks,
     spill_dir,
     split_by_partition,
+    uses_threads,
 )
 from statectl.errors import StatectlError
 from statectl.io import FileIO
@@ -44,10 +44,10 @@ from statectl.join_state import format_of, pinned_format
 from statectl.operators import JOIN_KINDS
 from statectl.state import (
     StoreEncoding,
-    _live_entries,
-    _parts,
+    binary_parts,
     check_partition_ids,
     check_schema,
+    live_entries,
     placement_checked,
     slice_bytes,
 )
@@ -97,14 +97,14 @@ def fallback_reason(
 
 def _has_version_byte(rows: pa.Array) -> bool:
     """Every row starts with RocksDB's encoding-version byte as statectl writes it."""
-    data, offsets = _parts(rows)
+    data, offsets = binary_parts(rows)
     starts = offsets[:-1]
     return bool((offsets[1:] > starts).all() and (data[starts] == VERSION[0]).all())
 
 
 def _prepend_version(rows: pa.Array) -> pa.LargeBinaryArray:
     """``VERSION ‖ row`` for every row, as two buffer copies (no per-row work)."""
-    data, offsets = _parts(rows)
+    data, offsets = binary_parts(rows)
     n = len(offsets) - 1
     base = offsets - offsets[0]
     new_offsets = base + np.arange(n + 1, dtype=np.int64)
@@ -159,7 +159,7 @@ class RawSpillTask:
         scratch = tempfile.mkdtemp(prefix="passthrough-", dir=self.directory)
         rows = 0
         try:
-            entries = _live_entries(
+            entries = live_entries(
                 self.ckpt,
                 self.op,
                 self.store,
@@ -205,7 +205,7 @@ def restore_raw_stores(
     """Every store of ``op`` written to the target from the source's bytes: [store] ->
     [(partition, unique id)] as :func:`statectl.engine.restore_stores` returns, and the rows
     written per store."""
-    threads = _uses_threads(ckpt.io, io)
+    threads = uses_threads(ckpt.io, io)
     built = list(range(partitions)) if only is None else only
     target = HDFS if fmt.backend == HDFS else ROCKSDB
     with spill_dir() as directory:

@@ -120,7 +120,7 @@ def _unique_id(
 
 
 # -- byte-level helpers (vectorized over Arrow binary arrays) ------------------------------
-def _parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(data as uint8, int64 offsets) of a large_binary array without copying the data."""
     arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
     _, off_buf, data_buf = arr.buffers()
@@ -135,7 +135,7 @@ def slice_bytes(
     arr: pa.Array, start: int | np.ndarray, end: np.ndarray | None = None
 ) -> pa.LargeBinaryArray:
     """Element-wise ``b[start:end]`` (end defaults to the element's end)."""
-    data, offsets = _parts(arr)
+    data, offsets = binary_parts(arr)
     begin = offsets[:-1] + start
     stop = offsets[1:] if end is None else offsets[:-1] + end
     if np.any(stop < begin):
@@ -171,7 +171,7 @@ def _inside(begin: np.ndarray, stop: np.ndarray, offsets: np.ndarray) -> bool:
 
 
 def read_le_int(arr: pa.Array, at: int, width: int, signed: bool = True) -> np.ndarray:
-    data, offsets = _parts(arr)
+    data, offsets = binary_parts(arr)
     pos = offsets[:-1] + at
     cols = data[pos[:, None] + np.arange(width)]
     dtype = {2: "<i2", 4: "<i4", 8: "<i8"}[width]
@@ -240,7 +240,7 @@ def _decode_timestamp_key(
     if enc.avro:
         raise UnsupportedError("timestamp-keyed state in Avro encoding is not supported yet", path)
     fields = _struct_fields(desc.key_schema)
-    data, offsets = _parts(keys)
+    data, offsets = binary_parts(keys)
     lengths = offsets[1:] - offsets[:-1]
     if np.any(lengths < 9):
         raise CorruptFileError("timestamp key shorter than its 8-byte event time", path)
@@ -474,7 +474,7 @@ def _chunks(
     where = ckpt.path("state", str(op.operator_id), str(partition))
     metas: list[SnapshotMetadata] = []  # the snapshot's metadata: its column family ids
     in_key_order: list[bool] = []
-    entries = _live_entries(
+    entries = live_entries(
         ckpt, op, store, partition, batch, enc, budget, scratch, metas, in_key_order
     )
     if whole_keys:
@@ -495,7 +495,7 @@ def _chunks(
         yield read_partition(ckpt, op, sel, partition, batch, enc)
 
 
-def _live_entries(
+def live_entries(
     ckpt: Checkpoint,
     op: Operator,
     store: str,

@@ -443,7 +443,7 @@ class SavepointWriter:
             )
 
     # -- what it would do --------------------------------------------------------------------
-    def _parts(
+    def binary_parts(
         self, op: OperatorInfo, info: TableInfo, edits: _TableEdits, kind: Any
     ) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows)`` after the edits, before re-placement (read from the base)."""
@@ -477,7 +477,9 @@ class SavepointWriter:
                     if info.rows is not None
                     else sum(t.num_rows for _, t in self.base.partitions(op, info.name))
                 )
-                after = sum(t.num_rows for _, t in self._parts(op, info, edits, _kind_of(self, op)))
+                after = sum(
+                    t.num_rows for _, t in self.binary_parts(op, info, edits, _kind_of(self, op))
+                )
                 tables[info.name] = {"before": before, "after": after, "removed": before - after}
             if tables:
                 out[op.uid] = {"tables": tables}
@@ -591,7 +593,7 @@ def _write(writer: SavepointWriter, base: SavepointHandle, out_io: Any, root: st
             prefix = f"operators/{_safe_name(op.uid)}/{_safe_name(t.name)}"
             files: list[DataFile] = []
             incoming: dict[int, list[pa.Table]] = {}
-            for p, part in writer._parts(op, info, edits, kind):
+            for p, part in writer.binary_parts(op, info, edits, kind):
                 part = _with_partition(part, None)
                 if edits.moves_keys and part.num_rows:
                     pids = _placement(part, info, op.partitions, kind)
