@@ -94,7 +94,8 @@ def session_grouping_key(_table: str, key: pa.StructArray) -> pa.StructArray:
     )
 
 
-def _is_session_key(key_schema: str) -> bool:
+def is_session_key(key_schema: str) -> bool:
+    """A key that ends with the session start (``sessionStartTime: timestamp``)."""
     fields = _key_fields(key_schema)
     return (
         len(fields) >= 2
@@ -260,7 +261,7 @@ def is_global_limit_key(key_schema: str | None) -> bool:
 def _has_session_window(key_schema: str | None) -> bool:
     fields = _key_fields(key_schema or "")
     return any(isinstance(f, dict) and f.get("name") == "session_window" for f in fields) or (
-        _is_session_key(key_schema or "")
+        is_session_key(key_schema or "")
     )
 
 
@@ -323,7 +324,7 @@ def classify(
             name, f"unexpected stores {list(stores)} (the spec has {list(kind.stores)})"
         )
     if kind is SESSION_WINDOW:
-        if not key_schemas or not all(_is_session_key(k) for k in key_schemas):
+        if not key_schemas or not all(is_session_key(k) for k in key_schemas):
             return _unmodelled(
                 name, f"a session window key must end with {SESSION_START}: timestamp"
             )

@@ -158,6 +158,11 @@ class RestorePlan:
         default_factory=dict, repr=False, compare=False
     )
 
+    def rewrites(self, uid: str) -> bool:
+        """The restore writes ``uid``'s rows otherwise than the savepoint has them: evolved,
+        under the query's schemas, or transformed (join format conversion: ``conversions``)."""
+        return bool(self.evolutions.get(uid)) or uid in self.query_schemas or uid in self.transforms
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "savepoint": self.savepoint,
@@ -1924,34 +1929,14 @@ def _migrate_plan(
         raw = chosen.get(op.operator_id)
         if raw is None or raw[1] != meta.batch_id:
             continue
-        if not _passes_through(plan, op.uid):
-            # The plan changes this operator's bytes after all: its state must be read.
-            return _migrate_plan(
-                io,
-                root,
-                target,
-                source,
-                keep_savepoint,
-                batch,
-                verify,
-                engine,
-                backend,
-                partitions,
-                changelog,
-                join_state_format,
-                False,
+        # ``fallback_reason`` is the one decider: migrate plans no query or transform, and a
+        # join whose state format is converted never passes through, so the plan restores
+        # these stores as they are. A plan that says otherwise is a bug, not a second path.
+        if op.uid not in plan.restored or plan.rewrites(op.uid):
+            raise StatectlError(
+                f"internal error: operator {op.uid} was read as passing through unchanged but "
+                "the plan changes it; rerun with --keep-savepoint to take the savepoint path",
+                io.url(root),
             )
         plan.passthrough[op.uid] = raw
     return plan, kept
-
-
-def _passes_through(plan: RestorePlan, uid: str) -> bool:
-    """The plan restores ``uid``'s stores as they are: no evolution, no other schemas, no
-    join state format conversion."""
-    return (
-        uid in plan.restored
-        and not plan.evolutions.get(uid)
-        and uid not in plan.query_schemas
-        and uid not in plan.transforms
-        and plan.join_state_format not in join_state.COLUMN_FAMILY_FORMATS
-    )

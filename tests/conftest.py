@@ -46,6 +46,16 @@ def load_manifest(include_pending: bool = False) -> list[dict[str, Any]]:
     return [f for f in fixtures if include_pending or not f.get("pending")]
 
 
+def restore_target(fx: dict[str, Any]) -> tuple[str, int]:
+    """Where a fixture is restored by the tests that restore every fixture: another partition
+    count always; the other backend where Spark allows it (transformWithState and join formats
+    3/4 are RocksDB only), else the same backend; a changelog source becomes zip snapshots."""
+    join_format = fx["confs"].get("spark.sql.streaming.join.stateFormatVersion")
+    if fx["query"].startswith("tws") or join_format in ("3", "4"):
+        return "rocksdb", 3
+    return ("rocksdb" if fx["backend"] in ("hdfs", "rocksdb-changelog") else "hdfs"), 3
+
+
 # Test modules that fork worker processes from the test process: they run on each xdist
 # worker before any Spark test starts a JVM gateway there.
 FORK_FIRST = {"test_adversarial.py"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,15 @@ from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint, table_selection
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, QUERY_SOURCE, arrow_rows, normalize, spark_rows
+from tests.conftest import (
+    FIXTURES,
+    QUERY_SOURCE,
+    arrow_rows,
+    load_manifest,
+    normalize,
+    restore_target,
+    spark_rows,
+)
 
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
@@ -342,6 +351,8 @@ CASES = [
     ("session", "rocksdb", "rocksdb", 3),
     ("session-dynamic", "hdfs", "rocksdb", 3),
     ("session-dynamic", "rocksdb", "hdfs", 2),
+    ("session-dynamic", "hdfs", "hdfs", 3),
+    ("session-dynamic", "rocksdb", "rocksdb", 2),
     # Streaming limit: its count lives in partition 0 at any partition count.
     *[("limit", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
     ("limit", "rocksdb", "hdfs", 3),
@@ -349,7 +360,11 @@ CASES = [
     # applyInPandasWithState at state format 1 (the state fields unnested in the value).
     ("fmgws-v1", "hdfs", "hdfs", 3),
     ("fmgws-v1", "hdfs", "rocksdb", 2),
+    ("fmgws-v1", "hdfs", "hdfs", 2),
+    ("fmgws-v1", "hdfs", "rocksdb", 3),
     ("tws-rows", "rocksdb", "rocksdb", 3),
+    ("tws-rows", "rocksdb", "rocksdb", 2),
+    ("tws-avro", "rocksdb", "rocksdb", 2),
     # Aggregation at state format 1 (the value row repeats the grouping columns).
     *[("agg-v1", "hdfs", dst, n) for dst in ("hdfs", "rocksdb") for n in (2, 3)],
     ("agg-v1", "rocksdb", "hdfs", 3),
@@ -483,47 +498,34 @@ def test_offset_log_v2_query_restores_and_continues(spark, tmp_path):
     assert all(b > meta.batch_id for b in continued) and any(continued.values())
 
 
-def test_restore_every_fixture_reads_back(tmp_path):
-    """Without Spark: fixtures restore to both backends (transformWithState: RocksDB) and 3
-    partitions, and the restored state equals the source state row for row."""
-    names = [
-        "agg-hdfs",
-        "agg-types-rocksdb",
-        "dedupwm-rocksdb-changelog",
-        "join-hdfs",
-        "fmgws-rocksdb",
-        "window-rocksdb",
-        "multi-hdfs",
-        "agg-zstd-hdfs",
-        "spark35-agg-hdfs",
-        "agg-rowchecksum-rocksdb-changelog",
-        "tws-rocksdb",
-        "tws-mergev1-rocksdb-changelog",
-        "tws-avro-rocksdb",
-        "agg-ckptv2-rocksdb-changelog",
-        "session-hdfs",
-        "session-dynamic-hdfs",
-        "session-dynamic-rocksdb",
-        "limit-rocksdb",
-    ]
-    for name in names:
-        url, meta = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
-        src = Checkpoint.open(str(FIXTURES / name))
-        tws = any(op.column_families for op in meta.operators)
-        for backend in ("rocksdb",) if tws else ("hdfs", "rocksdb"):
-            target = tmp_path / f"{name}-{backend}"
-            restore(url, str(target), backend=backend, partitions=3)
-            dst = Checkpoint.open(str(target))
-            assert dst.latest_committed_batch == src.latest_committed_batch
-            for op in meta.operators:
-                for table in op.tables:
-                    sel = table_selection(op.operator_id, table)
-                    a = read_state(dst, sel)
-                    b = read_state(src, sel)
-                    assert arrow_rows(a.drop_columns(["partition_id"])) == arrow_rows(
-                        b.drop_columns(["partition_id"])
-                    )
-                    assert set(a.column("partition_id").to_pylist()) <= {0, 1, 2}
+# Every fixture Spark 4.3 wrote (the older lines' are tests/test_releases.py's).
+SPARK43_FIXTURES = [fx for fx in load_manifest() if not re.match(r"^spark\d\d-", fx["name"])]
+
+
+@pytest.mark.parametrize("fx", SPARK43_FIXTURES, ids=lambda fx: fx["name"])
+def test_restore_every_fixture_reads_back(tmp_path, fx):
+    """Without Spark: every fixture restores to 3 partitions, on the other backend where Spark
+    allows it (:func:`tests.conftest.restore_target`), and the restored state equals the
+    source state row for row, every key in one of the new partitions."""
+    name = fx["name"]
+    backend, partitions = restore_target(fx)
+    url, meta = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
+    src = Checkpoint.open(str(FIXTURES / name))
+    target = tmp_path / "ck"
+    plan = restore(url, str(target), backend=backend, partitions=partitions)
+    assert not plan.problems and plan.backend == backend
+    dst = Checkpoint.open(str(target))
+    assert dst.latest_committed_batch == src.latest_committed_batch
+    assert dst.num_partitions(dst.latest_committed_batch) == partitions
+    for op in meta.operators:
+        for table in op.tables:
+            sel = table_selection(op.operator_id, table)
+            a = read_state(dst, sel)
+            b = read_state(src, sel)
+            assert arrow_rows(a.drop_columns(["partition_id"])) == arrow_rows(
+                b.drop_columns(["partition_id"])
+            ), (op.operator_id, table.name)
+            assert set(a.column("partition_id").to_pylist()) <= set(range(partitions))
 
 
 def test_restore_refuses_a_non_empty_target_and_unsupported_tws(tmp_path):

@@ -39,7 +39,14 @@ from statectl.errors import (
     UnsupportedError,
 )
 from statectl.io import FileIO
-from statectl.operators import OperatorKind, classify, is_global_limit_key, single_partition
+from statectl.operators import (
+    OperatorKind,
+    classify,
+    is_global_limit_key,
+    is_session_key,
+    session_prefix,
+    single_partition,
+)
 
 HDFS = "hdfs"
 ROCKSDB = "rocksdb"
@@ -472,12 +479,18 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
             schemas.extend(_describe(f, p) for f in families)
         else:
             f = families[0]
+            prefix = info.num_cols_prefix_key
+            if meta is None and is_session_key(f.key_schema):
+                # Spark < 4 records no numColsPrefixKey, but its session window store always
+                # has one: the grouping columns (StreamingSessionWindowStateManagerImplV1), so
+                # RocksDB keys are prefix-encoded. Bytes that do not parse so fail the read.
+                prefix = session_prefix(f.key_schema)
             schemas.append(
                 StoreDescription(
                     info.store_name,
                     f.key_schema,
                     f.value_schema,
-                    info.num_cols_prefix_key,
+                    prefix,
                     schema_file=p,
                 )
             )
