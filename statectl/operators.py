@@ -155,7 +155,8 @@ class OperatorKind:
         if self.restorable:
             return None
         return (
-            f"{what} is a {self.kind} operator, which statectl cannot restore yet: "
+            f"{what} is {'an' if self.kind[:1] in 'aeiou' else 'a'} {self.kind} operator, "
+            "which statectl cannot restore yet: "
             f"{self.reason}; keep the original checkpoint, or leave this state behind with "
             "--drop UID / -n if the new query no longer has the operator"
         )
@@ -303,7 +304,8 @@ def classify(
             return _unmodelled(
                 name,
                 "a session window (its key ends with the session start and Spark places it by "
-                "the grouping keys), but Spark < 4 recorded no operator metadata to confirm it",
+                "the grouping keys), but Spark < 4 recorded no operator metadata to confirm it: "
+                "restore with --query, whose plan confirms it",
             )
         if not column_families and key_schemas and all(map(is_global_limit_key, key_schemas)):
             if stores == ("default",):

@@ -70,7 +70,7 @@ from statectl.evolution import (
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.operators import AGGREGATION, JOIN_KINDS, SESSION_WINDOW, OperatorKind
+from statectl.operators import AGGREGATION, JOIN_KINDS, SESSION_WINDOW, OperatorKind, classify
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -820,6 +820,7 @@ def plan_restore(
                 )
             elif uid not in plan.evolutions and m.savepoint_type != "native":
                 target_op = plan.query_operators[op_id]
+                _name_from_query(by_uid[uid], target_op)
                 plan.problems += _evolve(plan, uid, by_uid[uid], target_op, query, False)
         for op_id, qop in sorted(plan.query_operators.items()):
             if op_id not in ids and op_id not in changed:
@@ -1860,6 +1861,25 @@ def _discard_target(io: FileIO, root: str, existed: bool) -> None:
     io.remove(root, recursive=True)
     if existed:
         io.makedirs(root)
+
+
+def _name_from_query(op: OperatorState, qop: Operator | None) -> None:
+    """Spark < 4 recorded no operator names. A kind the state alone cannot confirm (a session
+    window: its key ends with the session start, but what says so?) is confirmed by the
+    query's operator the state matched: Spark 4's plan names it and records its prefix key.
+    The in-memory savepoint operator takes that name, so every later step sees the kind
+    (the savepoint's files are not touched)."""
+    if qop is None or op.name != UNKNOWN_OPERATOR or op.kind.restorable:
+        return
+    named = classify(
+        qop.name,
+        op.store_names,
+        column_families=False,
+        key_schemas=[t.key_schema for t in op.tables],
+        prefix_columns=[d.num_cols_prefix_key for d in qop.schemas],
+    )
+    if named.restorable and not qop.uses_column_families and not op.column_families:
+        op.name = qop.name
 
 
 def _migrate_write(io: FileIO, root: str, plan: RestorePlan) -> None:

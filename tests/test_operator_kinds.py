@@ -53,7 +53,8 @@ EQUAL, DIFFERS, REFUSED = "equal", "differs", "refused"
 TODAY: dict[str, dict[str, Any]] = {
     # Spark 3.5 session windows: no operator metadata, so nothing confirms the kind and its
     # grouping columns. Read (the RocksDB keys prefix-encoded by the grouping columns, as 3.5
-    # always writes them) and savepointed; restore refused at plan time, exit 2.
+    # always writes them) and savepointed; restore without --query refused at plan time, exit
+    # 2 (with it: tests/test_releases.py).
     "spark35-session-hdfs": {"inspect": 0, "savepoint": 0, "restore": 2, "reads": {"op0": EQUAL}},
     "spark35-session-rocksdb": {"inspect": 0, "savepoint": 0, "restore": 2, "reads": {}},
 }

@@ -438,3 +438,43 @@ def test_spark35_left_semi_join_continues_on_spark43_at_join_format_4(
     continued = continue_restored(spark, fx, meta, ckpt, {**confs, CHECKSUM_CONF: "true"})
     rows = sorted((r for part in continued.values() for r in part), key=repr)
     assert rows and rows == uninterrupted(spark, tmp_path_factory, fx)
+
+
+SPARK35_SESSIONS = [
+    fx for fx in load_manifest(include_pending=True) if fx["name"].startswith("spark35-session-")
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("fx", SPARK35_SESSIONS, ids=lambda fx: fx["name"])
+def test_spark35_session_window_restores_with_query_and_continues(
+    spark, tmp_path, tmp_path_factory, fx
+):
+    """Spark 3.5 recorded no operator metadata, so nothing in its session window checkpoint
+    confirms the kind: a plain restore refuses it at plan time. With ``--query`` the 4.3 plan
+    names the operator (sessionWindowStateStoreSaveExec, prefix key = the grouping columns),
+    the state is placed by the grouping key on the other backend at 3 partitions, and 4.3
+    continues with the output of an uninterrupted 4.3 run (restored sessions merging with new
+    events)."""
+    backend, partitions = restore_target(fx)
+    url, meta = take_savepoint(str(FIXTURES / fx["name"]), str(tmp_path / "sp"))
+    refused = restore(
+        url, str(tmp_path / "refused"), backend=backend, partitions=partitions, dry_run=True
+    )
+    assert any("operator metadata" in p for p in refused.problems), refused.problems
+    ckpt = tmp_path / "ck"
+    with _recorded_dir(_recorded_input(meta)):  # planning reads the source's directory
+        plan = restore(
+            url,
+            str(ckpt),
+            backend=backend,
+            partitions=partitions,
+            **_query(fx, meta, tmp_path, spark),
+        )
+    assert not plan.problems, plan.problems
+    restored = Checkpoint.open(str(ckpt))
+    assert restored.operator(0, meta.batch_id).name == "sessionWindowStateStoreSaveExec"
+    confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
+    continued = continue_restored(spark, fx, meta, ckpt, confs)
+    rows = sorted((r for part in continued.values() for r in part), key=repr)
+    assert rows and rows == uninterrupted(spark, tmp_path_factory, fx)
