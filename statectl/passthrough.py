@@ -141,6 +141,7 @@ class RawSpillTask:
     store: str
     partition: int
     batch: int
+    enc: StoreEncoding  # read once for every task (the offsets file)
     target_backend: str
     partitions: int
     directory: str
@@ -150,7 +151,7 @@ class RawSpillTask:
         out = SpillWriters(os.path.join(self.directory, f"f{self.partition:06d}"), _SPILL_SCHEMA)
         if partition_absent(self.ckpt, self.op, self.partition):
             return 0
-        enc = StoreEncoding.of(self.ckpt, self.batch)
+        enc = self.enc
         skip = 1 if enc.backend == ROCKSDB else 0  # the encoding-version byte
         schema = parse_schema(self.op.schema(self.store).key_schema)
         checked = self.ckpt.verify and placement_checked(self.ckpt, self.op, self.batch)
@@ -210,8 +211,9 @@ def restore_raw_stores(
     target = HDFS if fmt.backend == HDFS else ROCKSDB
     with spill_dir() as directory:
         dirs = [os.path.join(directory, f"t{i:04d}") for i in range(len(op.store_names))]
+        enc = StoreEncoding.of(ckpt, batch)
         jobs = [
-            RawSpillTask(ckpt, op, s, p, batch, target, partitions, d, engine.per_task)
+            RawSpillTask(ckpt, op, s, p, batch, enc, target, partitions, d, engine.per_task)
             for s, d in zip(op.store_names, dirs, strict=True)
             for p in range(op.num_partitions)
         ]
