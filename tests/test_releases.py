@@ -401,7 +401,7 @@ def test_spark41_checksums_of_checkpoint_v1_files_are_verified(fixture_copy):
 def test_each_line_writes_the_kinds_it_supports_and_says_why_not():
     """Every fixture a release line is listed for is in the manifest; what a line cannot write
     (join format 3 before 4.1, format 4 before 4.2) is not listed, with the reason."""
-    # Pending ones too (Spark 3.5's session windows: read, restore refused).
+    # Pending ones too (Spark 3.5's session windows: restored with --query only).
     names = {fx["name"] for fx in load_manifest(include_pending=True)}
     for release, want in generate.RELEASE_FIXTURES.items():
         prefix = generate.release_prefix(release)
@@ -454,8 +454,7 @@ def test_spark35_session_window_restores_with_query_and_continues(
     confirms the kind: a plain restore refuses it at plan time. With ``--query`` the 4.3 plan
     names the operator (sessionWindowStateStoreSaveExec, prefix key = the grouping columns),
     the state is placed by the grouping key on the other backend at 3 partitions, and 4.3
-    continues with the output of an uninterrupted 4.3 run (restored sessions merging with new
-    events)."""
+    continues with the output of an uninterrupted 4.3 run."""
     backend, partitions = restore_target(fx)
     url, meta = take_savepoint(str(FIXTURES / fx["name"]), str(tmp_path / "sp"))
     refused = restore(
