@@ -451,12 +451,23 @@ CKPT_V2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
 
 
 @pytest.mark.spark
-def test_checkpoint_format_v2_query_restores_and_continues(spark, tmp_path):
+@pytest.mark.parametrize(
+    ("case", "confs"),
+    [
+        ("agg", {}),
+        # Column families under v2: transformWithState and join state format 4.
+        ("tws", {}),
+        ("join", {"spark.sql.streaming.join.stateFormatVersion": "4"}),
+    ],
+    ids=["agg", "tws", "join4"],
+)
+def test_checkpoint_format_v2_query_restores_and_continues(spark, tmp_path, case, confs):
     """A checkpoint format v2 query (ids in the commit log, ``N_<id>.zip``) restores to format
     v2 at another partition count and continues exactly."""
+    confs = {**CKPT_V2, **confs}
     d = tmp_path / "input"
     write_input(d, 0, 3)
-    first = run(spark, "agg", d, tmp_path / "ck1", "rocksdb", CKPT_V2)
+    first = run(spark, case, d, tmp_path / "ck1", "rocksdb", confs)
     src = Checkpoint.open(str(tmp_path / "ck1"))
     assert src.checkpoint_format_version(src.latest_committed_batch) == 2
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
@@ -469,8 +480,8 @@ def test_checkpoint_format_v2_query_restores_and_continues(spark, tmp_path):
     zip_name = f"{meta.batch_id + 1}_{ids['0'][2][0]}.zip"
     assert (tmp_path / "ck2" / "state" / "0" / "2" / zip_name).exists()
     write_input(d, 3, 2)
-    continued = run(spark, "agg", d, tmp_path / "ck2", confs=CKPT_V2)
-    full = run(spark, "agg", d, tmp_path / "ck3", "rocksdb", CKPT_V2)
+    continued = run(spark, case, d, tmp_path / "ck2", confs=confs)
+    full = run(spark, case, d, tmp_path / "ck3", "rocksdb", confs)
     assert_exactly_once(first, continued, full)
     restored = Checkpoint.open(str(tmp_path / "ck2"))
     last = restored.latest_committed_batch
