@@ -273,6 +273,8 @@ def restore(
     engine: Any = "local",
     spark_confs: dict[str, str] | None = None,
     transforms: dict[str, str] | None = None,
+    aggregation_state_format: int | None = None,
+    group_state_format: int | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -281,7 +283,9 @@ def restore(
     ``query`` is ``"MODULE:FUNCTION"`` / ``"FILE.py:FUNCTION"`` for a changed query (planned
     with ``spark`` or a local session, needs PySpark). ``join_state_format`` (2, 3 or 4)
     converts stream-stream join state to that format (default: the savepoint's where the
-    target backend runs it, else 2). ``memory`` (bytes or ``"512M"``) bounds the local
+    target backend runs it, else 2); ``aggregation_state_format`` and ``group_state_format``
+    (1 or 2) convert streaming aggregation and flatMapGroupsWithState / applyInPandasWithState
+    state likewise (default: kept). ``memory`` (bytes or ``"512M"``) bounds the local
     engine's memory, ``workers`` its parallel tasks (default: a quarter of the machine's
     memory up to 2 GiB, a worker per core). ``source_offsets`` sets sources' starting positions: source
     index or description (as the plan's ``sources`` show it) -> offset (JSON text or a dict;
@@ -327,6 +331,8 @@ def restore(
         source_offsets=given,
         engine=runner,
         transforms=transforms,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
     )
     result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
     if not result.ok and not dry_run:
@@ -351,11 +357,14 @@ def migrate(
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
     join_state_format: int | None = None,
+    aggregation_state_format: int | None = None,
+    group_state_format: int | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
     directory to keep it under. Raises :class:`RestoreError` when the restore would fail.
-    ``memory``, ``workers``, ``engine``, ``spark_confs`` and ``join_state_format`` as for
+    ``memory``, ``workers``, ``engine``, ``spark_confs``, ``join_state_format`` and
+    ``aggregation_state_format``, ``group_state_format`` as for
     :func:`restore` (the savepoint runs on the same engine); ``spark`` a SparkSession means the
     Spark engine."""
     from statectl.restoring import migrate as do_migrate
@@ -375,6 +384,8 @@ def migrate(
         verify=verify,
         engine=runner,
         join_state_format=join_state_format,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
     )
     result = MigrateResult.from_document(
         {**plan.as_dict(), "source": as_url(source), "savepoint": kept}

@@ -123,6 +123,26 @@ JoinStateFormatOpt = Annotated[
     ),
 ]
 
+AggregationStateFormatOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--aggregation-state-format",
+        help="1 or 2: convert streaming aggregation state to this format "
+        "(spark.sql.streaming.aggregation.stateFormatVersion; 1 repeats the grouping columns "
+        "in the value; default: the savepoint's).",
+    ),
+]
+
+GroupStateFormatOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--group-state-format",
+        help="1 or 2: convert flatMapGroupsWithState / applyInPandasWithState state to this "
+        "format (spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion; 2 nests the "
+        "state in groupState; state with timeouts does not convert; default: the savepoint's).",
+    ),
+]
+
 
 def _show_version(value: bool) -> None:
     if value:
@@ -487,6 +507,8 @@ def restore(
         ),
     ] = None,
     join_state_format: JoinStateFormatOpt = None,
+    aggregation_state_format: AggregationStateFormatOpt = None,
+    group_state_format: GroupStateFormatOpt = None,
     source_offsets: Annotated[
         list[str] | None,
         typer.Option(
@@ -552,6 +574,8 @@ def restore(
             overwrite=overwrite,
             progress=progress,
             join_state_format=join_state_format,
+            aggregation_state_format=aggregation_state_format,
+            group_state_format=group_state_format,
             memory=memory,
             workers=workers,
             source_offsets=parse_source_offsets(source_offsets or []),
@@ -603,6 +627,8 @@ def migrate(
     ] = None,
     changelog: ChangelogOpt = False,
     join_state_format: JoinStateFormatOpt = None,
+    aggregation_state_format: AggregationStateFormatOpt = None,
+    group_state_format: GroupStateFormatOpt = None,
     overwrite: Annotated[
         bool,
         typer.Option(
@@ -639,6 +665,8 @@ def migrate(
             workers=workers,
             **engine_args,
             join_state_format=join_state_format,
+            aggregation_state_format=aggregation_state_format,
+            group_state_format=group_state_format,
         )
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result

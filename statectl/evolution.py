@@ -68,11 +68,17 @@ class AggregateBuffer:
 @dataclass
 class Source:
     """Where one field of the new schema comes from: ``index`` of the stored field (re-shaped
-    by ``nested`` when it is a struct that changed), or (index None) the constant ``value``."""
+    by ``nested`` when it is a struct that changed), or (index None) the constant ``value``;
+    ``from_key``: field ``index`` of the row's key instead (a value that repeats the grouping
+    columns, written from a state format that did not); ``nested`` with index None: a struct
+    made of the stored fields (a state format that nests them)."""
 
     index: int | None
     value: Any = None
     nested: PartEvolution | None = None
+    from_key: bool = False
+    # Field ``member`` of the stored struct field ``index`` (a nested struct flattened).
+    member: int | None = None
 
 
 @dataclass
@@ -82,11 +88,19 @@ class PartEvolution:
     new_schema: str
     sources: list[Source]
 
-    def convert(self, arr: pa.StructArray) -> pa.StructArray:
+    def convert(self, arr: pa.StructArray, key: pa.StructArray | None = None) -> pa.StructArray:
         fields = [to_arrow_field(f) for f in json.loads(self.new_schema)["fields"]]
         children = []
         for f, src in zip(fields, self.sources, strict=True):
-            if src.index is None:
+            if src.from_key:
+                if key is None:
+                    raise ValueError("a value built from its key needs the key")
+                children.append(retyped(key.field(src.index), f.type))
+            elif src.index is None and src.nested is not None:
+                children.append(src.nested.convert(arr, key))
+            elif src.member is not None:
+                children.append(retyped(arr.field(src.index).field(src.member), f.type))
+            elif src.index is None:
                 value = src.value
                 if value is not None and pa.types.is_decimal(f.type):
                     value = decimal.Decimal(str(value))
@@ -308,6 +322,59 @@ def aggregation_values(
             "query owns it)"
         )
     return PartEvolution(new, sources), notes
+
+
+def aggregation_format_conversion(
+    key_schema: str, value_schema: str, source: int, target: int
+) -> PartEvolution:
+    """A streaming aggregation's value from state format ``source`` to ``target``: format 1's
+    value is the grouping columns then the buffers, format 2's the buffers alone
+    (``StreamingAggregationStateManagerImplV1``/``V2``). 1 -> 2 drops the grouping columns;
+    2 -> 1 writes them from the key, with the key's types and nullability."""
+    keys = json.loads(key_schema)["fields"]
+    values = json.loads(value_schema)["fields"]
+    n = len(keys)
+    if (source, target) == (1, 2):
+        if [f["name"] for f in values[:n]] != [f["name"] for f in keys]:
+            raise Refused(
+                f"the value {simple_string(json.loads(value_schema))} does not start with the "
+                f"grouping columns {simple_string(json.loads(key_schema))} (state format 1)"
+            )
+        new, sources = values[n:], [Source(i) for i in range(n, len(values))]
+    elif (source, target) == (2, 1):
+        new = keys + values
+        sources = [Source(i, from_key=True) for i in range(n)]
+        sources += [Source(i) for i in range(len(values))]
+    else:
+        raise ValueError(f"no aggregation state format conversion {source} -> {target}")
+    return PartEvolution(json.dumps({"type": "struct", "fields": new}), sources)
+
+
+def group_state_format_conversion(value_schema: str, source: int, target: int) -> PartEvolution:
+    """A flatMapGroupsWithState / applyInPandasWithState value from state format ``source``
+    to ``target``: format 1's value is the state's fields, format 2's ``struct<groupState:
+    struct<the fields>>`` (``StateManagerImplV1``/``V2``). Refused with timeouts: format 1
+    keeps ``timeoutTimestamp`` as an int, format 2 as a long (Spark's reason for format 2)."""
+    fields = json.loads(value_schema)["fields"]
+    if any(f["name"] == "timeoutTimestamp" for f in fields):
+        raise Refused(
+            "the state has a timeout (timeoutTimestamp), which format 1 keeps as an int and "
+            "format 2 as a long; only state without timeouts converts"
+        )
+    if (source, target) == (1, 2):
+        inner = {"type": "struct", "fields": fields}
+        wrap = PartEvolution(json.dumps(inner), [Source(i) for i in range(len(fields))])
+        new = [{"name": "groupState", "type": inner, "nullable": True, "metadata": {}}]
+        return PartEvolution(
+            json.dumps({"type": "struct", "fields": new}), [Source(None, nested=wrap)]
+        )
+    if (source, target) == (2, 1):
+        if [f["name"] for f in fields] != ["groupState"] or not _is_struct(fields[0]["type"]):
+            raise Refused(f"the value {simple_string(json.loads(value_schema))} is not format 2's")
+        inner_fields = fields[0]["type"]["fields"]
+        sources = [Source(0, member=i) for i in range(len(inner_fields))]
+        return PartEvolution(json.dumps({"type": "struct", "fields": inner_fields}), sources)
+    raise ValueError(f"no group state format conversion {source} -> {target}")
 
 
 def grouped_values(

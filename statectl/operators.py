@@ -171,11 +171,9 @@ AGG_FORMAT_CONF = "spark.sql.streaming.aggregation.stateFormatVersion"
 AGGREGATION = OperatorKind("aggregation", "stores", ("default",), format_conf=AGG_FORMAT_CONF)
 DEDUPLICATE = OperatorKind("deduplicate", "stores", ("default",))
 DEDUPLICATE_WITHIN_WATERMARK = OperatorKind("deduplicate within watermark", "stores", ("default",))
+GROUP_STATE_FORMAT_CONF = "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion"
 GROUP_STATE = OperatorKind(
-    "flatMapGroupsWithState",
-    "stores",
-    ("default",),
-    format_conf="spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion",
+    "flatMapGroupsWithState", "stores", ("default",), format_conf=GROUP_STATE_FORMAT_CONF
 )
 JOIN_V2 = OperatorKind(
     "stream-stream join",

@@ -62,7 +62,11 @@ NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
 
 
 def fallback_reason(
-    ckpt: Checkpoint, batch: int, op: Operator, join_state_format: int | None
+    ckpt: Checkpoint,
+    batch: int,
+    op: Operator,
+    join_state_format: int | None,
+    state_formats: dict[str, int] | None = None,
 ) -> str | None:
     """Why ``op``'s state at ``batch`` must take the savepoint path (None: its bytes pass
     through unchanged). The same for either target backend: nothing accepted here differs
@@ -82,6 +86,9 @@ def fallback_reason(
         pinned_format(ckpt.offsets(batch).conf),
     ):
         return "join state format conversion"
+    asked = (state_formats or {}).get(kind.format_conf or "")
+    if asked is not None and asked != kind.state_format(ckpt.offsets(batch).conf):
+        return "state format conversion"
     for desc in op.schemas:
         spec = desc.key_encoder_spec.get("keyStateEncoderType", NO_PREFIX)
         if desc.num_cols_prefix_key or kind.prefix_columns(desc.key_schema) or spec != NO_PREFIX:

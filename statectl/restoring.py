@@ -62,15 +62,25 @@ from statectl.evolution import (
     PartEvolution,
     Refused,
     TableEvolution,
+    aggregation_format_conversion,
     apply_transform,
     evolve_table,
+    group_state_format_conversion,
     grouping_key,
     load_transform,
     state_variable_value,
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.operators import AGGREGATION, JOIN_KINDS, SESSION_WINDOW, OperatorKind, classify
+from statectl.operators import (
+    AGG_FORMAT_CONF,
+    AGGREGATION,
+    GROUP_STATE_FORMAT_CONF,
+    JOIN_KINDS,
+    SESSION_WINDOW,
+    OperatorKind,
+    classify,
+)
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.savepoints.create import default_uid, logical_stores
 from statectl.savepoints.format import (
@@ -130,6 +140,9 @@ class RestorePlan:
     # Stream-stream joins: the state format written (pinned as
     # spark.sql.streaming.join.stateFormatVersion), None without joins; what is converted.
     join_state_format: int | None = None
+    # --aggregation-state-format / --group-state-format: the kind's format conf -> the state
+    # format written (and pinned) for every operator of that kind; unasked: kept.
+    state_formats: dict[str, int] = field(default_factory=dict)
     conversions: list[str] = field(default_factory=list)
     interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
     # Every source of the restored query: kept / new / given / dropped (source_positions.py),
@@ -176,6 +189,8 @@ class RestorePlan:
             "dropped": self.dropped,
             "started_empty": {str(k): v for k, v in self.started_empty.items()},
             "join_state_format": self.join_state_format,
+            "aggregation_state_format": self.state_formats.get(AGG_FORMAT_CONF),
+            "group_state_format": self.state_formats.get(GROUP_STATE_FORMAT_CONF),
             "conversions": self.conversions,
             "sources": self.sources,
             "engine": getattr(self.engine, "name", "local"),
@@ -653,6 +668,8 @@ def plan_restore(
     join_state_format: int | None = None,
     source_offsets: dict[str, str] | None = None,
     transforms: dict[str, str] | None = None,
+    aggregation_state_format: int | None = None,
+    group_state_format: int | None = None,
 ) -> RestorePlan:
     """Every check the restore makes, nothing written: which uid goes to which operator id,
     what is dropped or started empty, and what is wrong (``problems``; empty means
@@ -847,15 +864,29 @@ def plan_restore(
             "a native savepoint keeps its source offsets; convert it first: statectl "
             "savepoint --type canonical SAVEPOINT"
         )
+    formats = {
+        AGG_FORMAT_CONF: aggregation_state_format,
+        GROUP_STATE_FORMAT_CONF: group_state_format,
+    }
+    for conf, asked in formats.items():
+        if asked not in (None, 1, 2):
+            raise StatectlError(f"{FORMAT_FLAGS[conf][0]} must be 1 or 2, not {asked}")
     if m.savepoint_type == "native":
-        if join_state_format is not None:
-            plan.problems.append(
-                "a native savepoint keeps its join state format; convert it first: statectl "
-                "savepoint --type canonical SAVEPOINT"
-            )
+        for flag, asked in (
+            ("join", join_state_format),
+            ("aggregation", aggregation_state_format),
+            ("flatMapGroupsWithState", group_state_format),
+        ):
+            if asked is not None:
+                plan.problems.append(
+                    f"a native savepoint keeps its {flag} state format; convert it first: "
+                    "statectl savepoint --type canonical SAVEPOINT"
+                )
         plan.problems += _native_problems(plan, m)
         return plan
     _plan_join_format(plan, m, join_state_format)
+    for conf, asked in formats.items():
+        _plan_state_format(plan, m, conf, asked, query is not None)
     for op in m.operators:
         if op.uid not in plan.restored or all(t.kind in ("store", "join-store") for t in op.tables):
             continue
@@ -892,6 +923,74 @@ def _join_formats_supported(plan: RestorePlan) -> tuple[int, ...]:
     if plan.backend == ROCKSDB and plan.rocksdb_layout == "snapshot":
         return join_state.FORMATS
     return (1, 2)
+
+
+# Kinds with two state formats Spark pins per query and statectl converts between (joins have
+# their own planner): format conf -> (the flag, what the operators are).
+FORMAT_FLAGS: dict[str, tuple[str, str]] = {
+    AGG_FORMAT_CONF: ("--aggregation-state-format", "streaming aggregation"),
+    GROUP_STATE_FORMAT_CONF: (
+        "--group-state-format",
+        "flatMapGroupsWithState / applyInPandasWithState",
+    ),
+}
+_FORMAT_NOTES = {
+    (AGG_FORMAT_CONF, 2): "the grouping columns leave the value",
+    (AGG_FORMAT_CONF, 1): "the value repeats the grouping columns",
+    (GROUP_STATE_FORMAT_CONF, 2): "the state's fields nest in groupState",
+    (GROUP_STATE_FORMAT_CONF, 1): "the state's fields leave groupState",
+}
+
+
+def _format_conversion(conf: str, table: Any, source: int, target: int) -> PartEvolution:
+    if conf == AGG_FORMAT_CONF:
+        return aggregation_format_conversion(table.key_schema, table.value_schema, source, target)
+    return group_state_format_conversion(table.value_schema, source, target)
+
+
+def _plan_state_format(
+    plan: RestorePlan, m: Any, conf: str, requested: int | None, with_query: bool
+) -> None:
+    """``--aggregation-state-format`` / ``--group-state-format``: every restored operator
+    whose kind reads ``conf`` (one pin for the whole query) is written at ``requested``; one
+    at another format is converted and the plan says so."""
+    if requested is None:
+        return
+    flag, what_kind = FORMAT_FLAGS[conf]
+    ops = [
+        op
+        for op in m.operators
+        if op.uid in plan.restored and not op.column_families and op.kind.format_conf == conf
+    ]
+    if not ops:
+        plan.problems.append(f"{flag}: the restore has no {what_kind} operator to convert")
+        return
+    plan.state_formats[conf] = requested
+    for op in ops:
+        source = op.kind.state_format(m.pinned_confs) or 2
+        if source == requested:
+            continue
+        what = f"uid {op.uid} ({op.name})"
+        if with_query or op.uid in plan.evolutions or op.uid in plan.transforms:
+            plan.problems.append(
+                f"{flag}: {what} would be converted and changed in one restore; convert it in "
+                "a restore without --query / --transform, then restore that checkpoint's "
+                "savepoint with them"
+            )
+            continue
+        evolutions = {}
+        for table in op.tables:
+            try:
+                evolutions[table.name] = TableEvolution(
+                    value=_format_conversion(conf, table, source, requested)
+                )
+            except Refused as e:
+                plan.problems.append(f"{flag}: {what} store {table.name}: {e}")
+        plan.evolutions[op.uid] = evolutions
+        plan.conversions.append(
+            f"{what}: {what_kind} state format {source} -> {requested} "
+            f"({_FORMAT_NOTES[conf, requested]})"
+        )
 
 
 def _plan_join_format(plan: RestorePlan, m: Any, requested: int | None) -> None:
@@ -1075,7 +1174,7 @@ def _evolved_rows(evolutions: dict[str, TableEvolution], table: Any, rows: pa.Ta
     if evo.key is not None:
         key = evo.key.convert(key)
     if evo.value is not None:
-        value = evo.value.convert(value)
+        value = evo.value.convert(value, key)
     return pa.table({"key": key, "value": value})
 
 
@@ -1661,6 +1760,8 @@ def _write_canonical(plan: RestorePlan) -> None:
     confs[PARTITIONS_CONF] = str(plan.partitions)
     if plan.join_state_format is not None:  # Spark reads the joins at the pinned format
         confs[join_state.FORMAT_CONF] = str(plan.join_state_format)
+    for conf, written in plan.state_formats.items():  # and the converted kinds likewise
+        confs[conf] = str(written)
     if (merge := merge_operator_version(plan, m.pinned_confs)) is not None:
         confs[MERGE_OPERATOR_CONF] = merge
     # statectl writes plain rows; the restarted query keeps writing them.
@@ -1737,6 +1838,8 @@ def restore(
     source_offsets: dict[str, str] | None = None,
     engine: Any = None,
     transforms: dict[str, str] | None = None,
+    aggregation_state_format: int | None = None,
+    group_state_format: int | None = None,
 ) -> RestorePlan:
     """Plan (:func:`plan_restore`), then write (:func:`write_restore`) unless ``dry_run`` or
     the plan has problems: a dry run and a real run refuse exactly the same things.
@@ -1772,6 +1875,8 @@ def restore(
         join_state_format=join_state_format,
         source_offsets=source_offsets,
         transforms=transforms,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
     )
     plan.engine = engine
     if not plan.problems and not dry_run:
@@ -1795,12 +1900,14 @@ def migrate(
     engine: Any = None,
     join_state_format: int | None = None,
     passthrough: bool = True,
+    aggregation_state_format: int | None = None,
+    group_state_format: int | None = None,
 ) -> tuple[RestorePlan, str | None]:
     """Savepoint then restore. The target is marked in progress first and the temporary
     savepoint is written inside it (``.statectl-tmp/``) and removed before the target is
     finished, so an interrupted migrate leaves one directory that says what it is (and that
-    ``--overwrite`` replaces), never a full savepoint elsewhere. ``join_state_format``
-    converts stream-stream joins as :func:`restore`'s does.
+    ``--overwrite`` replaces), never a full savepoint elsewhere. ``join_state_format``,
+    ``aggregation_state_format`` and ``group_state_format`` convert as :func:`restore`'s do.
 
     Operators whose bytes stay the same (statectl/passthrough.py) skip the typed savepoint:
     their stores go from the source's files to the target's, only the keys decoded for
@@ -1826,9 +1933,14 @@ def migrate(
     existed = io.exists(root)
     try:
         begin_target(io, root, stub, "migrate", src_io.url(src_root))
-        args = (source, keep_savepoint, batch, verify, engine, backend, partitions)
+        args = (source, keep_savepoint, batch, verify, engine, backend, partitions, changelog)
+        asked = {
+            AGG_FORMAT_CONF: aggregation_state_format,
+            GROUP_STATE_FORMAT_CONF: group_state_format,
+        }
+        formats = (join_state_format, {c: n for c, n in asked.items() if n is not None})
         try:
-            plan, kept = _migrate_plan(io, root, target, *args, changelog, join_state_format, fast)
+            plan, kept = _migrate_plan(io, root, target, *args, *formats, fast)
         except StatectlError:
             # Refused before any state was written: leave the target as it was found.
             _discard_target(io, root, existed)
@@ -1846,7 +1958,7 @@ def migrate(
             # Spark's maintenance removed a file of the batch meanwhile (a running query):
             # the savepoint path tries the newest batch again.
             begin_target(io, root, stub, "migrate", src_io.url(src_root))
-            plan, kept = _migrate_plan(io, root, target, *args, changelog, join_state_format, False)
+            plan, kept = _migrate_plan(io, root, target, *args, *formats, False)
             _migrate_write(io, root, plan)
     finally:
         # On every exit path (errors, Ctrl-C, SIGTERM): no temporary savepoint survives.
@@ -1905,6 +2017,7 @@ def _migrate_plan(
     partitions: int | None,
     changelog: bool,
     join_state_format: int | None,
+    state_formats: dict[str, int],
     fast: bool,
 ) -> tuple[RestorePlan, str]:
     """The temporary savepoint (``fast``: operators that pass through unread) and the plan
@@ -1916,7 +2029,7 @@ def _migrate_plan(
     chosen: dict[int, tuple[Any, int, Operator]] = {}
 
     def unread(ckpt: Any, b: int, op: Operator) -> bool:
-        if fallback_reason(ckpt, b, op, join_state_format) is not None:
+        if fallback_reason(ckpt, b, op, join_state_format, state_formats) is not None:
             return False
         chosen[op.operator_id] = (ckpt, b, op)
         return True
@@ -1941,6 +2054,8 @@ def _migrate_plan(
         rocksdb_layout="changelog" if changelog else "snapshot",
         own_target=True,
         join_state_format=join_state_format,
+        aggregation_state_format=state_formats.get(AGG_FORMAT_CONF),
+        group_state_format=state_formats.get(GROUP_STATE_FORMAT_CONF),
     )
     plan.engine = engine
     if plan.problems:

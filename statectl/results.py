@@ -147,7 +147,10 @@ class RestoreResult(_Result):
     ok: bool = True
     dry_run: bool = False
     join_state_format: int | None = None  # stream-stream joins: the format written
-    conversions: tuple[str, ...] = ()  # what the restore converts (join state formats)
+    # streaming aggregations: the format written when --aggregation-state-format asked
+    aggregation_state_format: int | None = None
+    group_state_format: int | None = None  # flatMapGroupsWithState, likewise
+    conversions: tuple[str, ...] = ()  # what the restore converts (state formats)
     # every source's position: index, description, position (kept/new/given/dropped), offset
     sources: tuple[dict[str, Any], ...] = ()
     evolved: tuple[str, ...] = ()  # schema evolution: one line per evolved field
@@ -169,6 +172,8 @@ class RestoreResult(_Result):
             ok=doc.get("ok", not doc.get("problems")),
             dry_run=doc.get("dry_run", False),
             join_state_format=doc.get("join_state_format"),
+            aggregation_state_format=doc.get("aggregation_state_format"),
+            group_state_format=doc.get("group_state_format"),
             conversions=tuple(doc.get("conversions", ())),
             sources=tuple(doc.get("sources", ())),
             evolved=tuple(doc.get("evolved", ())),
