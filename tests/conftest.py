@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
+import importlib.util
 import json
 import os
 import pathlib
@@ -44,6 +46,16 @@ def load_manifest(include_pending: bool = False) -> list[dict[str, Any]]:
     data = json.loads(MANIFEST.read_text())
     fixtures = data["fixtures"] if isinstance(data, dict) else data
     return [f for f in fixtures if include_pending or not f.get("pending")]
+
+
+@functools.cache
+def fixture_generator() -> Any:
+    """fixtures/generate.py as a module: its queries, specs and helpers (no Spark started)."""
+    spec = importlib.util.spec_from_file_location("fixture_generate", ROOT / "fixtures/generate.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def restore_target(fx: dict[str, Any]) -> tuple[str, int]:

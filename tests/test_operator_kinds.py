@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import re
 import subprocess
 import sys
 from typing import Any
@@ -263,19 +262,3 @@ def test_limit_state_is_one_row_in_partition_0(name):
     (op,) = ckpt.operators(ckpt.latest_committed_batch)
     assert op.kind is GLOBAL_LIMIT and op.num_partitions == 2
     assert op.kind.partition_may_be_absent(1) and not op.kind.partition_may_be_absent(0)
-
-
-SPEC_READS = [
-    pytest.param(fx, read, id=f"{fx['name']}-{read_id(read)}")
-    for fx in KIND_FIXTURES
-    if re.sub(r"^spark\d\d-", "", fx["name"]).startswith(("limit-", "session-", "agg-v1-"))
-    for read in fx["reads"]
-]
-
-
-@pytest.mark.parametrize(("fx", "read"), SPEC_READS)
-def test_export_of_limit_and_sessions_equals_spark(fx, read, tmp_path):
-    """Kinds that left `pending`: export equals the rows Spark's reader returned at generation
-    (the limit's absent partition 1 reads as empty)."""
-    got, detail = export_outcome(fx, read, tmp_path)
-    assert got == EQUAL, detail

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
@@ -31,13 +30,18 @@ from statectl.restoring import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import table_selection
 from statectl.state import read_state
-from tests.conftest import FIXTURES, ROOT, arrow_rows, load_manifest, normalize, restore_target
+from tests.conftest import (
+    FIXTURES,
+    ROOT,
+    arrow_rows,
+    fixture_generator,
+    load_manifest,
+    normalize,
+    restore_target,
+)
 from tests.test_restore import PROVIDERS, run
 
-_spec = importlib.util.spec_from_file_location("fixture_generate", ROOT / "fixtures/generate.py")
-assert _spec and _spec.loader
-generate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(generate)
+generate = fixture_generator()
 
 RELEASE = re.compile(r"^spark(\d)(\d)-")
 CHECKSUM_CONF = "spark.sql.streaming.checkpoint.fileChecksum.enabled"

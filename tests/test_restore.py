@@ -377,17 +377,38 @@ CASE_CONFS = {
 }
 
 
+_SOURCES: dict[tuple, tuple] = {}
+
+
+def savepoint_and_reference(spark, tmp_path_factory, case: str, backend: str) -> tuple:
+    """For one query and source backend, shared by the cells restoring it: the input (3
+    files, then 2 more), what the first run emitted over the first 3, a savepoint of it, and
+    what one uninterrupted run emitted over all 5. Read-only for the cells: each restores the
+    savepoint into a checkpoint of its own and continues over the same input."""
+    key = (case, backend)
+    if key not in _SOURCES:
+        root = tmp_path_factory.mktemp(f"source-{case}-{backend}")
+        d = root / "input"
+        write_input(d, 0, 3)
+        confs = CASE_CONFS.get(case, {})
+        first = run(spark, case, d, root / "ck1", backend, confs)
+        assert len(first) >= 3
+        sp_url, meta = take_savepoint(str(root / "ck1"), str(root / "sp"))
+        write_input(d, 3, 2)
+        full = run(spark, case, d, root / "ck3", backend, confs)
+        _SOURCES[key] = (d, first, sp_url, meta, full)
+    return _SOURCES[key]
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize(("case", "src_backend", "dst_backend", "partitions"), CASES)
 def test_restored_query_continues_like_an_uninterrupted_run(
-    spark, tmp_path, case, src_backend, dst_backend, partitions
+    spark, tmp_path, tmp_path_factory, case, src_backend, dst_backend, partitions
 ):
-    d = tmp_path / "input"
-    write_input(d, 0, 3)
     confs = CASE_CONFS.get(case, {})
-    first = run(spark, case, d, tmp_path / "ck1", src_backend, confs)
-    assert len(first) >= 3
-    sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
+    d, first, sp_url, meta, full = savepoint_and_reference(
+        spark, tmp_path_factory, case, src_backend
+    )
     plan = restore(sp_url, str(tmp_path / "ck2"), backend=dst_backend, partitions=partitions)
     assert plan.backend == dst_backend and not plan.problems
     for key, value in confs.items():  # the source really ran with the case's confs
@@ -424,9 +445,7 @@ def test_restored_query_continues_like_an_uninterrupted_run(
             ours = Savepoint.open(sp_url).read(sel, op.uid).drop_columns(["partition_id"])
             assert spark_rows(df) == arrow_rows(ours), opts
 
-    write_input(d, 3, 2)
     continued = run(spark, case, d, tmp_path / "ck2")
-    full = run(spark, case, d, tmp_path / "ck3", src_backend, confs)
     # Exactly-once end to end: what the first run and the restored run emitted together is what
     # one uninterrupted run emitted. (Batch ids may differ: a watermark-only batch runs at the
     # end of the first run, where the uninterrupted run had none.)
