@@ -317,15 +317,9 @@ def test_release_fixture_continues_on_spark43(
         # With --query, the restore writes the schema 4.3 plans (the same bytes), and 4.3
         # continues.
         ckpt = tmp_path / "ck-query"
-        with _recorded_dir(_recorded_input(meta)):  # planning reads the source's directory
-            plan = restore(
-                url,
-                str(ckpt),
-                backend=backend,
-                partitions=partitions,
-                **_query(fx, meta, tmp_path, spark),
-            )
-        assert not plan.problems, plan.problems
+        restore_with_query(
+            fx, meta, url, ckpt, tmp_path, spark, backend=backend, partitions=partitions
+        )
     continued = continue_restored(spark, fx, meta, ckpt, {**confs, CHECKSUM_CONF: "true"})
     assert continued and all(b > meta.batch_id for b in continued)
     rows = sorted((r for part in continued.values() for r in part), key=repr)
@@ -353,6 +347,17 @@ def _query(fx: dict[str, Any], meta, tmp_path: Path, spark) -> dict[str, Any]:
     )
     mode = generate.QUERIES[fx["query"]](spark, str(_recorded_input(meta)))[1]
     return {"query": f"{module}:query", "output_mode": mode, "spark": spark}
+
+
+def restore_with_query(
+    fx: dict[str, Any], meta, url: str, ckpt: Path, tmp_path: Path, spark, **kw: Any
+):
+    """``restore --query`` with the fixture's own query, planned over the input directory its
+    file source recorded (held while planning reads it)."""
+    with _recorded_dir(_recorded_input(meta)):
+        plan = restore(url, str(ckpt), **kw, **_query(fx, meta, tmp_path, spark))
+    assert not plan.problems, plan.problems
+    return plan
 
 
 V2_SOURCES = [fx for fx in RELEASE_FIXTURES if fx.get("checkpointFormatVersion") == 2]
@@ -428,16 +433,9 @@ def test_spark35_left_semi_join_continues_on_spark43_at_join_format_4(
     fx = next(f for f in RELEASE_FIXTURES if f["name"] == "spark35-join-leftsemi-hdfs")
     url, meta = take_savepoint(str(FIXTURES / fx["name"]), str(tmp_path / "sp"))
     ckpt = tmp_path / "ck"
-    with _recorded_dir(_recorded_input(meta)):
-        plan = restore(
-            url,
-            str(ckpt),
-            backend="rocksdb",
-            partitions=3,
-            join_state_format=4,
-            **_query(fx, meta, tmp_path, spark),
-        )
-    assert not plan.problems, plan.problems
+    restore_with_query(
+        fx, meta, url, ckpt, tmp_path, spark, backend="rocksdb", partitions=3, join_state_format=4
+    )
     confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}
     continued = continue_restored(spark, fx, meta, ckpt, {**confs, CHECKSUM_CONF: "true"})
     rows = sorted((r for part in continued.values() for r in part), key=repr)
@@ -466,15 +464,7 @@ def test_spark35_session_window_restores_with_query_and_continues(
     )
     assert any("operator metadata" in p for p in refused.problems), refused.problems
     ckpt = tmp_path / "ck"
-    with _recorded_dir(_recorded_input(meta)):  # planning reads the source's directory
-        plan = restore(
-            url,
-            str(ckpt),
-            backend=backend,
-            partitions=partitions,
-            **_query(fx, meta, tmp_path, spark),
-        )
-    assert not plan.problems, plan.problems
+    restore_with_query(fx, meta, url, ckpt, tmp_path, spark, backend=backend, partitions=partitions)
     restored = Checkpoint.open(str(ckpt))
     assert restored.operator(0, meta.batch_id).name == "sessionWindowStateStoreSaveExec"
     confs = {k: v for k, v in fx["confs"].items() if k not in STORAGE_CONFS}

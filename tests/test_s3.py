@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -28,6 +29,11 @@ def s3_endpoint():
     port = _free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
+    # moto keeps its buckets in process-wide state, which outlives a stopped server: when the
+    # test order sets this module's fixtures up a second time on a worker, start empty.
+    urllib.request.urlopen(
+        urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
+    ).close()
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
