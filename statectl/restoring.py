@@ -321,11 +321,13 @@ def _evolve_state_variables(
     schemas = {s.name: s for s in logical_stores(target)[1]}
     kinds = {t.name: t.kind for t in op.tables}
 
-    def refused(what: str, reason: object) -> list[str]:
+    def refused(what: str, reason: object, store: str | None = None) -> list[str]:
         # Spark's reason first (what the query changed), then why restore cannot bridge it.
-        if not problems:
+        # A refused variable: only Spark's complaints about it (the others would evolve).
+        own = [p for p in problems if store is None or f"store {store!r}" in p] or problems
+        if not own:
             return [f"{where} {what}: {reason}"]
-        return [f"{problems[0]}; restore cannot evolve it: {what}: {reason}", *problems[1:]]
+        return [f"{own[0]}; restore cannot evolve it: {what}: {reason}", *own[1:]]
 
     try:
         key, notes = grouping_key(
@@ -357,7 +359,7 @@ def _evolve_state_variables(
                 query_ttl=TTL_INDEX + table.name in schemas,
             )
         except Refused as e:
-            return refused(what, e)
+            return refused(what, e, table.name)
         if value is not None or key is not None:
             evolutions[table.name] = TableEvolution(key=key, value=value)
         notes += [f"uid {uid} state variable {table.name!r}: {n}" for n in changes]

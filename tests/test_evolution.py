@@ -664,6 +664,23 @@ def test_ttl_added_or_dropped_by_the_query_is_refused_with_the_reason(tmp_path):
     assert not (tmp_path / "added").exists()
 
 
+def test_a_refused_variable_is_reported_without_the_ones_that_would_evolve(tmp_path):
+    """The query drops ``cnt``'s TTL (refused) and adds a field to ``lst``'s elements (which
+    evolves): the one problem names ``cnt`` and not Spark's complaint about ``lst``."""
+    url, meta = take_savepoint(str(FIXTURES / "tws-ttl-rocksdb"), str(tmp_path / "sp"))
+    tables = {t.name: t for t in meta.operators[0].tables}
+    unwrapped = json.dumps(json.loads(tables["cnt"].value_schema)["fields"][0]["type"])
+    lst = json.loads(tables["lst"].value_schema)
+    lst["fields"][0]["type"]["fields"].append({"name": "x", "type": "string", "nullable": True})
+    query = _planned_values(
+        "tws-ttl-rocksdb", {"cnt": unwrapped, "$ttl_cnt": None, "lst": json.dumps(lst)}
+    )
+    plan = restore(url, str(tmp_path / "t"), query=query, partitions=2)
+    assert len(plan.problems) == 1, plan.problems
+    assert "state variable 'cnt'" in plan.problems[0]
+    assert "'lst'" not in plan.problems[0]
+
+
 def test_transform_output_is_checked_against_the_planned_schema(tmp_path):
     (tmp_path / "t.py").write_text(
         "import pyarrow as pa\n"
