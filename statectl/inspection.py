@@ -108,6 +108,8 @@ def describe_operator(
         "kind": kind.kind,
         "state_format": kind.state_format(ckpt.offsets(batch).conf),
         "restorable": kind.restorable,
+        # Why restore refuses it (None when it restores): what the operator needs instead.
+        "refusal": None if kind.restorable else kind.reason,
         "partitions": op.num_partitions,
         "metadata_version": op.metadata_version,
         "stores": stores,

@@ -196,6 +196,8 @@ def _render_operator(console: Console, op: dict[str, Any], *, wide: bool) -> Non
         if op.get("restorable") is False:
             kind += " (restore refuses it)"
         console.print(Text("  kind ", style="dim") + Text(kind), soft_wrap=True)
+        if op.get("refusal"):
+            console.print(Text("  why  ", style="dim") + Text(op["refusal"]), soft_wrap=True)
     # One block per store / state variable: its schemas get the whole line, not a squeezed
     # table column.
     budget = None if wide else max(console.width - len(INDENT) - len("value  "), 20)

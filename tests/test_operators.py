@@ -58,6 +58,16 @@ def test_inspect_shows_the_kind():
     info = inspect_path(str(FIXTURES / "join-hdfs"), None, rows=False)
     assert info["operators"][0]["kind"] == "stream-stream join"
     assert info["operators"][0]["restorable"] is True
+    assert info["operators"][0]["refusal"] is None
+
+
+def test_inspect_says_why_restore_refuses_an_operator():
+    """Spark 3.5's session window: inspect says what restore needs (``--query``)."""
+    from statectl.inspection import inspect_path
+
+    (op,) = inspect_path(str(FIXTURES / "spark35-session-hdfs"), None, rows=False)["operators"]
+    assert op["restorable"] is False
+    assert "restore with --query" in op["refusal"]
 
 
 KEY = json.dumps({"type": "struct", "fields": [{"name": "k", "type": "string"}]})
