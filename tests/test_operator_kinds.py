@@ -28,17 +28,15 @@ import sys
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
 from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
-from statectl.export import export_state
 from statectl.operators import GLOBAL_LIMIT, SESSION_WINDOW
 from statectl.state import read_state
-from tests.conftest import FIXTURES, ROOT, arrow_names, arrow_rows, load_manifest
-from tests.test_export_vs_spark import selection
+from tests.conftest import FIXTURES, ROOT, arrow_names, load_manifest
+from tests.test_export_vs_spark import export_rows, recorded_read, selection
 
 PENDING = [fx for fx in load_manifest(include_pending=True) if fx.get("pending")]
 KIND_FIXTURES = [fx for fx in load_manifest(include_pending=True) if fx.get("spark_rows")]
@@ -71,28 +69,16 @@ def spark_reads(fx: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def export_outcome(fx: dict[str, Any], read: dict[str, Any], tmp_path) -> tuple[str, str]:
     """(EQUAL | DIFFERS | REFUSED, detail) for one read of one fixture."""
-    theirs = spark_reads(fx)[read_id(read)]
-    out = tmp_path / f"{read_id(read)}.parquet"
-    sel = selection(read)
+    theirs = recorded_read(fx, read)
+    path = str(FIXTURES / fx["name"])
     try:
-        export_state(
-            str(FIXTURES / fx["name"]),
-            sel.operator_id,
-            sel.store,
-            sel.join_side,
-            sel.state_var,
-            sel.registered_timers,
-            None,
-            str(out),
-        )
+        ours = json.loads(json.dumps(export_rows(path, read, tmp_path)))
     except StatectlError as e:
         return REFUSED, str(e)
-    table = pq.read_table(out)
-    ours = json.loads(json.dumps(arrow_rows(table)))
     # Names as read, before Parquet's renaming of duplicates (an aggregation at state format 1
     # has count, sum, sum, count), as tests/test_export_vs_spark.py compares them.
     names = json.loads(
-        json.dumps(arrow_names(read_state(Checkpoint.open(str(FIXTURES / fx["name"])), sel).schema))
+        json.dumps(arrow_names(read_state(Checkpoint.open(path), selection(read)).schema))
     )
     if names != theirs["names"]:
         return DIFFERS, f"columns {names} != Spark's {theirs['names']}"
