@@ -72,7 +72,10 @@ def test_tree_peak_sums_concurrent_children() -> None:
     # The peak's make-up: the three processes, whose RSS add up to it.
     assert len(out.at_peak) == 3
     assert sum(rss for _, _, rss, _ in out.at_peak) == out.tree_rss
-    assert out.sample_every >= 0.02
+    # Of the samples-1 gaps between samples, the one before the sample at CMD's exit is not
+    # waited (it catches the orphans at once): the mean is over samples, so it may fall below 0.02
+    # by up to two intervals over ~25 (seen: 0.0195).
+    assert out.sample_every >= 0.02 * (out.samples - 2) / out.samples
 
 
 def test_pages_shared_after_fork_count_once_in_pss() -> None:
