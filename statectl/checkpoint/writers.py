@@ -22,8 +22,9 @@ def _compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def stream_metadata_bytes(query_id: str) -> bytes:
-    """``<ckpt>/metadata``: ``{"id":"<query id>"}``."""
+def stream_metadata_bytes(query_id: str | None) -> bytes:
+    """``<ckpt>/metadata``: ``{"id":"<query id>"}`` (``null`` for None, as a savepoint
+    that records no query id is restored)."""
     return _compact({"id": query_id}).encode()
 
 

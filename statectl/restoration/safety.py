@@ -80,7 +80,7 @@ def _source_log_size_problem(m: Any, source: str, entries: list[dict]) -> str | 
         return None
     return (
         f"_metadata: source log {source!r} would need {n} log files (batchId "
-        f"{max(e.get('batchId') for e in entries)}, previous offset {prev}); refusing more "
+        f"{max(int(e['batchId']) for e in entries)}, previous offset {prev}); refusing more "
         f"than {MAX_SOURCE_LOG_FILES}"
     )
 

@@ -133,7 +133,12 @@ def _offset_metadata_extra(extra: dict[str, Any], offsets: dict[str, Any]) -> di
     return {**extra, "sourceMetadataInfo": {k: v for k, v in info.items() if k in offsets}}
 
 
-def _source_positions(plan: RestorePlan, m: Any) -> tuple[dict, dict, dict]:
+Offsets = dict[str, str | None]
+
+
+def _source_positions(
+    plan: RestorePlan, m: Any
+) -> tuple[Offsets, Offsets | None, dict[str, list[dict]]]:
     """The offsets of batch N and N-1 and the file source logs written: the plan's source
     positions, else the savepoint's as they are."""
     pos = plan.positions
@@ -142,7 +147,7 @@ def _source_positions(plan: RestorePlan, m: Any) -> tuple[dict, dict, dict]:
     return m.offsets, m.previous_offsets or m.offsets, m.source_logs
 
 
-def _write_offsets(plan: RestorePlan, m: Any, offsets: dict, previous: dict) -> None:
+def _write_offsets(plan: RestorePlan, m: Any, offsets: Offsets, previous: Offsets | None) -> None:
     """``offsets/N`` (and ``N-1``, whose offsets a restart re-plans batch N from)."""
     _, io, root = _handles(plan)
     meta = offset_seq_meta(
