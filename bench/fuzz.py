@@ -1807,7 +1807,7 @@ def preload() -> None:
     import pyarrow.parquet  # noqa: F401
     import rocksdict  # noqa: F401
 
-    import statectl.restoring
+    import statectl.restoration
     import statectl.savepoints.create  # noqa: F401
 
     with tempfile.TemporaryDirectory(prefix="statectl-fuzz-warmup-") as tmp:

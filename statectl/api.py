@@ -6,6 +6,7 @@ Use cases are imported inside the functions so ``import statectl`` stays fast.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from statectl.processor.reading import StateHandle
+    from statectl.restoration.options import MigrateOptions, RestoreOptions
 
 
 def _state_size(url: str, under: str = "") -> Callable[[], int]:
@@ -295,47 +297,65 @@ def restore(
     result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
     function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
     columns (checked against the planned schemas)."""
-    from statectl.restoring import restore as do_restore
-    from statectl.source_positions import normalize_offset
+    from statectl.restoration.options import RestoreOptions
 
-    given = {
-        str(k): normalize_offset(v, f"source_offsets[{k!r}]")
-        for k, v in (source_offsets or {}).items()
-    }
-
-    runner = _engine(
-        engine,
-        None if engine == "local" else spark,
-        spark_confs,
-        _state_size(as_url(savepoint)),
-        memory,
-        workers,
-    )
-    plan = do_restore(
-        as_url(savepoint),
-        as_url(target),
+    options = RestoreOptions(
         backend=backend,
         partitions=partitions,
-        mapping=mapping or {},
+        mapping=dict(mapping or {}),
+        drop=tuple(drop or ()),
         allow_non_restored=allow_non_restored,
-        drop=list(drop or []),
         query=query,
         output_mode=output_mode,
-        spark=spark,
         changelog=changelog,
         checkpoint_format=checkpoint_format,
         dry_run=dry_run,
         overwrite=overwrite,
-        progress=progress,
         join_state_format=join_state_format,
-        source_offsets=given,
-        engine=runner,
-        transforms=transforms,
         aggregation_state_format=aggregation_state_format,
         group_state_format=group_state_format,
+        source_offsets=dict(source_offsets or {}),
+        transforms=dict(transforms or {}),
+        memory=memory,
+        workers=workers,
+        engine=engine,
+        spark_confs=spark_confs,
     )
-    result = RestoreResult.from_document({**plan.as_dict(), "dry_run": dry_run})
-    if not result.ok and not dry_run:
+    return restore_with(savepoint, target, options, spark=spark, progress=progress)
+
+
+def restore_with(
+    savepoint: Any,
+    target: Any,
+    options: RestoreOptions,
+    *,
+    spark: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> RestoreResult:
+    """:func:`restore` with every choice in one :class:`RestoreOptions` (the CLI builds it
+    once); ``spark`` and ``progress`` as there."""
+    from statectl.restoration import restore as do_restore
+    from statectl.source_positions import normalize_offset
+
+    given = {
+        str(k): normalize_offset(v, f"source_offsets[{k!r}]")
+        for k, v in options.source_offsets.items()
+    }
+    options = dataclasses.replace(options, source_offsets=given)
+    engine = options.engine
+    runner = _engine(
+        engine,
+        None if engine == "local" else spark,
+        dict(options.spark_confs) if options.spark_confs is not None else None,
+        _state_size(as_url(savepoint)),
+        options.memory,
+        options.workers,
+    )
+    plan = do_restore(
+        as_url(savepoint), as_url(target), options, spark=spark, progress=progress, runner=runner
+    )
+    result = RestoreResult.from_document({**plan.as_dict(), "dry_run": options.dry_run})
+    if not result.ok and not options.dry_run:
         raise RestoreError(result)
     return result
 
@@ -367,26 +387,45 @@ def migrate(
     ``aggregation_state_format``, ``group_state_format`` as for
     :func:`restore` (the savepoint runs on the same engine); ``spark`` a SparkSession means the
     Spark engine."""
-    from statectl.restoring import migrate as do_migrate
+    from statectl.restoration.options import MigrateOptions
 
-    runner = _engine(
-        engine, spark, spark_confs, _state_size(as_url(source), "state"), memory, workers
-    )
-    plan, kept = do_migrate(
-        as_url(source),
-        as_url(target),
+    options = MigrateOptions(
         backend=backend,
         partitions=partitions,
         batch=batch,
-        keep_savepoint=None if keep_savepoint is None else as_url(keep_savepoint),
+        keep_savepoint=keep_savepoint,
         changelog=changelog,
         overwrite=overwrite,
         verify=verify,
-        engine=runner,
         join_state_format=join_state_format,
         aggregation_state_format=aggregation_state_format,
         group_state_format=group_state_format,
+        memory=memory,
+        workers=workers,
+        engine=engine,
+        spark_confs=spark_confs,
     )
+    return migrate_with(source, target, options, spark=spark)
+
+
+def migrate_with(
+    source: Any, target: Any, options: MigrateOptions, *, spark: Any = None
+) -> MigrateResult:
+    """:func:`migrate` with every choice in one :class:`MigrateOptions` (the CLI builds it
+    once); ``spark`` as there."""
+    from statectl.restoration import migrate as do_migrate
+
+    if options.keep_savepoint is not None:
+        options = dataclasses.replace(options, keep_savepoint=as_url(options.keep_savepoint))
+    runner = _engine(
+        options.engine,
+        spark,
+        dict(options.spark_confs) if options.spark_confs is not None else None,
+        _state_size(as_url(source), "state"),
+        options.memory,
+        options.workers,
+    )
+    plan, kept = do_migrate(as_url(source), as_url(target), options, runner=runner)
     result = MigrateResult.from_document(
         {**plan.as_dict(), "source": as_url(source), "savepoint": kept}
     )

@@ -539,10 +539,11 @@ def restore(
     incompatible schemas, ...), so `--dry-run` is the check to run before deploying a changed
     query: it fails exactly when the restore would.
     """
-    from statectl.api import restore as do_restore
+    from statectl.api import restore_with
     from statectl.errors import StatectlError
     from statectl.render import render_source
-    from statectl.results import RestoreError
+    from statectl.restoration.options import RestoreOptions
+    from statectl.results import RestoreError, RestoreResult
     from statectl.source_positions import parse_source_offsets
 
     engine_args = _engine_args(engine, spark_conf)
@@ -557,31 +558,30 @@ def restore(
         if not op_id.isdigit():
             raise StatectlError(f"--map wants UID=OPERATOR_ID with a numeric id, got {op_id!r}")
         mapping[uid] = int(op_id)
+    options = RestoreOptions(
+        backend=backend,
+        partitions=partitions,
+        mapping=mapping,
+        drop=tuple(drop or ()),
+        allow_non_restored=allow_non_restored,
+        query=query,
+        output_mode=output_mode,
+        changelog=changelog,
+        checkpoint_format=checkpoint_format,
+        dry_run=dry_run,
+        overwrite=overwrite,
+        join_state_format=join_state_format,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
+        source_offsets=parse_source_offsets(source_offsets or []),
+        transforms=_parse_pairs(transform or [], "--transform"),
+        memory=memory,
+        workers=workers,
+        **engine_args,
+    )
+    result: RestoreResult
     try:
-        result = do_restore(
-            savepoint_path,
-            target,
-            backend=backend,
-            partitions=partitions,
-            mapping=mapping,
-            allow_non_restored=allow_non_restored,
-            drop=drop or [],
-            query=query,
-            output_mode=output_mode,
-            changelog=changelog,
-            checkpoint_format=checkpoint_format,
-            dry_run=dry_run,
-            overwrite=overwrite,
-            progress=progress,
-            join_state_format=join_state_format,
-            aggregation_state_format=aggregation_state_format,
-            group_state_format=group_state_format,
-            memory=memory,
-            workers=workers,
-            source_offsets=parse_source_offsets(source_offsets or []),
-            **engine_args,
-            transforms=_parse_pairs(transform or [], "--transform"),
-        )
+        result = restore_with(savepoint_path, target, options, progress=progress)
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
     info = result.to_dict()
@@ -645,29 +645,30 @@ def migrate(
     """Savepoint then restore in one step: change backend and/or partition count.
 
     The temporary savepoint lives inside the target until the target is complete."""
-    from statectl.api import migrate as do_migrate
-    from statectl.results import RestoreError
+    from statectl.api import migrate_with
+    from statectl.restoration.options import MigrateOptions
+    from statectl.results import RestoreError, RestoreResult
 
     engine_args = _engine_args(engine, spark_conf)
-
+    options = MigrateOptions(
+        backend=backend,
+        partitions=partitions,
+        batch=batch,
+        keep_savepoint=keep_savepoint,
+        changelog=changelog,
+        overwrite=overwrite,
+        verify=not no_verify,
+        join_state_format=join_state_format,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
+        memory=memory,
+        workers=workers,
+        **engine_args,
+    )
+    # A refused migrate's plan is a RestoreResult (RestoreError.result): both print alike.
+    result: RestoreResult
     try:
-        result = do_migrate(
-            source,
-            target,
-            backend=backend,
-            partitions=partitions,
-            batch=batch,
-            keep_savepoint=keep_savepoint,
-            changelog=changelog,
-            overwrite=overwrite,
-            verify=not no_verify,
-            memory=memory,
-            workers=workers,
-            **engine_args,
-            join_state_format=join_state_format,
-            aggregation_state_format=aggregation_state_format,
-            group_state_format=group_state_format,
-        )
+        result = migrate_with(source, target, options)
     except RestoreError as e:  # the plan is the report: print it, then exit 2
         result = e.result
     info = result.to_dict()

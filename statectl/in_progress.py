@@ -9,9 +9,12 @@ from scratch; ``list`` and ``inspect`` report it; a re-run with ``--overwrite`` 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import posixpath
 import re
+import socket
 from typing import Any
 
 from statectl.errors import StatectlError
@@ -63,3 +66,17 @@ def describe_in_progress(info: dict[str, Any]) -> str:
     when = f", started {info['started_at']}" if info.get("started_at") else ""
     who = f" by pid {info['pid']} on {info['host']}" if info.get("pid") else ""
     return f"statectl {what} in progress or interrupted{src}{when}{who}"
+
+
+def marker_bytes(command: str, source: str, target: str) -> bytes:
+    """The marker a restore (``command``: restore or migrate) of ``source`` into ``target``
+    writes first: who writes it, from where, since when."""
+    info = {
+        "command": command,
+        "source": source,
+        "target": target,
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+    }
+    return f"{IN_PROGRESS_TOKEN}\n{json.dumps(info)}".encode()

@@ -61,16 +61,8 @@ READ_BUDGET = 256 << 20
 NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
 
 
-def fallback_reason(
-    ckpt: Checkpoint,
-    batch: int,
-    op: Operator,
-    join_state_format: int | None,
-    state_formats: dict[str, int] | None = None,
-) -> str | None:
-    """Why ``op``'s state at ``batch`` must take the savepoint path (None: its bytes pass
-    through unchanged). The same for either target backend: nothing accepted here differs
-    between HDFS and RocksDB but the encoding-version byte."""
+def _kind_reason(ckpt: Checkpoint, batch: int, op: Operator) -> str | None:
+    """What the operator's kind and the checkpoint's encoding rule out."""
     kind = op.kind
     enc = StoreEncoding.of(ckpt, batch)
     if op.uses_column_families or format_of(kind) is not None:
@@ -81,6 +73,18 @@ def fallback_reason(
         return "Avro state encoding"
     if enc.row_checksum:
         return "row checksums"
+    return None
+
+
+def _conversion_reason(
+    ckpt: Checkpoint,
+    batch: int,
+    op: Operator,
+    join_state_format: int | None,
+    state_formats: dict[str, int] | None,
+) -> str | None:
+    """A state format the restore converts: its bytes change."""
+    kind = op.kind
     if kind in JOIN_KINDS and join_state_format not in (
         None,
         pinned_format(ckpt.offsets(batch).conf),
@@ -89,9 +93,14 @@ def fallback_reason(
     asked = (state_formats or {}).get(kind.format_conf or "")
     if asked is not None and asked != kind.state_format(ckpt.offsets(batch).conf):
         return "state format conversion"
+    return None
+
+
+def _schema_reason(op: Operator) -> str | None:
+    """Keys that are not placed by their plain bytes, or types statectl cannot decode."""
     for desc in op.schemas:
         spec = desc.key_encoder_spec.get("keyStateEncoderType", NO_PREFIX)
-        if desc.num_cols_prefix_key or kind.prefix_columns(desc.key_schema) or spec != NO_PREFIX:
+        if desc.num_cols_prefix_key or op.kind.prefix_columns(desc.key_schema) or spec != NO_PREFIX:
             return "prefix-encoded keys"
         try:
             check_schema(desc)
@@ -100,6 +109,23 @@ def fallback_reason(
     if [d.name for d in op.schemas] != op.store_names:
         return "stores without schemas"
     return None
+
+
+def fallback_reason(
+    ckpt: Checkpoint,
+    batch: int,
+    op: Operator,
+    join_state_format: int | None,
+    state_formats: dict[str, int] | None = None,
+) -> str | None:
+    """Why ``op``'s state at ``batch`` must take the savepoint path (None: its bytes pass
+    through unchanged). The same for either target backend: nothing accepted here differs
+    between HDFS and RocksDB but the encoding-version byte."""
+    return (
+        _kind_reason(ckpt, batch, op)
+        or _conversion_reason(ckpt, batch, op, join_state_format, state_formats)
+        or _schema_reason(op)
+    )
 
 
 def _has_version_byte(rows: pa.Array) -> bool:

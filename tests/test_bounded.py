@@ -30,7 +30,7 @@ from statectl.engine import Engine
 from statectl.errors import CorruptFileError
 from statectl.export import export_state
 from statectl.passthrough import fallback_reason
-from statectl.restoring import restore
+from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from tests.conftest import FIXTURES
 from tests.test_engine import _synthetic_savepoint, peak_rss_of_cli
@@ -456,7 +456,7 @@ def test_tiny_budget_restore_of_column_families_equals_in_memory(tmp_path, name,
     """A column-family partition larger than the budget is encoded a chunk at a time (list
     state, and format 4 join values, in buckets of whole keys) through sorted runs on disk: the
     same entries and snapshot metadata as the whole encoding."""
-    import statectl.restoring as restoring
+    import statectl.restoration.families as restoring
 
     streamed = []
     for fn in ("encode_spilled", "encode_join_spilled"):

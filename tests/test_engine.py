@@ -19,7 +19,7 @@ import pytest
 from statectl.codecs.compression import compress_stream, decompress_stream
 from statectl.engine import Engine, _CodecStream, parse_memory
 from statectl.errors import StatectlError
-from statectl.restoring import restore
+from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from tests.conftest import FIXTURES
 

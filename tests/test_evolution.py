@@ -35,7 +35,7 @@ from statectl.evolution import (
 from statectl.join_state import FORMAT_CONF
 from statectl.operators import AGG_FORMAT_CONF
 from statectl.query_plan import PlannedQuery, PlannedSource
-from statectl.restoring import plan_restore, restore
+from statectl.restoration import RestoreOptions, plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.spark_engine import SparkEngine
@@ -459,7 +459,9 @@ def _tws_plan(tmp_path, fixture: str, stored: str, planned: str, name: str = "k"
     query = PlannedQuery(
         "queries.py:after", "update", [qop], sources=[PlannedSource(0, "FileSource[in]", "/in")]
     )
-    return op.uid, plan_restore(sp, str(tmp_path / "ck"), "rocksdb", 3, {}, False, query=query)
+    return op.uid, plan_restore(
+        sp, str(tmp_path / "ck"), RestoreOptions(backend="rocksdb", partitions=3), query=query
+    )
 
 
 def test_transform_with_state_key_evolution_is_planned_or_refused_with_the_reason(tmp_path):

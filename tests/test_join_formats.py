@@ -22,7 +22,7 @@ from statectl.backends.rocksdb import read_rocksdb_store
 from statectl.checkpoint.model import MERGE_OPERATOR_CONF, Checkpoint
 from statectl.io import FileIO
 from statectl.join_state import FORMAT_CONF
-from statectl.restoring import restore
+from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.state import Selection, read_state

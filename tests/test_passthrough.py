@@ -14,7 +14,7 @@ from statectl import passthrough as pt
 from statectl.checkpoint.model import HDFS, ROCKSDB, Checkpoint
 from statectl.engine import Engine
 from statectl.errors import MissingFileError, StatectlError
-from statectl.restoring import migrate
+from statectl.restoration import migrate
 from statectl.savepoints.create import table_tasks, take_savepoint
 from statectl.state import StoreEncoding, load_raw, read_state
 from tests.conftest import FIXTURES

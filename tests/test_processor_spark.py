@@ -9,7 +9,7 @@ import json
 import pytest
 
 import statectl
-from statectl.restoring import restore
+from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from tests.conftest import FIXTURES, arrow_rows, spark_rows
 from tests.test_restore import run, write_input

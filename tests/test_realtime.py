@@ -17,7 +17,7 @@ from collections import Counter
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
-from statectl.restoring import restore
+from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.state import Selection, read_state

@@ -26,7 +26,7 @@ import pytest
 
 from statectl.checkpoint.model import Checkpoint
 from statectl.checksums import check_spark_checksum
-from statectl.restoring import restore
+from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import table_selection
 from statectl.state import read_state

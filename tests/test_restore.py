@@ -17,7 +17,7 @@ import pytest
 
 from statectl.checkpoint.model import Checkpoint
 from statectl.query_plan import load_query_function
-from statectl.restoring import plan_restore, restore
+from statectl.restoration import RestoreOptions, plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint, table_selection
 from statectl.state import Selection, read_state
@@ -582,7 +582,7 @@ def test_restore_refuses_a_non_empty_target_and_unsupported_tws(tmp_path):
     ):
         sp = Savepoint.open(tws)
         sp.metadata.operators[0].column_families.append({"name": family})
-        p = plan_restore(sp, str(tmp_path / "tws"), None, None, {}, False)
+        p = plan_restore(sp, str(tmp_path / "tws"), RestoreOptions())
         assert p.problems and problem in p.problems[0]
     assert not (tmp_path / "tws").exists()
 

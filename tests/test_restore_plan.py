@@ -16,7 +16,7 @@ import pytest
 from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
 from statectl.inspection import inspect_path, list_dir
-from statectl.restoring import (
+from statectl.restoration import (
     MAX_SOURCE_LOG_FILES,
     restore,
     source_log_layout,
@@ -207,12 +207,12 @@ def test_native_savepoint_with_its_own_backend_and_partitions_restores(tmp_path)
 # -- interrupted restores -----------------------------------------------------------------
 def interrupt_after_state(monkeypatch):
     """Stop write_restore once the state is written, before the logs (as a crash would)."""
-    import statectl.restoring as r
+    import statectl.restoration.write as w
 
     def boom(*_a, **_k):
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(r, "_write_source_logs", boom)
+    monkeypatch.setattr(w, "write_source_logs", boom)
 
 
 def test_an_interrupted_restore_is_reported_refused_and_overwritable(
@@ -244,13 +244,13 @@ def test_an_interrupted_restore_is_reported_refused_and_overwritable(
 
 KILLED = """
 import os, signal, sys
-import statectl.restoring as r
-orig = r._write_operator
+import statectl.restoration.write as r
+orig = r.write_operator
 SIG = getattr(signal, sys.argv[1])
 def crash(*a, **k):
     orig(*a, **k)
     os.kill(os.getpid(), SIG)
-r._write_operator = crash
+r.write_operator = crash
 sys.argv = ["statectl", *sys.argv[2:]]
 from statectl.cli import main
 main()

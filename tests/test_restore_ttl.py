@@ -16,7 +16,7 @@ import time
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
-from statectl.restoring import restore
+from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.state import Selection

@@ -137,7 +137,7 @@ def test_savepoint_to_and_from_s3(bucket, s3_endpoint, tmp_path):
 )
 def test_restore_from_and_to_s3(bucket, tmp_path, name, backend):
     """A savepoint on S3 restores to a checkpoint on S3 that reads back like a local one."""
-    from statectl.restoring import restore
+    from statectl.restoration import restore
     from statectl.savepoints.create import take_savepoint
     from statectl.savepoints.store import table_selection
 
@@ -326,7 +326,7 @@ def test_restore_on_s3_with_parallel_transfers(bucket, tmp_path, monkeypatch):
     import time
 
     from statectl.io import FileIO
-    from statectl.restoring import restore
+    from statectl.restoration import restore
     from statectl.savepoints.create import take_savepoint
     from tests.test_engine import assert_same_checkpoint
 
@@ -438,7 +438,7 @@ def test_spark_engine_restore_on_s3_equals_local(s3_endpoint, cluster_savepoint,
     statectl.toml only (in the driver's directory: the executors have none), equals the local
     engine's restore: the same rows in the same partitions, the same files."""
     from statectl.io import FileIO
-    from statectl.restoring import restore
+    from statectl.restoration import restore
     from statectl.savepoints.store import Savepoint, table_selection
     from tests.test_engine import assert_same_checkpoint
 

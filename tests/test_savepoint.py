@@ -463,7 +463,7 @@ def test_native_snapshot_chain_is_minimal(tmp_path):
 
 def test_native_savepoint_restores_as_a_copy_or_is_converted_first(tmp_path):
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path), kind="native")
-    from statectl.restoring import restore
+    from statectl.restoration import restore
 
     plan = restore(url, str(tmp_path / "other"), partitions=3)
     assert plan.problems and "convert it first" in plan.problems[0]

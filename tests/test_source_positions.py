@@ -12,7 +12,7 @@ import pytest
 from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
 from statectl.query_plan import PlannedQuery, PlannedSource
-from statectl.restoring import plan_restore, write_restore
+from statectl.restoration import RestoreOptions, plan_restore, write_restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.source_positions import parse_source_offsets
@@ -43,12 +43,8 @@ def plan(sp, tmp_path, sources=None, given=None, n=False):
     return plan_restore(
         sp,
         str(tmp_path / "ck"),
-        None,
-        None,
-        {},
-        n,
+        RestoreOptions(allow_non_restored=n, source_offsets=given or {}),
         query=query(sources) if sources is not None else None,
-        source_offsets=given,
     )
 
 
@@ -152,7 +148,7 @@ def test_with_offsets_resets_a_file_source_and_refuses_what_it_cannot_set(sp, tm
     assert meta.offsets == {"0": None} and meta.previous_offsets == {"0": None}
     assert meta.source_logs == {}
     assert sp.metadata.offsets == {"0": '{"logOffset":3}'}  # the base is untouched
-    p = plan_restore(Savepoint.open(reset.path), str(tmp_path / "ck"), None, None, {}, False)
+    p = plan_restore(Savepoint.open(reset.path), str(tmp_path / "ck"), RestoreOptions())
     assert not p.problems and p.sources[0]["position"] == "new"
     write_restore(p)
     assert offsets_written(tmp_path) == ["-"] and not (tmp_path / "ck" / "sources").exists()
@@ -178,7 +174,12 @@ def named_sp(tmp_path_factory):
 def named_plan(sp, tmp_path, sources, given=None, n=False):
     ckpt = Checkpoint.open(str(FIXTURES / "spark42-agg-logv2-ckptv2-rocksdb"))
     q = PlannedQuery("q.py:f", "update", ckpt.operators(ckpt.resolve_batch(None)), [], sources)
-    return plan_restore(sp, str(tmp_path / "ck"), None, None, {}, n, query=q, source_offsets=given)
+    return plan_restore(
+        sp,
+        str(tmp_path / "ck"),
+        RestoreOptions(allow_non_restored=n, source_offsets=given or {}),
+        query=q,
+    )
 
 
 def events(index: int, name: str | None = "events") -> PlannedSource:

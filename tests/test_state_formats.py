@@ -23,7 +23,7 @@ from statectl.evolution import (
     group_state_format_conversion,
 )
 from statectl.operators import AGG_FORMAT_CONF, GROUP_STATE_FORMAT_CONF
-from statectl.restoring import migrate, restore
+from statectl.restoration import migrate, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.state import Selection, read_state
 from tests.conftest import FIXTURES, arrow_rows

@@ -124,7 +124,7 @@ def test_restore_through_another_partition_count_rewrites_sparks_entries(tmp_pat
     """Restored to 3 partitions, then from there back to Spark's 2: every entry of every
     column family (TTL indexes, counts, minimum expiries, timers) is the one Spark wrote, in the
     partition Spark wrote it to; values keep their original ttlExpirationMs."""
-    from statectl.restoring import restore
+    from statectl.restoration import restore
 
     spark = _entries_by_family(Checkpoint.open(str(FIXTURES / name)))
     sp1, _ = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp1"))
