@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from statectl import expressions
 from statectl.errors import StatectlError
+from statectl.processor.reading import open_handle
+from statectl.processor.writing import SavepointWriter
 
 
 def edit(
@@ -24,10 +27,6 @@ def edit(
     dry_run: bool = False,
     batch: int | None = None,
 ) -> dict[str, Any]:
-    from statectl import expressions
-    from statectl.processor.reading import open_handle
-    from statectl.processor.writing import SavepointWriter
-
     if sum(x is not None for x in (delete_where, keep_where)) + bool(drop) != 1:
         raise StatectlError("give exactly one of --delete-where, --keep-where, --drop")
     if drop and table is not None:

@@ -10,14 +10,34 @@ its rows for list and map state: the same measure on both kinds, comparable acro
 from __future__ import annotations
 
 import heapq
-import posixpath
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.processor.reading import OperatorInfo, StateHandle, TableInfo
+from statectl.processor.model import OperatorInfo, TableInfo
+
+
+class StateHandle(Protocol):
+    """What stats reads of a handle (statectl/processor/handle.py, which calls in here)."""
+
+    path: str
+    batch: int
+    operators: tuple[OperatorInfo, ...]
+
+    def operator(self, ref: str | int | OperatorInfo) -> OperatorInfo: ...
+
+    def partitions(
+        self,
+        op: str | int | OperatorInfo,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]: ...
+
+    def partition_bytes(self, op: OperatorInfo, table: TableInfo) -> list[int]: ...
 
 
 def _width(arr: pa.Array) -> np.ndarray:
@@ -47,24 +67,6 @@ def _width(arr: pa.Array) -> np.ndarray:
         return np.full(n, max(t.bit_width // 8, 1), np.int64)
     except ValueError:  # no fixed width (e.g. decimal256 in some versions): count 16
         return np.full(n, 16, np.int64)
-
-
-def _partition_bytes(handle: StateHandle, op: OperatorInfo, table: TableInfo) -> list[int]:
-    from statectl.processor.reading import CheckpointHandle, SavepointHandle
-
-    if isinstance(handle, SavepointHandle):
-        st = handle.state_table(op, table)
-        return [f.bytes for f in st.files]
-    if isinstance(handle, CheckpointHandle):
-        ckpt = handle.ckpt
-        out = []
-        for p in range(op.partitions):
-            d = ckpt.path("state", str(op.id), str(p))
-            if table.kind in ("store", "join-store") and table.name != "default":
-                d = posixpath.join(d, table.name)
-            out.append(ckpt.io.du(d) if ckpt.io.exists(d) else 0)
-        return out
-    return []
 
 
 def table_stats(
@@ -116,7 +118,7 @@ def table_stats(
         "partitions": [
             {"partition": p, "rows": r, "bytes": b}
             for p, (r, b) in enumerate(
-                zip(rows, _partition_bytes(handle, op, table) or [None] * len(rows), strict=True)
+                zip(rows, handle.partition_bytes(op, table) or [None] * len(rows), strict=True)
             )
         ],
         # max / mean rows per partition: 1.0 is perfectly even; N partitions with one hot

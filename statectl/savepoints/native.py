@@ -33,10 +33,11 @@ from statectl.checksums import read_verified
 from statectl.codecs.compression import normalize_codec
 from statectl.errors import CorruptFileError
 from statectl.io import FileIO
-from statectl.savepoints.create import default_uid
+from statectl.savepoints.contents import default_uid
 from statectl.savepoints.format import DataFile, OperatorState, SavepointMetadata, StateTable
+from statectl.savepoints.layout import EMBEDDED
 
-EMBEDDED = "checkpoint"
+__all__ = ["EMBEDDED", "build_native"]
 
 
 def _rocksdb_files(
