@@ -123,13 +123,13 @@ class CheckpointHandle(StateHandle):
                         None,
                     )
                 )
-        kind = op.kind
+        spec = op.kind
         return OperatorInfo(
             uid,
             op.operator_id,
             op.name,
-            kind.kind,
-            kind.restorable,
+            spec.kind,
+            spec.restorable,
             op.num_partitions,
             tuple(tables),
         )

@@ -111,6 +111,7 @@ def table_stats(
                 heapq.heappush(heap, item)
             else:
                 heapq.heappushpop(heap, item)
+    sizes: list[int | None] = list(handle.partition_bytes(op, table)) or [None] * len(rows)
     total = sum(rows)
     mean = total / len(rows) if rows else 0
     return {
@@ -118,7 +119,7 @@ def table_stats(
         "partitions": [
             {"partition": p, "rows": r, "bytes": b}
             for p, (r, b) in enumerate(
-                zip(rows, handle.partition_bytes(op, table) or [None] * len(rows), strict=True)
+                zip(rows, sizes, strict=True)
             )
         ],
         # max / mean rows per partition: 1.0 is perfectly even; N partitions with one hot

@@ -266,6 +266,7 @@ class SavepointWriter:
     ) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows)`` after the edits, before re-placement (read from the base)."""
         what = f"{op.uid}/{info.name}"
+        parts: Iterator[tuple[int, pa.Table]]
         if isinstance(edits.replacement, Spill):
             spill = edits.replacement
             parts = ((p, with_partition(spill.partition(p), p)) for p in range(op.partitions))
@@ -330,7 +331,9 @@ class SavepointWriter:
             if self._scratch is not None:
                 self._drop_scratch()
             self._remove_spills()
-        return open_handle(out_io.url(root))
+        written = open_handle(out_io.url(root))
+        assert isinstance(written, SavepointHandle)  # a canonical savepoint, just written
+        return written
 
     def _drop_scratch(self) -> None:
         """The empty base of a bootstrap: a local temporary directory, written only here."""

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 from importlib.metadata import version
 
 from statectl.checkpoint.model import Checkpoint, Operator
@@ -146,7 +147,8 @@ def run_tasks(
     transfers) when either side is an object store; or as Spark tasks); results in order."""
     out = []
     threads = any(not (j.ckpt.io.is_local and j.out_io.is_local) for j in jobs)
-    for job, result in zip(jobs, engine.run(jobs, threads=threads), strict=True):
+    tasks: list[Callable[[], Any]] = list(jobs)
+    for job, result in zip(jobs, engine.run(tasks, threads=threads), strict=True):
         out.append(result)
         if progress:
             progress(job.rel.removeprefix("operators/"))
