@@ -118,9 +118,7 @@ def table_stats(
         "rows": total,
         "partitions": [
             {"partition": p, "rows": r, "bytes": b}
-            for p, (r, b) in enumerate(
-                zip(rows, sizes, strict=True)
-            )
+            for p, (r, b) in enumerate(zip(rows, sizes, strict=True))
         ],
         # max / mean rows per partition: 1.0 is perfectly even; N partitions with one hot
         # partition approach N.

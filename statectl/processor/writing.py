@@ -297,7 +297,8 @@ class SavepointWriter:
                     else sum(t.num_rows for _, t in self.base.partitions(op, info.name))
                 )
                 after = sum(
-                    t.num_rows for _, t in self.binary_parts(op, info, edits, self.base.operator_kind(op))
+                    t.num_rows
+                    for _, t in self.binary_parts(op, info, edits, self.base.operator_kind(op))
                 )
                 tables[info.name] = {"before": before, "after": after, "removed": before - after}
             if tables:

@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 from importlib.metadata import version
+from typing import Any
 
 from statectl.checkpoint.model import Checkpoint, Operator
 from statectl.config import load_config

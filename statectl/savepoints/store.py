@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from statectl import join_state
-from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointError, StatectlError
 from statectl.checkpoint.model import Checkpoint
+from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointError, StatectlError
 from statectl.io import FileIO
 from statectl.operators import JOIN_V4_FAMILIES
 from statectl.savepoints.format import (
