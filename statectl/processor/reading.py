@@ -24,7 +24,12 @@ from statectl.operators import JOIN_STORES, OperatorKind
 from statectl.processor.handle import StateHandle, spark_url
 from statectl.processor.model import OperatorInfo, TableInfo, table_info
 from statectl.reader import open_source
-from statectl.savepoints.contents import assign_uids, logical_stores, table_tasks
+from statectl.savepoints.contents import (
+    assign_uids,
+    logical_stores,
+    table_description,
+    table_tasks,
+)
 from statectl.savepoints.format import StateTable
 from statectl.savepoints.layout import EMBEDDED
 from statectl.savepoints.store import Savepoint
@@ -84,13 +89,7 @@ class CheckpointHandle(StateHandle):
         logical = {s.name: s for s in logical_stores(op)[1]}
         tables = []
         for task in table_tasks(op):
-            if task.kind == "timers":
-                event = op.properties.get("timeMode") == "EventTime"
-                desc = op.schema(
-                    "$eventTimers_keyToTimestamp" if event else "$procTimers_keyToTimestamp"
-                )
-            else:
-                desc = logical.get(task.name) or op.schema(task.name)
+            desc = table_description(op, task, logical)
             tables.append(
                 table_info(
                     task.name,
@@ -102,27 +101,7 @@ class CheckpointHandle(StateHandle):
                 )
             )
         if op.uses_column_families:
-            # Column families no state variable declares (a join at state format 3/4 keeps its
-            # four stores as families): readable by name, as Spark's storeName reads them.
-            named = {t.name for t in tables}
-            for desc in op.schemas:
-                if desc.name in named or desc.name.startswith("$"):
-                    continue
-                kind = (
-                    "join-store"
-                    if op.name == "symmetricHashJoin"
-                    else state_variable_type(op, desc.name)
-                )
-                tables.append(
-                    table_info(
-                        desc.name,
-                        kind,
-                        desc.key_schema,
-                        desc.value_schema,
-                        desc.user_key_schema,
-                        None,
-                    )
-                )
+            tables += _undeclared_families(op, {t.name for t in tables})
         spec = op.kind
         return OperatorInfo(
             uid,
@@ -214,6 +193,24 @@ class CheckpointHandle(StateHandle):
         else:
             reader = reader.option("stateVarName", t.name)
         return reader.load(spark_url(self.ckpt.url()))
+
+
+def _undeclared_families(op: Operator, named: set[str]) -> list[TableInfo]:
+    """Column families no state variable declares (a join at state format 3/4 keeps its four
+    stores as families): readable by name, as Spark's storeName reads them."""
+    out = []
+    for desc in op.schemas:
+        if desc.name in named or desc.name.startswith("$"):
+            continue
+        kind = (
+            "join-store" if op.name == "symmetricHashJoin" else state_variable_type(op, desc.name)
+        )
+        out.append(
+            table_info(
+                desc.name, kind, desc.key_schema, desc.value_schema, desc.user_key_schema, None
+            )
+        )
+    return out
 
 
 class SavepointHandle(StateHandle):

@@ -7,6 +7,7 @@ processor (which presents a checkpoint the way a savepoint holds it) and restore
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from statectl.checkpoint.model import Operator, StoreDescription
 from statectl.errors import StatectlError
@@ -93,6 +94,64 @@ def table_tasks(op: Operator) -> list[TableTask]:
     ]
 
 
+def timers_family(op: Operator) -> str:
+    """The column family whose schema a transformWithState operator's timers are read with."""
+    if op.properties.get("timeMode") == "EventTime":
+        return "$eventTimers_keyToTimestamp"
+    return "$procTimers_keyToTimestamp"
+
+
+def table_description(
+    op: Operator, task: TableTask, logical: dict[str, StoreDescription]
+) -> StoreDescription:
+    """The recorded schemas of one table of :func:`table_tasks` (``logical``: the stores of
+    :func:`logical_stores` by name)."""
+    if task.kind == "timers":
+        return op.schema(timers_family(op))
+    return logical.get(task.name) or op.schema(task.name)
+
+
+def _state_table(
+    task: TableTask,
+    desc: StoreDescription,
+    task_parts: list[tuple[DataFile, list[str]]],
+    with_encoder: bool,
+) -> StateTable:
+    files = [f for f, _ in task_parts]
+    encoder = {
+        **desc.key_encoder_spec,
+        "keySchemaId": desc.key_schema_id,
+        "valueSchemaId": desc.value_schema_id,
+    }
+    return StateTable(
+        name=task.name,
+        kind=task.kind,
+        key_schema=desc.key_schema,
+        value_schema=desc.value_schema,
+        columns=task_parts[0][1] if task_parts else [],
+        rows=sum(f.rows for f in files),
+        files=files,
+        user_key_schema=desc.user_key_schema,
+        encoder=encoder if with_encoder else {},
+    )
+
+
+def _schemas_record(op: Operator) -> list[dict[str, Any]]:
+    """Every column family's schemas as recorded (a transformWithState operator's)."""
+    return [
+        {
+            "name": s.name,
+            "key_schema": s.key_schema,
+            "value_schema": s.value_schema,
+            "key_schema_id": s.key_schema_id,
+            "value_schema_id": s.value_schema_id,
+            "key_encoder_spec": s.key_encoder_spec,
+            "user_key_schema": s.user_key_schema,
+        }
+        for s in op.schemas
+    ]
+
+
 def operator_state(
     op: Operator,
     uid: str,
@@ -101,38 +160,14 @@ def operator_state(
 ) -> OperatorState:
     """The savepoint's record of ``op``: ``parts`` holds, per table of :func:`table_tasks`,
     each partition's written file and columns."""
-    tables = []
     join_format = format_of(op.kind)
     store_names, logical = logical_stores(op)
-    for task, task_parts in zip(table_tasks(op), parts, strict=True):
-        files = [f for f, _ in task_parts]
-        columns = task_parts[0][1] if task_parts else []
-        desc = next((s for s in logical if s.name == task.name), None) or op.schema(
-            "$eventTimers_keyToTimestamp"
-            if task.kind == "timers" and op.properties.get("timeMode") == "EventTime"
-            else "$procTimers_keyToTimestamp"
-            if task.kind == "timers"
-            else task.name
-        )
-        tables.append(
-            StateTable(
-                name=task.name,
-                kind=task.kind,
-                key_schema=desc.key_schema,
-                value_schema=desc.value_schema,
-                columns=columns,
-                rows=sum(f.rows for f in files),
-                files=files,
-                user_key_schema=desc.user_key_schema,
-                encoder={
-                    **desc.key_encoder_spec,
-                    "keySchemaId": desc.key_schema_id,
-                    "valueSchemaId": desc.value_schema_id,
-                }
-                if op.uses_column_families and join_format is None
-                else {},
-            )
-        )
+    by_name = {s.name: s for s in logical}
+    families = op.uses_column_families and join_format is None
+    tables = [
+        _state_table(task, table_description(op, task, by_name), task_parts, families)
+        for task, task_parts in zip(table_tasks(op), parts, strict=True)
+    ]
     return OperatorState(
         uid,
         op.operator_id,
@@ -143,19 +178,6 @@ def operator_state(
         op.metadata_version,
         tables,
         default_uid(op),
-        [
-            {
-                "name": s.name,
-                "key_schema": s.key_schema,
-                "value_schema": s.value_schema,
-                "key_schema_id": s.key_schema_id,
-                "value_schema_id": s.value_schema_id,
-                "key_encoder_spec": s.key_encoder_spec,
-                "user_key_schema": s.user_key_schema,
-            }
-            for s in op.schemas
-        ]
-        if op.uses_column_families and join_format is None
-        else None,
+        _schemas_record(op) if families else None,
         state_format=(join_format or pinned_join_format) if op.name == JOIN else None,
     )

@@ -13,7 +13,7 @@ import os
 import posixpath
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import version
@@ -163,29 +163,36 @@ def default_workers(ckpt: Checkpoint) -> int:
 
 def _source_logs(ckpt: Checkpoint, batch: int) -> dict[str, list[dict]]:
     """Each file source's seen-files log up to ``batch``, compacted into one list of entries."""
-    logs: dict[str, list[dict]] = {}
-    for source in ckpt.source_log_dirs():
-        names = [
-            f.name
-            for f in ckpt.io.list_dir(ckpt.path("sources", source))
-            if not f.name.startswith(".")
-        ]
-        compacts = sorted(
-            int(n[: -len(".compact")]) for n in names if n.endswith(".compact") and n[:-8].isdigit()
-        )
-        plain = sorted(int(n) for n in names if n.isdigit())
-        base = max((c for c in compacts if c <= batch), default=None)
-        entries: list[dict] = []
-        if base is not None:
-            entries.extend(ckpt.source_log(source, base))
-        entries.extend(
-            e
-            for b in plain
-            if (base is None or b > base) and b <= batch
-            for e in ckpt.source_log(source, b)
-        )
-        logs[source] = entries
-    return logs
+    return {source: _source_log(ckpt, source, batch) for source in ckpt.source_log_dirs()}
+
+
+def _source_log(ckpt: Checkpoint, source: str, batch: int) -> list[dict]:
+    """One source's entries: the newest compaction at or below ``batch``, then the plain
+    entries after it."""
+    names = [
+        f.name for f in ckpt.io.list_dir(ckpt.path("sources", source)) if not f.name.startswith(".")
+    ]
+    base, plain = _log_entries(names, batch)
+    entries: list[dict] = []
+    if base is not None:
+        entries.extend(ckpt.source_log(source, base))
+    for b in plain:
+        entries.extend(ckpt.source_log(source, b))
+    return entries
+
+
+def _log_entries(names: list[str], batch: int) -> tuple[int | None, list[int]]:
+    """(the newest compacted entry at or below ``batch``, the plain entries after it up to
+    ``batch``) among a source log's file names."""
+    base = _newest_compact(names, batch)
+    after = -1 if base is None else base
+    plain = sorted(int(n) for n in names if n.isdigit())
+    return base, [b for b in plain if after < b <= batch]
+
+
+def _newest_compact(names: list[str], batch: int) -> int | None:
+    compacts = [int(n[:-8]) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
+    return max((c for c in compacts if c <= batch), default=None)
 
 
 def _spark_version() -> str | None:
@@ -210,38 +217,66 @@ def build_savepoint(
     ``unread`` (migrate's pass-through, statectl/passthrough.py): operators whose state is
     not read here; their tables list placeholder files, never written, of no rows."""
     ops = ckpt.operators(batch)
-    skipped = {op.operator_id for op in ops if unread is not None and unread(ckpt, batch, op)}
-    enc = StoreEncoding.of(ckpt, batch)
+    skipped = {op.operator_id for op in ops if unread and unread(ckpt, batch, op)}
     pinned_join_format = pinned_format(ckpt.offsets(batch).conf)
-    # One task per operator, table and partition, each writing its own Parquet file: the same
-    # task function runs here, in a process pool, or as a Spark task (statectl/engine.py, statectl/spark_engine.py).
-    jobs = []
-    for op in ops:
-        if op.operator_id in skipped:
-            continue
-        for task in table_tasks(op):
-            for p in range(op.num_partitions):
-                rel = part_path(uids[op.operator_id], task.name, p)
-                jobs.append(
-                    PartitionTask(ckpt, op, task.selection, p, batch, enc, out_io, out_root, rel)
-                )
+    read = [op for op in ops if op.operator_id not in skipped]
+    jobs = _partition_tasks(ckpt, read, batch, uids, out_io, out_root)
     runner = engine or Engine.of(workers=1)
     # The engine's share per task bounds each partition's read (statectl/state.py): the local
     # engine's part of --memory, or what one Spark task may hold. Spark tasks spill under the
     # executor's own temporary directory (the driver's is not theirs).
-    local = isinstance(runner, Engine)
     with spill_dir() as scratch:
         for job in jobs:
-            job.budget, job.scratch = runner.per_task, scratch if local else None
+            job.budget = runner.per_task
+            job.scratch = scratch if isinstance(runner, Engine) else None
         results = iter(run_tasks(jobs, runner, progress))
-    operators = []
-    for op in ops:
-        if op.operator_id in skipped:
-            parts = _placeholder_parts(op, uids[op.operator_id])
-        else:
-            parts = [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
-        operators.append(operator_state(op, uids[op.operator_id], parts, pinned_join_format))
+    operators = [
+        operator_state(
+            op, uids[op.operator_id], _parts(op, uids, results, skipped), pinned_join_format
+        )
+        for op in ops
+    ]
     return savepoint_metadata(ckpt, batch, operators)
+
+
+def _parts(
+    op: Operator, uids: dict[int, str], results: Iterator[Any], skipped: set[int]
+) -> list[list[tuple[DataFile, list[str]]]]:
+    """``op``'s written files (and columns) per table and partition, taken from ``results``
+    in task order; placeholders for an operator that was not read."""
+    if op.operator_id in skipped:
+        return _placeholder_parts(op, uids[op.operator_id])
+    return [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
+
+
+def _partition_tasks(
+    ckpt: Checkpoint,
+    ops: list[Operator],
+    batch: int,
+    uids: dict[int, str],
+    out_io: FileIO,
+    out_root: str,
+) -> list[PartitionTask]:
+    """One task per operator, table and partition, each writing its own Parquet file: the same
+    task function runs here, in a process pool, or as a Spark task (statectl/engine.py,
+    statectl/spark_engine.py)."""
+    enc = StoreEncoding.of(ckpt, batch)
+    return [
+        PartitionTask(
+            ckpt,
+            op,
+            task.selection,
+            p,
+            batch,
+            enc,
+            out_io,
+            out_root,
+            part_path(uids[op.operator_id], task.name, p),
+        )
+        for op in ops
+        for task in table_tasks(op)
+        for p in range(op.num_partitions)
+    ]
 
 
 def _placeholder_parts(op: Operator, uid: str) -> list[list[tuple[DataFile, list[str]]]]:
@@ -344,16 +379,33 @@ def take_savepoint(
         b = fresh.resolve_batch(batch)
         names = _uids(fresh.operators(b), uids)
         root = posixpath.join(parent, new_dir_name(fresh.query_id, b))
+        build = (
+            partial(
+                build_native,
+                fresh,
+                out_io,
+                root,
+                b,
+                names,
+                partial(savepoint_metadata, fresh, b),
+                progress,
+            )
+            if kind == "native"
+            else partial(
+                build_savepoint,
+                fresh,
+                out_io,
+                root,
+                b,
+                names,
+                progress,
+                _runner(fresh, engine, memory, workers),
+                unread,
+            )
+        )
         try:
-            if kind == "native":
-                meta = build_native(
-                    fresh, out_io, root, b, names, partial(savepoint_metadata, fresh, b), progress
-                )
-            else:
-                runner = engine or Engine.of(memory, workers or default_workers(fresh))
-                meta = build_savepoint(fresh, out_io, root, b, names, progress, runner, unread)
+            meta = _written_or_removed(build, out_io, root)
         except MissingFileError as e:
-            out_io.remove(root, recursive=True) if out_io.exists(root) else None
             if batch is not None:
                 raise StatectlError(
                     f"state of batch {batch} changed while reading ({e}); "
@@ -361,13 +413,28 @@ def take_savepoint(
                 ) from None
             last_error = e
             continue
-        except BaseException:
-            if out_io.exists(root):
-                out_io.remove(root, recursive=True)
-            raise
         write_metadata(out_io, root, meta)
         return out_io.url(root), meta
     raise StatectlError(f"state kept changing while reading ({last_error}); try again")
+
+
+def _written_or_removed(
+    build: Callable[[], SavepointMetadata], out_io: FileIO, root: str
+) -> SavepointMetadata:
+    """``build()``'s metadata; on any failure the partial savepoint at ``root`` is removed."""
+    try:
+        return build()
+    except BaseException:
+        if out_io.exists(root):
+            out_io.remove(root, recursive=True)
+        raise
+
+
+def _runner(
+    ckpt: Checkpoint, engine: TaskRunner | None, memory: str | int | None, workers: int | None
+) -> TaskRunner:
+    """The given engine, else the local one: ``workers`` tasks sharing ``memory``."""
+    return engine or Engine.of(memory, workers or default_workers(ckpt))
 
 
 def _native_source(

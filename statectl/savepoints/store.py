@@ -230,12 +230,7 @@ class Savepoint:
         """The same table ``export`` gives for a checkpoint, from the savepoint's data files."""
         op = self.resolve_operator(operator)
         if self.metadata.savepoint_type == "native":
-            self.verify_native()
-            embedded = Checkpoint(self.io, posixpath.join(self.root, EMBEDDED))
-            return read_state(
-                embedded,
-                dataclasses.replace(sel, operator_id=op.operator_id, batch=self.metadata.batch_id),
-            )
+            return self._read_native(op, sel)
         by_name = {t.name: t for t in op.tables}
         if op.state_format == 4 and op.name == join_state.NAME:
             view = self._join_v4_view(op, by_name, sel)
@@ -244,14 +239,13 @@ class Savepoint:
         if sel.join_store:
             sel = Selection(sel.operator_id, store=sel.join_store)
         if sel.join_side:
-            t = by_name.get(f"{sel.join_side}-keyWithIndexToValue")
-            if t is None:
-                raise StatectlError(
-                    f"operator {op.operator_id} ({op.name}, uid {op.uid}) is not a stream-stream "
-                    "join; --join-side is for symmetricHashJoin operators",
-                    self.root,
-                )
-            return join_side_view(self.read_table(t))
+            return join_side_view(self.read_table(self._join_side_table(op, by_name, sel)))
+        return self.read_table(self._named_table(op, by_name, sel))
+
+    def _named_table(
+        self, op: OperatorState, by_name: dict[str, StateTable], sel: Selection
+    ) -> StateTable:
+        """The store, state variable or ``$timers`` table a selection names."""
         name = "$timers" if sel.registered_timers else (sel.state_var or sel.store or "default")
         if name not in by_name:
             raise StatectlError(
@@ -259,7 +253,29 @@ class Savepoint:
                 f"{', '.join(by_name)}",
                 self.root,
             )
-        return self.read_table(by_name[name])
+        return by_name[name]
+
+    def _read_native(self, op: OperatorState, sel: Selection) -> pa.Table:
+        """A native savepoint's table: read from its embedded checkpoint, verified first."""
+        self.verify_native()
+        embedded = Checkpoint(self.io, posixpath.join(self.root, EMBEDDED))
+        return read_state(
+            embedded,
+            dataclasses.replace(sel, operator_id=op.operator_id, batch=self.metadata.batch_id),
+        )
+
+    def _join_side_table(
+        self, op: OperatorState, by_name: dict[str, StateTable], sel: Selection
+    ) -> StateTable:
+        """The ``keyWithIndexToValue`` store a join side is read from."""
+        t = by_name.get(f"{sel.join_side}-keyWithIndexToValue")
+        if t is None:
+            raise StatectlError(
+                f"operator {op.operator_id} ({op.name}, uid {op.uid}) is not a stream-stream "
+                "join; --join-side is for symmetricHashJoin operators",
+                self.root,
+            )
+        return t
 
 
 def table_selection(operator_id: int, table: StateTable) -> Selection:
