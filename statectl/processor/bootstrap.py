@@ -52,6 +52,22 @@ def pinned_confs(spark: Any, confs: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _check_arguments(batch: int, backend: str) -> None:
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch < 2**62:
+        raise StatectlError(f"for_query: batch must be a non-negative integer, not {batch!r}")
+    if backend not in (HDFS, ROCKSDB):
+        raise StatectlError(f"for_query: backend must be hdfs or rocksdb, not {backend!r}")
+
+
+def _partitions(spark: Any, partitions: int | None) -> int:
+    """The given partition count, else the session's ``spark.sql.shuffle.partitions``."""
+    if partitions is None:
+        partitions = int(_session_conf(spark, PARTITIONS_CONF) or 200)
+    if partitions < 1:
+        raise StatectlError(f"for_query: partitions must be at least 1, got {partitions}")
+    return partitions
+
+
 def build_base(
     spec: str,
     *,
@@ -65,16 +81,10 @@ def build_base(
 ) -> tuple[str, PlannedQuery]:
     """Plan ``spec`` and write its empty savepoint into a new local temporary directory;
     returns the savepoint's URL (the caller removes the directory) and the plan."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch < 2**62:
-        raise StatectlError(f"for_query: batch must be a non-negative integer, not {batch!r}")
-    if backend not in (HDFS, ROCKSDB):
-        raise StatectlError(f"for_query: backend must be hdfs or rocksdb, not {backend!r}")
+    _check_arguments(batch, backend)
     if spark is None:
         spark = planning_session(progress)
-    if partitions is None:
-        partitions = int(_session_conf(spark, PARTITIONS_CONF) or 200)
-    if partitions < 1:
-        raise StatectlError(f"for_query: partitions must be at least 1, got {partitions}")
+    partitions = _partitions(spark, partitions)
     confs = planning_confs({}, backend, partitions)
     planned = plan_query(spec, output_mode=output_mode, confs=confs, spark=spark)
     if not planned.operators:

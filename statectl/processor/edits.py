@@ -82,18 +82,22 @@ def _conform(arr: pa.Array, t: pa.DataType, where: str) -> pa.Array:
         ) from None
 
 
+def _same_fields(have: list[str], want: list[str], t: pa.DataType, where: str) -> None:
+    missing = [n for n in want if n not in have]
+    if missing:
+        raise StatectlError(f"{where}.{missing[0]} is missing (declared: {t})")
+    extra = [n for n in have if n not in want]
+    if extra:
+        raise StatectlError(f"{where}.{extra[0]} is not in the declared schema ({t})")
+
+
 def _conform_struct(arr: pa.Array, t: pa.DataType, where: str) -> pa.Array:
     """A struct with exactly ``t``'s fields, by name, each conformed."""
     if not pa.types.is_struct(arr.type):
         raise StatectlError(f"{where} must be a struct {t}, got {arr.type}")
     have = [arr.type.field(i).name for i in range(arr.type.num_fields)]
     want = [t.field(i).name for i in range(t.num_fields)]
-    missing = [n for n in want if n not in have]
-    extra = [n for n in have if n not in want]
-    if missing:
-        raise StatectlError(f"{where}.{missing[0]} is missing (declared: {t})")
-    if extra:
-        raise StatectlError(f"{where}.{extra[0]} is not in the declared schema ({t})")
+    _same_fields(have, want, t, where)
     children = [
         _conform(arr.field(have.index(n)), t.field(i).type, f"{where}.{n}")
         for i, n in enumerate(want)

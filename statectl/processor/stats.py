@@ -40,6 +40,22 @@ class StateHandle(Protocol):
     def partition_bytes(self, op: OperatorInfo, table: TableInfo) -> list[int]: ...
 
 
+def _is_bytes(t: pa.DataType) -> bool:
+    return any(
+        test(t)
+        for test in (
+            pa.types.is_string,
+            pa.types.is_binary,
+            pa.types.is_large_string,
+            pa.types.is_large_binary,
+        )
+    )
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    return any(test(t) for test in (pa.types.is_list, pa.types.is_large_list, pa.types.is_map))
+
+
 def _width(arr: pa.Array) -> np.ndarray:
     """Approximate bytes of each value of ``arr``."""
     n = len(arr)
@@ -49,16 +65,11 @@ def _width(arr: pa.Array) -> np.ndarray:
         for i in range(t.num_fields):
             out += _width(arr.field(i))
         return out
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_string(t)
-        or (pa.types.is_large_binary(t))
-    ):
+    if _is_bytes(t):
         return (
             pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
         )
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+    if _is_nested(t):
         lengths = pc.fill_null(pc.list_value_length(arr), 0)
         return lengths.to_numpy(zero_copy_only=False).astype(np.int64) * 8
     if pa.types.is_null(t):
@@ -67,6 +78,35 @@ def _width(arr: pa.Array) -> np.ndarray:
         return np.full(n, max(t.bit_width // 8, 1), np.int64)
     except ValueError:  # no fixed width (e.g. decimal256 in some versions): count 16
         return np.full(n, 16, np.int64)
+
+
+def _candidates(part: pa.Table, table: TableInfo, top: int) -> list[tuple[Any, int, int]]:
+    """(key, bytes, rows) of the largest keys of one partition (at most ``top`` for tables of
+    a row per key; every key for list, map and timer tables, whose keys span rows)."""
+    size = np.zeros(part.num_rows, np.int64)
+    for name in part.column_names:
+        if name != "partition_id":
+            size += _width(part.column(name).combine_chunks())
+    key = part.column("key").combine_chunks()
+    if table.kind not in ("ListState", "MapState", "timers"):
+        order = np.argsort(-size)[:top]
+        picked = key.take(pa.array(order)).to_pylist()
+        return [(k, int(size[i]), 1) for k, i in zip(picked, order, strict=True)]
+    # Several rows per key: a key's size is the sum of its rows.
+    flat = pa.table({"k": key}).flatten()
+    names = flat.column_names
+    grouped = (
+        flat.append_column("_s", pa.array(size))
+        .group_by(names, use_threads=False)
+        .aggregate([("_s", "sum"), ("_s", "count")])
+    )
+    sizes = grouped.column("_s_sum").to_numpy()
+    keys = grouped.select(names).to_pylist()
+    counts = grouped.column("_s_count").to_pylist()
+    return [
+        ({k.split(".", 1)[1]: v for k, v in kd.items()}, int(s), c)
+        for kd, s, c in zip(keys, sizes, counts, strict=True)
+    ]
 
 
 def table_stats(
@@ -79,46 +119,26 @@ def table_stats(
         rows.append(part.num_rows)
         if part.num_rows == 0 or top <= 0:
             continue
-        size = np.zeros(part.num_rows, np.int64)
-        for name in part.column_names:
-            if name != "partition_id":
-                size += _width(part.column(name).combine_chunks())
-        key = part.column("key").combine_chunks()
-        if table.kind in ("ListState", "MapState", "timers"):
-            # Several rows per key: a key's size is the sum of its rows.
-            flat = pa.table({"k": key}).flatten()
-            names = flat.column_names
-            grouped = (
-                flat.append_column("_s", pa.array(size))
-                .group_by(names, use_threads=False)
-                .aggregate([("_s", "sum"), ("_s", "count")])
-            )
-            sizes = grouped.column("_s_sum").to_numpy()
-            keys = grouped.select(names).to_pylist()
-            counts = grouped.column("_s_count").to_pylist()
-            candidates = [
-                ({k.split(".", 1)[1]: v for k, v in kd.items()}, int(s), c)
-                for kd, s, c in zip(keys, sizes, counts, strict=True)
-            ]
-        else:
-            order = np.argsort(-size)[:top]
-            picked = key.take(pa.array(order)).to_pylist()
-            candidates = [(k, int(size[i]), 1) for k, i in zip(picked, order, strict=True)]
-        for k, s, c in candidates:
+        for k, s, c in _candidates(part, table, top):
             seen += 1
             item = (s, -seen, {"key": k, "bytes": s, "rows": c})
             if len(heap) < top:
                 heapq.heappush(heap, item)
             else:
                 heapq.heappushpop(heap, item)
-    sizes: list[int | None] = list(handle.partition_bytes(op, table)) or [None] * len(rows)
+    return _summary(rows, handle.partition_bytes(op, table), heap)
+
+
+def _summary(rows: list[int], sizes: list[int], heap: list[tuple[int, int, Any]]) -> dict[str, Any]:
+    """A table's stats from its rows and bytes per partition and its largest keys."""
+    per_partition: list[int | None] = list(sizes) or [None] * len(rows)
     total = sum(rows)
     mean = total / len(rows) if rows else 0
     return {
         "rows": total,
         "partitions": [
             {"partition": p, "rows": r, "bytes": b}
-            for p, (r, b) in enumerate(zip(rows, sizes, strict=True))
+            for p, (r, b) in enumerate(zip(rows, per_partition, strict=True))
         ],
         # max / mean rows per partition: 1.0 is perfectly even; N partitions with one hot
         # partition approach N.

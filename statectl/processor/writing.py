@@ -40,6 +40,7 @@ from statectl.processor.edits import (
 from statectl.processor.model import OperatorInfo, TableInfo
 from statectl.processor.reading import CheckpointHandle, SavepointHandle, StateHandle, open_handle
 from statectl.processor.spill import Spill, chunks, is_stream
+from statectl.query_plan import PlannedSource
 from statectl.reader import as_url
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.format import DataFile, SavepointMetadata
@@ -120,22 +121,29 @@ class SavepointWriter:
         for name, value in offsets.items():
             text = normalize_offset(value, f"with_offsets[{name!r}]")
             key = self._source_key(str(name), current)
-            planned = next((s for s in self._sources or [] if str(s.index) == key), None)
-            is_file = (planned is not None and planned.is_file) or bool(logs.get(key))
-            if text != START and is_file:
-                raise StatectlError(
-                    f"with_offsets[{name!r}]: a file source's position is its seen-files log, "
-                    "not an offset; pass None to start it from its configured start"
-                )
-            if text != START and planned is not None and planned.parse_offset is not None:
-                err = planned.parse_offset(text)
-                if err:
-                    raise StatectlError(
-                        f"with_offsets[{name!r}]: {planned.description} cannot parse {text}: "
-                        f"{err} (sources: {describe_sources(self._sources or [])})"
-                    )
+            if text != START:
+                self._check_offset(name, key, text, bool(logs.get(key)))
             self._offsets[key] = None if text == START else text
         return self
+
+    def _check_offset(self, name: Any, key: str, text: str, has_log: bool) -> None:
+        """Refuse an offset for a file source, or one the planned source cannot parse."""
+        planned = next((s for s in self._sources or [] if str(s.index) == key), None)
+        if has_log or (planned is not None and planned.is_file):
+            raise StatectlError(
+                f"with_offsets[{name!r}]: a file source's position is its seen-files log, "
+                "not an offset; pass None to start it from its configured start"
+            )
+        if planned is not None:
+            self._check_parse(name, planned, text)
+
+    def _check_parse(self, name: Any, planned: PlannedSource, text: str) -> None:
+        err = planned.parse_offset(text) if planned.parse_offset is not None else None
+        if err:
+            raise StatectlError(
+                f"with_offsets[{name!r}]: {planned.description} cannot parse {text}: "
+                f"{err} (sources: {describe_sources(self._sources or [])})"
+            )
 
     def _source_key(self, name: str, current: dict[str, str | None]) -> str:
         if name in current:
@@ -315,10 +323,7 @@ class SavepointWriter:
                 "this writer was written once and its streamed input (with_state of an "
                 "iterator, or a for_query bootstrap) is consumed; build a new writer"
             )
-        out_io, root = FileIO.for_url(as_url(target))
-        root = root.rstrip("/")
-        if out_io.exists(root) and (not out_io.is_dir(root) or out_io.list_dir(root)):
-            raise StatectlError("already exists and is not empty; name a new directory", root)
+        out_io, root = _new_target(target)
         base, scratch = _savepoint_base(self.base, out_io, root)
         try:
             write_metadata(out_io, root, _write(self, base, out_io, root))
@@ -327,14 +332,19 @@ class SavepointWriter:
                 out_io.remove(root, recursive=True)
             raise
         finally:
-            if scratch is not None and out_io.exists(scratch):
-                out_io.remove(scratch, recursive=True)
-            if self._scratch is not None:
-                self._drop_scratch()
-            self._remove_spills()
+            self._clean_up(out_io, scratch)
         written = open_handle(out_io.url(root))
         assert isinstance(written, SavepointHandle)  # a canonical savepoint, just written
         return written
+
+    def _clean_up(self, out_io: FileIO, scratch: str | None) -> None:
+        """After a write, whatever its outcome: the saved checkpoint base, the bootstrap's
+        empty base, the spilled streamed input."""
+        if scratch is not None and out_io.exists(scratch):
+            out_io.remove(scratch, recursive=True)
+        if self._scratch is not None:
+            self._drop_scratch()
+        self._remove_spills()
 
     def _drop_scratch(self) -> None:
         """The empty base of a bootstrap: a local temporary directory, written only here."""
@@ -343,6 +353,15 @@ class SavepointWriter:
             shutil.rmtree(path, ignore_errors=True)
         self._scratch = None
         self._spent = True
+
+
+def _new_target(target: Any) -> tuple[FileIO, str]:
+    """The new savepoint's directory: one that does not exist yet, or is empty."""
+    out_io, root = FileIO.for_url(as_url(target))
+    root = root.rstrip("/")
+    if out_io.exists(root) and (not out_io.is_dir(root) or out_io.list_dir(root)):
+        raise StatectlError("already exists and is not empty; name a new directory", root)
+    return out_io, root
 
 
 def _savepoint_base(
