@@ -42,16 +42,29 @@ def jsonable(value: Any, t: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_map(t):
-        k_t, v_t = t.key_type, t.item_type
-        if pa.types.is_string(k_t) or pa.types.is_large_string(k_t):
-            return {k: jsonable(v, v_t) for k, v in value}
-        return [[jsonable(k, k_t), jsonable(v, v_t)] for k, v in value]
+        return _jsonable_map(value, t)
     if pa.types.is_struct(t):
         return {f.name: jsonable(value.get(f.name), f.type) for f in t}
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return [jsonable(v, t.value_type) for v in value]
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, float):
+        return _jsonable_float(value)
+    return value
+
+
+def _jsonable_map(value: Any, t: pa.DataType) -> Any:
+    k_t, v_t = t.key_type, t.item_type
+    if pa.types.is_string(k_t) or pa.types.is_large_string(k_t):
+        return {k: jsonable(v, v_t) for k, v in value}
+    return [[jsonable(k, k_t), jsonable(v, v_t)] for k, v in value]
+
+
+def _jsonable_float(value: float) -> float | str:
+    """NaN and the infinities as the strings Spark's ``to_json`` writes."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
     return value
 
 

@@ -336,15 +336,7 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         if b is None:
             entry["problems"].append("no committed batch")
         else:
-            off = ckpt.offsets(b)
-            entry["backend"] = ckpt.backend(b)
-            value = off.conf.get(PARTITIONS_CONF, "")
-            entry["partitions"] = int(value) if value.isdigit() and int(value) else None
-            entry["provider"] = off.conf.get(PROVIDER_CONF)
-            ops = ckpt.operators(b)
-            entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
-            for op in ops:
-                entry["problems"].extend(store_health(ckpt, op, b))
+            _summarize_batch(ckpt, b, entry)
     except StatectlError as e:
         entry["problems"].append(str(e))
     try:
@@ -352,10 +344,27 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
     except StatectlError as e:  # a symbolic link loop
         entry["bytes"] = None
         entry["problems"].append(str(e))
-    entry["health"] = "ok" if not entry["problems"] else "damaged"
-    if entry["problems"] and all(p.startswith("uncommitted") for p in entry["problems"]):
-        entry["health"] = "uncommitted"
+    entry["health"] = _health(entry["problems"])
     return entry
+
+
+def _health(problems: list[str]) -> str:
+    if problems and all(p.startswith("uncommitted") for p in problems):
+        return "uncommitted"
+    return "ok" if not problems else "damaged"
+
+
+def _summarize_batch(ckpt: Checkpoint, b: int, entry: dict[str, Any]) -> None:
+    """The latest committed batch's part of a ``list`` line (into ``entry``)."""
+    off = ckpt.offsets(b)
+    entry["backend"] = ckpt.backend(b)
+    value = off.conf.get(PARTITIONS_CONF, "")
+    entry["partitions"] = int(value) if value.isdigit() and int(value) else None
+    entry["provider"] = off.conf.get(PROVIDER_CONF)
+    ops = ckpt.operators(b)
+    entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
+    for op in ops:
+        entry["problems"].extend(store_health(ckpt, op, b))
 
 
 def list_dir(url: str) -> list[dict[str, Any]]:

@@ -220,6 +220,41 @@ def check_output_mode(spark: Any, jplan: Any, mode: str | None) -> str:
     )
 
 
+@contextlib.contextmanager
+def _session_confs(spark: Any, confs: dict[str, str]) -> Iterator[None]:
+    """``confs`` set on the session for the block, then put back as they were."""
+    saved = {k: spark.conf.get(k, None) for k in confs}
+    try:
+        for k, v in confs.items():
+            spark.conf.set(k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _analyzed(df: Any, spec: str) -> Any:
+    """The analyzed logical plan of the user's DataFrame (Java)."""
+    try:
+        return df._jdf.queryExecution().analyzed()
+    except Exception as e:
+        raise StatectlError(
+            f"--query {spec}: Spark cannot analyze the query: {spark_message(e)}"
+        ) from None
+
+
+def _classic_session(spark: Any, progress: Callable[[str], None] | None) -> Any:
+    """The given session (a classic one: planning needs its JVM), else the planning one."""
+    if spark is None:
+        spark = planning_session(progress)
+    if not hasattr(spark, "_jsparkSession"):
+        raise UnsupportedError("--query needs a classic (not Spark Connect) SparkSession")
+    return spark
+
+
 def plan_query(
     spec: str,
     *,
@@ -236,68 +271,57 @@ def plan_query(
     if output_mode is not None and output_mode not in OUTPUT_MODES:
         raise StatectlError(f"--output-mode must be one of {', '.join(OUTPUT_MODES)}")
     func = load_query_function(spec)
-    if spark is None:
-        spark = planning_session(progress)
-    if not hasattr(spark, "_jsparkSession"):
-        raise UnsupportedError("--query needs a classic (not Spark Connect) SparkSession")
+    spark = _classic_session(spark, progress)
     confs = dict(confs or {})
-    saved = {k: spark.conf.get(k, None) for k in confs}
     stand_ins: list[str] = []
     replaced: dict[str, str] = {}
-    try:
-        for k, v in confs.items():
-            spark.conf.set(k, v)
-        with stand_in_sources(stand_ins, replaced):
-            df = build_dataframe(func, spark, spec)
-            if stand_ins and progress:
-                progress(f"planning against an empty stand-in for {', '.join(stand_ins)}")
-            try:
-                jplan = df._jdf.queryExecution().analyzed()
-            except Exception as e:
-                raise StatectlError(
-                    f"--query {spec}: Spark cannot analyze the query: {spark_message(e)}"
-                ) from None
-            mode = check_output_mode(spark, jplan, output_mode)
-            sources = planned_sources(spark, jplan, replaced)
-            with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
-                # What MicroBatchExecution writes before it plans batch 0; transformWithState's
-                # schema validation checks that the batch is in the offset log.
-                with open(os.path.join(tmp, "metadata"), "w") as f:
-                    f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
-                os.makedirs(os.path.join(tmp, "offsets"))
-                with open(os.path.join(tmp, "offsets", "0"), "w") as f:
-                    f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
-                try:
-                    ie = _incremental_execution(
-                        spark, df._jdf.logicalPlan(), mode, os.path.join(tmp, "state"), confs
-                    )
-                    # Planning writes state/<op>/_metadata and schema files.
-                    executed = ie.executedPlan()
-                except StatectlError:
-                    raise
-                except Exception as e:
-                    raise StatectlError(
-                        f"--query {spec}: Spark cannot plan the query: {spark_message(e)}"
-                    ) from None
-                aggregates = aggregate_buffers(executed)
-                ckpt = Checkpoint.open(tmp)
-                ids = sorted(
-                    int(f.name)
-                    for f in ckpt.io.list_dir(ckpt.path("state"))
-                    if f.is_dir and f.name.isdigit()
-                )
-                operators = [load_operator(ckpt, op, 0) for op in ids]
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+    with _session_confs(spark, confs), stand_in_sources(stand_ins, replaced):
+        df = build_dataframe(func, spark, spec)
+        if stand_ins and progress:
+            progress(f"planning against an empty stand-in for {', '.join(stand_ins)}")
+        jplan = _analyzed(df, spec)
+        mode = check_output_mode(spark, jplan, output_mode)
+        sources = planned_sources(spark, jplan, replaced)
+        aggregates, operators = _plan_first_batch(spark, df, spec, mode, confs)
     partitions = int(confs.get(PARTITIONS_CONF, 0) or 0)
     for op in operators:
-        if partitions:
-            op.num_partitions = partitions
+        op.num_partitions = partitions or op.num_partitions
     return PlannedQuery(spec, mode, operators, stand_ins, sources, aggregates)
+
+
+def _plan_first_batch(
+    spark: Any, df: Any, spec: str, mode: str, confs: dict[str, str]
+) -> tuple[dict[int, list[AggregateBuffer]], list[Operator]]:
+    """Plan ``df`` as batch 0 against a scratch checkpoint: the aggregation buffers of its
+    plan, and its stateful operators read back from what planning wrote."""
+    with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
+        # What MicroBatchExecution writes before it plans batch 0; transformWithState's
+        # schema validation checks that the batch is in the offset log.
+        with open(os.path.join(tmp, "metadata"), "w") as f:
+            f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
+        os.makedirs(os.path.join(tmp, "offsets"))
+        with open(os.path.join(tmp, "offsets", "0"), "w") as f:
+            f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
+        try:
+            ie = _incremental_execution(
+                spark, df._jdf.logicalPlan(), mode, os.path.join(tmp, "state"), confs
+            )
+            # Planning writes state/<op>/_metadata and schema files.
+            executed = ie.executedPlan()
+        except StatectlError:
+            raise
+        except Exception as e:
+            raise StatectlError(
+                f"--query {spec}: Spark cannot plan the query: {spark_message(e)}"
+            ) from None
+        aggregates = aggregate_buffers(executed)
+        ckpt = Checkpoint.open(tmp)
+        ids = sorted(
+            int(f.name)
+            for f in ckpt.io.list_dir(ckpt.path("state"))
+            if f.is_dir and f.name.isdigit()
+        )
+        return aggregates, [load_operator(ckpt, op, 0) for op in ids]
 
 
 FILE_SOURCE = re.compile(r"^FileSource\[(.*)\]$", re.S)

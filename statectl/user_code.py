@@ -69,18 +69,28 @@ def user_errors(
     except reraise:
         raise
     except Exception as e:
-        frames = traceback.extract_tb(e.__traceback__)
-        if isinstance(e, SyntaxError) and e.filename:
-            where = f"{e.filename}:{e.lineno}"
-        else:
-            want = os.path.abspath(user_file) if user_file else None
-            mine = [f for f in frames if want and os.path.abspath(f.filename) == want] or [
-                f
-                for f in frames
-                if not any(
-                    part in f.filename
-                    for part in (f"{os.sep}statectl{os.sep}", "pyspark", "py4j", "importlib")
-                )
-            ]
-            where = f"{mine[-1].filename}:{mine[-1].lineno}" if mine else spec
-        raise StatectlError(f"--query {spec} raised {_first_line(e)}", where) from None
+        raise StatectlError(
+            f"--query {spec} raised {_first_line(e)}", _where(e, spec, user_file)
+        ) from None
+
+
+def _where(e: Exception, spec: str, user_file: str | None) -> str:
+    """``file:line`` of the user's code that raised ``e`` (``spec`` when none is found)."""
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"{e.filename}:{e.lineno}"
+    frames = traceback.extract_tb(e.__traceback__)
+    mine = _in_file(frames, user_file) or [f for f in frames if not _is_library_frame(f.filename)]
+    return f"{mine[-1].filename}:{mine[-1].lineno}" if mine else spec
+
+
+def _in_file(frames: traceback.StackSummary, user_file: str | None) -> list[traceback.FrameSummary]:
+    if not user_file:
+        return []
+    want = os.path.abspath(user_file)
+    return [f for f in frames if os.path.abspath(f.filename) == want]
+
+
+def _is_library_frame(filename: str) -> bool:
+    return any(
+        part in filename for part in (f"{os.sep}statectl{os.sep}", "pyspark", "py4j", "importlib")
+    )

@@ -365,13 +365,7 @@ def take_savepoint(
     ):
         src_root, uids, batch = _native_source(src_io, src_root, uids)
     ckpt = Checkpoint(src_io, src_root, verify=verify)
-    out_io, parent = FileIO.for_url(resolve_target(target))
-    if out_io.is_within(parent, src_io, src_root):
-        raise StatectlError(
-            f"the savepoint target {out_io.url(parent)} is inside the checkpoint it saves; "
-            "choose a directory outside it",
-            src_root,
-        )
+    out_io, parent = _target_outside(src_io, src_root, target)
     last_error: StatectlError | None = None
     for _ in range(RETRIES):
         # re-list the logs: the query may have moved on
@@ -428,6 +422,18 @@ def _written_or_removed(
         if out_io.exists(root):
             out_io.remove(root, recursive=True)
         raise
+
+
+def _target_outside(src_io: FileIO, src_root: str, target: str | None) -> tuple[FileIO, str]:
+    """The directory new savepoints go in, which must not be inside the checkpoint."""
+    out_io, parent = FileIO.for_url(resolve_target(target))
+    if out_io.is_within(parent, src_io, src_root):
+        raise StatectlError(
+            f"the savepoint target {out_io.url(parent)} is inside the checkpoint it saves; "
+            "choose a directory outside it",
+            src_root,
+        )
+    return out_io, parent
 
 
 def _runner(
