@@ -8,6 +8,7 @@ Pure Arrow, no I/O: the savepoint writers, the reader and ``export`` all use it.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 
@@ -85,9 +86,11 @@ def exportable(table: pa.Table) -> pa.Table:
 
 
 def table_schema(table: StateTable) -> pa.Schema:
-    def arrow(schema_json: object) -> pa.DataType:
+    """The columns of ``table``'s rows, as Spark's ``statestore`` source shows them."""
+
+    def arrow(schema_json: Any) -> pa.DataType:
         try:
-            return to_arrow_type(json.loads(schema_json))  # type: ignore[arg-type]
+            return to_arrow_type(json.loads(schema_json))
         except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
             raise CorruptFileError(
                 f"schema of table {table.name!r} in _metadata is invalid ({e})", METADATA_FILE
