@@ -15,19 +15,9 @@ Python API (the CLI calls the same functions; each result's ``to_dict()`` is the
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING
 
-from statectl.api import (  # after __version__: create.py reads it
-    diff,
-    edit,
-    inspect,
-    migrate,
-    read_state,
-    restore,
-    savepoint,
-    stop_with_savepoint,
-)
-from statectl.api import open_state as open  # statectl.open, like tarfile.open
 from statectl.results import (
     SCHEMA_VERSION,
     DiffResult,
@@ -40,15 +30,51 @@ from statectl.results import (
     SavepointResult,
     StoreInfo,
 )
+from statectl.version import __version__
+
+if TYPE_CHECKING:
+    from statectl.api import (
+        diff,
+        edit,
+        inspect,
+        migrate,
+        read_state,
+        restore,
+        savepoint,
+        stop_with_savepoint,
+    )
+    from statectl.api import open_state as open
+    from statectl.processor.writing import SavepointWriter
+
+# The API's functions and the state processor's writer, imported on first use (PEP 562):
+# they bring pyarrow and the readers, and ``import statectl`` (the CLI's ``--help`` too)
+# should not pay for them. Name -> (module, attribute).
+_LAZY = {
+    "diff": ("statectl.api", "diff"),
+    "edit": ("statectl.api", "edit"),
+    "inspect": ("statectl.api", "inspect"),
+    "migrate": ("statectl.api", "migrate"),
+    "open": ("statectl.api", "open_state"),  # statectl.open, like tarfile.open
+    "read_state": ("statectl.api", "read_state"),
+    "restore": ("statectl.api", "restore"),
+    "savepoint": ("statectl.api", "savepoint"),
+    "stop_with_savepoint": ("statectl.api", "stop_with_savepoint"),
+    "SavepointWriter": ("statectl.processor.writing", "SavepointWriter"),
+}
 
 
 def __getattr__(name: str) -> object:
-    """``statectl.SavepointWriter`` is imported on first use (it needs pyarrow)."""
-    if name == "SavepointWriter":
-        from statectl.processor.writing import SavepointWriter
+    """The lazily imported names of :data:`_LAZY`, cached in the module once imported."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'statectl' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
 
-        return SavepointWriter
-    raise AttributeError(f"module 'statectl' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

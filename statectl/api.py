@@ -1,7 +1,8 @@
 """The Python API: one function per CLI command, each returning a typed result whose
 ``to_dict()`` is exactly what the command prints with ``--json`` (the CLI calls these).
 
-Use cases are imported inside the functions so ``import statectl`` stays fast.
+``import statectl`` stays fast all the same: the package imports this module on first use of
+one of its functions (statectl/__init__.py).
 """
 
 from __future__ import annotations
@@ -10,8 +11,18 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from statectl.diffing import diff as do_diff
+from statectl.editing import edit as do_edit
+from statectl.engine import Engine
 from statectl.errors import StatectlError
-from statectl.reader import as_url
+from statectl.export import export_state
+from statectl.inspection import inspect_path
+from statectl.io import FileIO
+from statectl.processor.reading import StateHandle, open_handle
+from statectl.reader import as_url, selection_table
+from statectl.restoration import migrate as do_migrate
+from statectl.restoration import restore as do_restore
+from statectl.restoration.options import MigrateOptions, RestoreOptions
 from statectl.results import (
     DiffResult,
     EditResult,
@@ -21,21 +32,20 @@ from statectl.results import (
     RestoreResult,
     SavepointResult,
 )
+from statectl.savepoints.create import take_savepoint
+from statectl.source_positions import normalize_offset
+from statectl.spark_engine import engine_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import pyarrow as pa
 
-    from statectl.processor.reading import StateHandle
-    from statectl.restoration.options import MigrateOptions, RestoreOptions
-
 
 def _state_size(url: str, under: str = "") -> Callable[[], int]:
     """The bytes of state files under ``url`` (``--engine auto``'s measure), asked lazily."""
 
     def size() -> int:
-        from statectl.io import FileIO
 
         io, root = FileIO.for_url(url)
         path = io.join(root, under) if under else root
@@ -54,7 +64,6 @@ def _engine(
 ) -> Any:
     """The engine a use case runs on (``engine=``: "local", "spark", "auto", a SparkSession
     or an engine; statectl.spark_engine.engine_for), shared by every command that has one."""
-    from statectl.spark_engine import engine_for
 
     return engine_for(
         engine,
@@ -72,7 +81,6 @@ def inspect(
     """Describe a checkpoint or a savepoint: query, batch, watermark, offsets, confs, operators
     (with stores, schemas and, unless ``rows=False``, live row counts). ``verify=False`` is
     ``--no-verify``: no checksums over state files, no key placement check."""
-    from statectl.inspection import inspect_path
 
     return InspectResult.from_document(inspect_path(as_url(path), batch, rows=rows, verify=verify))
 
@@ -91,7 +99,6 @@ def read_state(
     """One operator's state, as the ``pyarrow.Table`` Spark's ``statestore`` reader returns for
     the same options (``statectl export`` writes this table). ``operator`` is the operator id,
     or for a savepoint also its uid; ``batch`` defaults to the latest committed one."""
-    from statectl.reader import selection_table
 
     table = selection_table(store, join_side, state_var, timers)
     return open_state(path, batch=batch, verify=verify).read(operator, table, join_side=join_side)
@@ -119,8 +126,6 @@ def export(
     ``engine="spark"`` (or ``spark=`` a SparkSession) reads one partition per Spark task;
     ``"auto"`` as for :func:`savepoint`. Returns what ``--json`` prints (``engine``: which
     ran)."""
-    from statectl.engine import Engine
-    from statectl.export import export_state
 
     chosen = (
         None
@@ -153,7 +158,6 @@ def open_state(
     """``statectl.open``: a savepoint or a checkpoint (at ``batch``, default the latest
     committed one) as a handle with ``operators``, ``read``, ``batches``, ``to_pandas`` and
     ``to_spark`` (docs/api.md). ``storage_options`` are fsspec options for its URL."""
-    from statectl.processor.reading import open_handle
 
     return open_handle(as_url(path), batch=batch, verify=verify, storage_options=storage_options)
 
@@ -183,8 +187,6 @@ def savepoint(
     session is at hand (docs/guide.md); the result's ``engine`` says which ran. ``memory``
     (bytes or ``"512M"``) bounds the local engine: partitions larger than a worker's share are
     read and written in chunks; on the Spark engine it is each task's budget."""
-    from statectl.engine import Engine
-    from statectl.savepoints.create import take_savepoint
 
     chosen = (
         None
@@ -297,7 +299,6 @@ def restore(
     result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
     function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
     columns (checked against the planned schemas)."""
-    from statectl.restoration.options import RestoreOptions
 
     options = RestoreOptions(
         backend=backend,
@@ -334,8 +335,6 @@ def restore_with(
 ) -> RestoreResult:
     """:func:`restore` with every choice in one :class:`RestoreOptions` (the CLI builds it
     once); ``spark`` and ``progress`` as there."""
-    from statectl.restoration import restore as do_restore
-    from statectl.source_positions import normalize_offset
 
     given = {
         str(k): normalize_offset(v, f"source_offsets[{k!r}]")
@@ -387,7 +386,6 @@ def migrate(
     ``aggregation_state_format``, ``group_state_format`` as for
     :func:`restore` (the savepoint runs on the same engine); ``spark`` a SparkSession means the
     Spark engine."""
-    from statectl.restoration.options import MigrateOptions
 
     options = MigrateOptions(
         backend=backend,
@@ -413,7 +411,6 @@ def migrate_with(
 ) -> MigrateResult:
     """:func:`migrate` with every choice in one :class:`MigrateOptions` (the CLI builds it
     once); ``spark`` as there."""
-    from statectl.restoration import migrate as do_migrate
 
     if options.keep_savepoint is not None:
         options = dataclasses.replace(options, keep_savepoint=as_url(options.keep_savepoint))
@@ -450,7 +447,6 @@ def edit(
     one operator's rows deleted (``delete_where``), kept (``keep_where``) or the operator
     dropped. Expressions are the SQL ``WHERE`` subset of docs/guide.md. ``dry_run`` writes
     nothing and reports the rows each table would keep."""
-    from statectl.editing import edit as do_edit
 
     doc = do_edit(
         as_url(source),
@@ -478,8 +474,6 @@ def diff(
     """``statectl diff``: per operator and table of two savepoints or checkpoints (either at a
     ``batch``), the keys added in ``b``, removed, changed (value differs) and unchanged, with
     up to ``samples`` examples of each."""
-    from statectl.diffing import diff as do_diff
-    from statectl.processor.reading import open_handle
 
     if samples < 0:
         raise StatectlError("--samples must be 0 or more")

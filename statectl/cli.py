@@ -403,8 +403,8 @@ def dispose(
 ) -> None:
     """Delete a savepoint: exactly the files its _metadata lists; refuses anything else."""
     from statectl.render import human_bytes
-    from statectl.savepoints.store import dispose as do_dispose
-    from statectl.savepoints.store import dispose_plan
+    from statectl.savepoints.dispose import dispose as do_dispose
+    from statectl.savepoints.dispose import dispose_plan
 
     plan = dispose_plan(path, force=force)
     url = plan.io.url(plan.root)
@@ -439,7 +439,7 @@ def relabel(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a copy of a savepoint with operator uids renamed (data folders follow the uids)."""
-    from statectl.savepoints.store import relabel as do_relabel
+    from statectl.savepoints.relabel import relabel as do_relabel
 
     result = do_relabel(path, _parse_pairs(mapping, "mapping"), target)
     if as_json:

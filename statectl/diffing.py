@@ -213,6 +213,37 @@ def diff_table(
     return tally.document()
 
 
+def _diff_operator(
+    a: StateHandle, b: StateHandle, op_a: OperatorInfo, op_b: OperatorInfo, samples: int
+) -> dict[str, Any]:
+    """One operator found on both sides: every table of either, diffed where both have it."""
+    tables: dict[str, Any] = {}
+    names_b = {t.name for t in op_b.tables}
+    for t in op_a.tables:
+        if t.name not in names_b:
+            tables[t.name] = {"status": "only in A"}
+            continue
+        tables[t.name] = diff_table(a, b, op_a, op_b, t.name, samples)
+    for t in op_b.tables:
+        if t.name not in {x.name for x in op_a.tables}:
+            tables[t.name] = {"status": "only in B"}
+    entry: dict[str, Any] = {"status": "both", "id": op_a.id, "tables": tables}
+    if op_b.uid != op_a.uid:
+        entry["uid_in_b"] = op_b.uid
+    return entry
+
+
+def _differs(operators: dict[str, Any]) -> bool:
+    return any(
+        op["status"] != "both"
+        or any(
+            t.get("status") or t["added"] or t["removed"] or t["changed"]
+            for t in op["tables"].values()
+        )
+        for op in operators.values()
+    )
+
+
 def diff(
     a: StateHandle, b: StateHandle, *, operator: str | None = None, samples: int = 5
 ) -> dict[str, Any]:
@@ -228,31 +259,10 @@ def diff(
             out[op_a.uid] = {"status": "only in A", "id": op_a.id, "tables": {}}
             continue
         matched_b.add(op_b.id)
-        tables: dict[str, Any] = {}
-        names_b = {t.name for t in op_b.tables}
-        for t in op_a.tables:
-            if t.name not in names_b:
-                tables[t.name] = {"status": "only in A"}
-                continue
-            tables[t.name] = diff_table(a, b, op_a, op_b, t.name, samples)
-        for t in op_b.tables:
-            if t.name not in {x.name for x in op_a.tables}:
-                tables[t.name] = {"status": "only in B"}
-        entry: dict[str, Any] = {"status": "both", "id": op_a.id, "tables": tables}
-        if op_b.uid != op_a.uid:
-            entry["uid_in_b"] = op_b.uid
-        out[op_a.uid] = entry
+        out[op_a.uid] = _diff_operator(a, b, op_a, op_b, samples)
     if operator is None:
         for op_b in b.operators:
             if op_b.id not in matched_b and _pair(b, a, op_b) is None:
                 out[op_b.uid] = {"status": "only in B", "id": op_b.id, "tables": {}}
-    differs = any(
-        op["status"] != "both"
-        or any(
-            t.get("status") or t["added"] or t["removed"] or t["changed"]
-            for t in op["tables"].values()
-        )
-        for op in out.values()
-    )
     return {"a": a.path, "b": b.path, "batch_a": a.batch, "batch_b": b.batch,
-            "differs": differs, "operators": out}  # fmt: skip
+            "differs": _differs(out), "operators": out}  # fmt: skip

@@ -123,6 +123,11 @@ class TaskRunner(Protocol):
         """Every job's result, in job order (``threads``: a hint for object stores)."""
         ...
 
+    @property
+    def per_task(self) -> int:
+        """What one task may hold, in bytes."""
+        ...
+
 
 @dataclass(frozen=True)
 class Engine:

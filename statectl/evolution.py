@@ -44,6 +44,7 @@ import pyarrow as pa
 from statectl.codecs.sparktypes import canonical, decimal_of, physical, to_arrow_field
 from statectl.errors import StatectlError
 from statectl.schema_compat import difference, simple_string
+from statectl.user_code import load_query_function, user_errors
 
 # Integral types in widening order: each may be read as any later one.
 INTEGRAL = ("byte", "short", "integer", "long")
@@ -636,8 +637,6 @@ _TRANSFORMS: dict[str, Callable[..., Any]] = {}
 def load_transform(spec: str) -> Callable[..., Any]:
     """The user's function of ``--transform UID=FILE.py:FUNCTION`` (loaded once per process)."""
     if spec not in _TRANSFORMS:
-        from statectl.query_plan import load_query_function
-
         try:
             _TRANSFORMS[spec] = load_query_function(spec)
         except StatectlError as e:
@@ -648,8 +647,6 @@ def load_transform(spec: str) -> Callable[..., Any]:
 def apply_transform(evo: TableEvolution, store: str, rows: pa.Table) -> pa.Table:
     """``fn(batch: pa.RecordBatch, store: str) -> RecordBatch | Table`` with columns key and
     value; checked against the query's schemas (a lossy or mistyped column is refused)."""
-    from statectl.query_plan import user_errors  # query_plan imports this module
-
     assert evo.transform and evo.key and evo.value
     fn = load_transform(evo.transform)
     batch = pa.RecordBatch.from_arrays(

@@ -13,76 +13,13 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from statectl.engine import Engine, spill_dir
 from statectl.errors import StatectlError
 from statectl.io import FileIO
-
-# Parquet and Arrow's writers reject duplicate field names, which aggregation buffers have
-# (count, sum, count ...). Renamed fields get a "_<n>" suffix; the original names are kept in the
-# field metadata under this key so a reader can restore them.
-ORIGINAL_NAME_KEY = b"statectl.original_name"
-
-
-def dedupe_field_names(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_struct(t):
-        seen: dict[str, int] = {}
-        fields = []
-        for i in range(t.num_fields):
-            f = t.field(i)
-            ftype = dedupe_field_names(f.type)
-            name = f.name
-            if name in seen:
-                seen[name] += 1
-                new = f"{name}_{seen[name]}"
-                meta = dict(f.metadata or {})
-                meta[ORIGINAL_NAME_KEY] = name.encode()
-                fields.append(pa.field(new, ftype, f.nullable, meta))
-            else:
-                seen[name] = 0
-                fields.append(pa.field(name, ftype, f.nullable, f.metadata))
-        return pa.struct(fields)
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return pa.list_(dedupe_field_names(t.value_type))
-    if pa.types.is_map(t):
-        return pa.map_(dedupe_field_names(t.key_type), dedupe_field_names(t.item_type))
-    return t
-
-
-def retype(arr: pa.Array, t: pa.DataType) -> pa.Array:
-    """The same data under a type that differs only in struct field names."""
-    if arr.type == t:
-        return arr
-    if pa.types.is_struct(t):
-        children = [retype(arr.field(i), t.field(i).type) for i in range(t.num_fields)]
-        return pa.StructArray.from_arrays(
-            children, fields=list(t), mask=arr.is_null() if arr.null_count else None
-        )
-    if pa.types.is_list(t):
-        return pa.ListArray.from_arrays(
-            arr.offsets,
-            retype(arr.values, t.value_type),
-            type=t,
-            mask=arr.is_null() if arr.null_count else None,
-        )
-    if pa.types.is_map(t):
-        return pa.MapArray.from_arrays(
-            arr.offsets,
-            retype(arr.keys, t.key_type),
-            retype(arr.items, t.item_type),
-            type=t,
-            mask=arr.is_null() if arr.null_count else None,
-        )
-    return arr.cast(t)
-
-
-def exportable(table: pa.Table) -> pa.Table:
-    """Rename repeated struct field names so Parquet (and Arrow's writers) accept the table."""
-    schema = pa.schema(
-        [pa.field(f.name, dedupe_field_names(f.type), f.nullable, f.metadata) for f in table.schema]
-    )
-    if schema.equals(table.schema):
-        return table
-    cols = [retype(c.combine_chunks(), f.type) for c, f in zip(table.columns, schema, strict=True)]
-    return pa.Table.from_arrays(cols, schema=schema)
+from statectl.processor.reading import handle_of
+from statectl.reader import open_source, selection_table
+from statectl.savepoints.tables import exportable
+from statectl.state import join_side_view
 
 
 def _flatten_all(table: pa.Table) -> pa.Table:
@@ -105,16 +42,29 @@ def jsonable(value: Any, t: pa.DataType) -> Any:
     if value is None:
         return None
     if pa.types.is_map(t):
-        k_t, v_t = t.key_type, t.item_type
-        if pa.types.is_string(k_t) or pa.types.is_large_string(k_t):
-            return {k: jsonable(v, v_t) for k, v in value}
-        return [[jsonable(k, k_t), jsonable(v, v_t)] for k, v in value]
+        return _jsonable_map(value, t)
     if pa.types.is_struct(t):
         return {f.name: jsonable(value.get(f.name), f.type) for f in t}
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return [jsonable(v, t.value_type) for v in value]
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, float):
+        return _jsonable_float(value)
+    return value
+
+
+def _jsonable_map(value: Any, t: pa.DataType) -> Any:
+    k_t, v_t = t.key_type, t.item_type
+    if pa.types.is_string(k_t) or pa.types.is_large_string(k_t):
+        return {k: jsonable(v, v_t) for k, v in value}
+    return [[jsonable(k, k_t), jsonable(v, v_t)] for k, v in value]
+
+
+def _jsonable_float(value: float) -> float | str:
+    """NaN and the infinities as the strings Spark's ``to_json`` writes."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
     return value
 
 
@@ -249,10 +199,6 @@ def export_state(
     Read and written in chunks within ``memory`` (bytes or ``"512M"``; default as the local
     engine's, :mod:`statectl.engine`), through a local file uploaded atomically. ``engine``:
     the Spark engine reads one partition per Spark task (None: here)."""
-    from statectl.engine import Engine, spill_dir
-    from statectl.processor.reading import handle_of
-    from statectl.reader import open_source, selection_table
-
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
     hint = "pass --overwrite (overwrite=True) to replace it"
@@ -293,8 +239,6 @@ def _or_empty(
         columns[:] = c.column_names
         yield c
     if not columns:
-        from statectl.state import join_side_view
-
         empty = schema.empty_table()
         empty = join_side_view(empty) if join_side else empty
         columns[:] = empty.column_names

@@ -1,4 +1,5 @@
-"""Use cases ``inspect`` and ``list``: describe checkpoints as plain, JSON-ready dictionaries.
+"""Use cases ``inspect`` and ``list``: describe checkpoints and savepoints as plain, JSON-ready
+dictionaries.
 
 The CLI renders these dictionaries for people (rich) or prints them as JSON; both show the
 same data.
@@ -24,8 +25,11 @@ from statectl.checkpoint.model import (
     store_dir,
 )
 from statectl.errors import StatectlError, display_path
+from statectl.in_progress import describe_in_progress, read_in_progress
 from statectl.io import FileIO, redact, storage_options_for
 from statectl.join_state import format_of
+from statectl.savepoints.layout import EMBEDDED
+from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
 
 SAMPLE_ROWS = 5
@@ -161,11 +165,115 @@ def maybe_json(text: str | None) -> Any:
         return text
 
 
+# -- savepoints -------------------------------------------------------------------------
+def describe_savepoint(sp: Savepoint) -> dict[str, Any]:
+    """``inspect`` of a savepoint: the keys of a checkpoint's where they mean the same."""
+    m = sp.metadata
+    info = _describe(sp)
+    if m.savepoint_type == "native":
+        # Row counts and schemas come from the embedded checkpoint, as for a checkpoint.
+        sp.verify_native()
+        embedded = Checkpoint(sp.io, posixpath.join(sp.root, EMBEDDED))
+        uids = {op.operator_id: op.uid for op in m.operators}
+        info["operators"] = [
+            {**describe_operator(embedded, op, m.batch_id), "uid": uids.get(op.operator_id)}
+            for op in embedded.operators(m.batch_id)
+        ]
+    return info
+
+
+def _describe(sp: Savepoint) -> dict[str, Any]:
+    m = sp.metadata
+    return {
+        "kind": "savepoint",
+        "path": sp.url(),
+        "type": m.savepoint_type,
+        "format_version": m.format_version,
+        "query_id": m.query_id,
+        "batch": m.batch_id,
+        "created_at": m.created_at,
+        "statectl_version": m.statectl_version,
+        "spark_version": m.spark_version,
+        "batch_timestamp_ms": m.batch_timestamp_ms,
+        "batch_watermark_ms": m.batch_watermark_ms,
+        "next_batch_watermark_ms": m.next_batch_watermark_ms,
+        "backend": m.source_checkpoint.get("backend"),
+        "partitions": m.source_checkpoint.get("partitions"),
+        "checkpoint_format_version": m.source_checkpoint.get("checkpoint_format_version"),
+        "source_offsets": {k: maybe_json(v) for k, v in m.offsets.items()},
+        "pinned_confs": dict(sorted(m.pinned_confs.items())),
+        "uncommitted_batches": [],
+        "latest_committed_batch": m.batch_id,
+        "operators": [
+            {
+                "id": op.operator_id,
+                "uid": op.uid,
+                "name": op.name,
+                "kind": op.kind.kind,
+                "state_format": op.kind.state_format(m.pinned_confs),
+                "restorable": op.kind.restorable,
+                "partitions": op.partitions,
+                "stores": [
+                    {
+                        "name": t.name,
+                        "kind": t.kind,
+                        "key_schema": _short(t.key_schema),
+                        "value_schema": _short(t.value_schema),
+                        "rows": t.rows,
+                    }
+                    for t in op.tables
+                ],
+                "properties": op.properties,
+                "bytes": sum(f.bytes for t in op.tables for f in t.files),
+            }
+            for op in m.operators
+        ],
+        "bytes": sp.io.du(sp.root),
+    }
+
+
+def _short(schema_json: str) -> str:
+    return schema_string(schema_json) if schema_json else ""
+
+
+def summarize_savepoint(io: FileIO, path: str) -> dict[str, Any]:
+    """One line of ``statectl list`` for a savepoint directory (complete or not)."""
+    entry: dict[str, Any] = {
+        "kind": "savepoint",
+        "path": io.url(path),
+        "bytes": io.du(path),
+        "problems": [],
+    }
+    try:
+        sp = Savepoint(io, path)
+    except StatectlError as e:
+        entry.update(health="incomplete", complete=False)
+        entry["problems"].append(str(e))
+        return entry
+    m = sp.metadata
+    entry.update(
+        type=m.savepoint_type,
+        query_id=m.query_id,
+        latest_committed_batch=m.batch_id,
+        created_at=m.created_at,
+        complete=True,
+        health="ok",
+        backend=m.source_checkpoint.get("backend"),
+        operators=[f"{op.uid}" for op in m.operators],
+    )
+    for op in m.operators:
+        for t in op.tables:
+            for f in t.files:
+                if not io.exists(posixpath.join(path, f.path)):
+                    entry["problems"].append(f"missing data file {f.path}")
+    if entry["problems"]:
+        entry["health"] = "damaged"
+    return entry
+
+
 # -- list ----------------------------------------------------------------------------------
 def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
     """Directories under ``root`` that look like checkpoints (they hold ``offsets/``)."""
-    from statectl.in_progress import read_in_progress
-
     found: list[str] = []
 
     def visit(path: str, depth: int) -> None:
@@ -228,15 +336,7 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
         if b is None:
             entry["problems"].append("no committed batch")
         else:
-            off = ckpt.offsets(b)
-            entry["backend"] = ckpt.backend(b)
-            value = off.conf.get(PARTITIONS_CONF, "")
-            entry["partitions"] = int(value) if value.isdigit() and int(value) else None
-            entry["provider"] = off.conf.get(PROVIDER_CONF)
-            ops = ckpt.operators(b)
-            entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
-            for op in ops:
-                entry["problems"].extend(store_health(ckpt, op, b))
+            _summarize_batch(ckpt, b, entry)
     except StatectlError as e:
         entry["problems"].append(str(e))
     try:
@@ -244,19 +344,33 @@ def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:
     except StatectlError as e:  # a symbolic link loop
         entry["bytes"] = None
         entry["problems"].append(str(e))
-    entry["health"] = "ok" if not entry["problems"] else "damaged"
-    if entry["problems"] and all(p.startswith("uncommitted") for p in entry["problems"]):
-        entry["health"] = "uncommitted"
+    entry["health"] = _health(entry["problems"])
     return entry
+
+
+def _health(problems: list[str]) -> str:
+    if problems and all(p.startswith("uncommitted") for p in problems):
+        return "uncommitted"
+    return "ok" if not problems else "damaged"
+
+
+def _summarize_batch(ckpt: Checkpoint, b: int, entry: dict[str, Any]) -> None:
+    """The latest committed batch's part of a ``list`` line (into ``entry``)."""
+    off = ckpt.offsets(b)
+    entry["backend"] = ckpt.backend(b)
+    value = off.conf.get(PARTITIONS_CONF, "")
+    entry["partitions"] = int(value) if value.isdigit() and int(value) else None
+    entry["provider"] = off.conf.get(PROVIDER_CONF)
+    ops = ckpt.operators(b)
+    entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
+    for op in ops:
+        entry["problems"].extend(store_health(ckpt, op, b))
 
 
 def list_dir(url: str) -> list[dict[str, Any]]:
     io, root = FileIO.for_url(url)
     if not io.is_dir(root):
         raise StatectlError("no such directory", root)
-    from statectl.in_progress import describe_in_progress, read_in_progress
-    from statectl.savepoints.store import summarize_savepoint
-
     out = []
     for path in find_checkpoints(io, root):
         marker = read_in_progress(io, path)
@@ -299,9 +413,6 @@ def inspect_path(
     url: str, batch: int | None = None, *, rows: bool = True, verify: bool = True
 ) -> dict[str, Any]:
     """``inspect`` for a checkpoint or a savepoint (the same keys where they mean the same)."""
-    from statectl.in_progress import describe_in_progress, read_in_progress
-    from statectl.savepoints.store import Savepoint, describe_savepoint, is_savepoint_dir
-
     io, root = FileIO.for_url(url)
     marker = read_in_progress(io, root)
     if marker is not None:

@@ -21,16 +21,12 @@ differs gets a clear error rather than a wrong plan.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import inspect
 import json
 import os
 import re
 import shutil
-import sys
 import tempfile
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +42,7 @@ from statectl.checkpoint.model import (
 from statectl.errors import StatectlError, UnsupportedError
 from statectl.evolution import AggregateBuffer
 from statectl.spark_session import quiet_session, spark_message
+from statectl.user_code import load_query_function, user_errors
 
 INCREMENTAL_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.IncrementalExecution"
 OUTPUT_MODES = {"append": "Append", "update": "Update", "complete": "Complete"}
@@ -81,73 +78,6 @@ class PlannedSource:
     @property
     def is_file(self) -> bool:
         return self.file_path is not None
-
-
-def load_query_function(spec: str) -> Any:
-    """``package.module:function`` or ``path/to/file.py:function``."""
-    module_name, sep, func_name = spec.rpartition(":")
-    if not sep or not module_name or not func_name:
-        raise StatectlError(f"--query wants MODULE:FUNCTION or FILE.py:FUNCTION, got {spec!r}")
-    if module_name.endswith(".py"):
-        if not os.path.isfile(module_name):
-            raise StatectlError("--query names a file that does not exist", module_name)
-        name = "_statectl_query_" + os.path.splitext(os.path.basename(module_name))[0]
-        mod_spec = importlib.util.spec_from_file_location(name, module_name)
-        assert mod_spec and mod_spec.loader
-        module = importlib.util.module_from_spec(mod_spec)
-        with user_errors(spec, module_name):
-            mod_spec.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        try:
-            with user_errors(spec, None, reraise=(ImportError,)):
-                module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise StatectlError(
-                f"--query: cannot import {module_name!r} ({e}); run from the directory that "
-                "holds it or give FILE.py:FUNCTION"
-            ) from None
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise StatectlError(f"--query: {module_name} has no function {func_name!r}")
-    return func
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
-@contextlib.contextmanager
-def user_errors(
-    spec: str, user_file: str | None, reraise: tuple[type[BaseException], ...] = ()
-) -> Iterator[None]:
-    """An exception raised by the user's code becomes one line naming the user's file and line
-    (the innermost frame in the user's file, else the innermost frame outside statectl,
-    pyspark and py4j)."""
-    try:
-        yield
-    except StatectlError:
-        raise
-    except reraise:
-        raise
-    except Exception as e:
-        frames = traceback.extract_tb(e.__traceback__)
-        if isinstance(e, SyntaxError) and e.filename:
-            where = f"{e.filename}:{e.lineno}"
-        else:
-            want = os.path.abspath(user_file) if user_file else None
-            mine = [f for f in frames if want and os.path.abspath(f.filename) == want] or [
-                f
-                for f in frames
-                if not any(
-                    part in f.filename
-                    for part in (f"{os.sep}statectl{os.sep}", "pyspark", "py4j", "importlib")
-                )
-            ]
-            where = f"{mine[-1].filename}:{mine[-1].lineno}" if mine else spec
-        raise StatectlError(f"--query {spec} raised {_first_line(e)}", where) from None
 
 
 def build_dataframe(func: Any, spark: Any, spec: str = "") -> Any:
@@ -290,6 +220,41 @@ def check_output_mode(spark: Any, jplan: Any, mode: str | None) -> str:
     )
 
 
+@contextlib.contextmanager
+def _session_confs(spark: Any, confs: dict[str, str]) -> Iterator[None]:
+    """``confs`` set on the session for the block, then put back as they were."""
+    saved = {k: spark.conf.get(k, None) for k in confs}
+    try:
+        for k, v in confs.items():
+            spark.conf.set(k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _analyzed(df: Any, spec: str) -> Any:
+    """The analyzed logical plan of the user's DataFrame (Java)."""
+    try:
+        return df._jdf.queryExecution().analyzed()
+    except Exception as e:
+        raise StatectlError(
+            f"--query {spec}: Spark cannot analyze the query: {spark_message(e)}"
+        ) from None
+
+
+def _classic_session(spark: Any, progress: Callable[[str], None] | None) -> Any:
+    """The given session (a classic one: planning needs its JVM), else the planning one."""
+    if spark is None:
+        spark = planning_session(progress)
+    if not hasattr(spark, "_jsparkSession"):
+        raise UnsupportedError("--query needs a classic (not Spark Connect) SparkSession")
+    return spark
+
+
 def plan_query(
     spec: str,
     *,
@@ -306,68 +271,57 @@ def plan_query(
     if output_mode is not None and output_mode not in OUTPUT_MODES:
         raise StatectlError(f"--output-mode must be one of {', '.join(OUTPUT_MODES)}")
     func = load_query_function(spec)
-    if spark is None:
-        spark = planning_session(progress)
-    if not hasattr(spark, "_jsparkSession"):
-        raise UnsupportedError("--query needs a classic (not Spark Connect) SparkSession")
+    spark = _classic_session(spark, progress)
     confs = dict(confs or {})
-    saved = {k: spark.conf.get(k, None) for k in confs}
     stand_ins: list[str] = []
     replaced: dict[str, str] = {}
-    try:
-        for k, v in confs.items():
-            spark.conf.set(k, v)
-        with stand_in_sources(stand_ins, replaced):
-            df = build_dataframe(func, spark, spec)
-            if stand_ins and progress:
-                progress(f"planning against an empty stand-in for {', '.join(stand_ins)}")
-            try:
-                jplan = df._jdf.queryExecution().analyzed()
-            except Exception as e:
-                raise StatectlError(
-                    f"--query {spec}: Spark cannot analyze the query: {spark_message(e)}"
-                ) from None
-            mode = check_output_mode(spark, jplan, output_mode)
-            sources = planned_sources(spark, jplan, replaced)
-            with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
-                # What MicroBatchExecution writes before it plans batch 0; transformWithState's
-                # schema validation checks that the batch is in the offset log.
-                with open(os.path.join(tmp, "metadata"), "w") as f:
-                    f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
-                os.makedirs(os.path.join(tmp, "offsets"))
-                with open(os.path.join(tmp, "offsets", "0"), "w") as f:
-                    f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
-                try:
-                    ie = _incremental_execution(
-                        spark, df._jdf.logicalPlan(), mode, os.path.join(tmp, "state"), confs
-                    )
-                    # Planning writes state/<op>/_metadata and schema files.
-                    executed = ie.executedPlan()
-                except StatectlError:
-                    raise
-                except Exception as e:
-                    raise StatectlError(
-                        f"--query {spec}: Spark cannot plan the query: {spark_message(e)}"
-                    ) from None
-                aggregates = aggregate_buffers(executed)
-                ckpt = Checkpoint.open(tmp)
-                ids = sorted(
-                    int(f.name)
-                    for f in ckpt.io.list_dir(ckpt.path("state"))
-                    if f.is_dir and f.name.isdigit()
-                )
-                operators = [load_operator(ckpt, op, 0) for op in ids]
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+    with _session_confs(spark, confs), stand_in_sources(stand_ins, replaced):
+        df = build_dataframe(func, spark, spec)
+        if stand_ins and progress:
+            progress(f"planning against an empty stand-in for {', '.join(stand_ins)}")
+        jplan = _analyzed(df, spec)
+        mode = check_output_mode(spark, jplan, output_mode)
+        sources = planned_sources(spark, jplan, replaced)
+        aggregates, operators = _plan_first_batch(spark, df, spec, mode, confs)
     partitions = int(confs.get(PARTITIONS_CONF, 0) or 0)
     for op in operators:
-        if partitions:
-            op.num_partitions = partitions
+        op.num_partitions = partitions or op.num_partitions
     return PlannedQuery(spec, mode, operators, stand_ins, sources, aggregates)
+
+
+def _plan_first_batch(
+    spark: Any, df: Any, spec: str, mode: str, confs: dict[str, str]
+) -> tuple[dict[int, list[AggregateBuffer]], list[Operator]]:
+    """Plan ``df`` as batch 0 against a scratch checkpoint: the aggregation buffers of its
+    plan, and its stateful operators read back from what planning wrote."""
+    with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
+        # What MicroBatchExecution writes before it plans batch 0; transformWithState's
+        # schema validation checks that the batch is in the offset log.
+        with open(os.path.join(tmp, "metadata"), "w") as f:
+            f.write('{"id":"00000000-0000-0000-0000-000000000000"}')
+        os.makedirs(os.path.join(tmp, "offsets"))
+        with open(os.path.join(tmp, "offsets", "0"), "w") as f:
+            f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}')
+        try:
+            ie = _incremental_execution(
+                spark, df._jdf.logicalPlan(), mode, os.path.join(tmp, "state"), confs
+            )
+            # Planning writes state/<op>/_metadata and schema files.
+            executed = ie.executedPlan()
+        except StatectlError:
+            raise
+        except Exception as e:
+            raise StatectlError(
+                f"--query {spec}: Spark cannot plan the query: {spark_message(e)}"
+            ) from None
+        aggregates = aggregate_buffers(executed)
+        ckpt = Checkpoint.open(tmp)
+        ids = sorted(
+            int(f.name)
+            for f in ckpt.io.list_dir(ckpt.path("state"))
+            if f.is_dir and f.name.isdigit()
+        )
+        return aggregates, [load_operator(ckpt, op, 0) for op in ids]
 
 
 FILE_SOURCE = re.compile(r"^FileSource\[(.*)\]$", re.S)

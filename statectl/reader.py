@@ -7,13 +7,12 @@ the processor's handle (``statectl.open(path).read(...)``): one reader.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
-
-if TYPE_CHECKING:
-    from statectl.checkpoint.model import Checkpoint
-    from statectl.savepoints.store import Savepoint
+from statectl.io import FileIO
+from statectl.savepoints.store import Savepoint, is_savepoint_dir
 
 
 def as_url(path: Any) -> str:
@@ -24,10 +23,6 @@ def as_url(path: Any) -> str:
 def open_source(path: Any, *, verify: bool = True) -> Checkpoint | Savepoint:
     """A savepoint if ``path`` holds a statectl ``_metadata``, else a Spark checkpoint
     (``verify=False``: skip checksums over its state files and the key placement check)."""
-    from statectl.checkpoint.model import Checkpoint
-    from statectl.io import FileIO
-    from statectl.savepoints.store import Savepoint, is_savepoint_dir
-
     io, root = FileIO.for_url(as_url(path))
     if is_savepoint_dir(io, root):
         return Savepoint(io, root)

@@ -533,8 +533,8 @@ def _join4_checkpoint(tmp_path: Path, keys: int) -> str:
 
     from statectl.codecs.murmur3 import partition_ids
     from statectl.io import FileIO
-    from statectl.savepoints.create import _write_table
     from statectl.savepoints.format import seal
+    from statectl.savepoints.layout import write_table
 
     tmp_path.mkdir()
     url, _ = take_savepoint(str(FIXTURES / "join4-rocksdb"), str(tmp_path / "sp"))
@@ -576,7 +576,7 @@ def _join4_checkpoint(tmp_path: Path, keys: int) -> str:
         for p in range(2):  # one file per partition, as savepoints have them
             rel = f"operators/big/{table['name']}/part-{p:05d}.parquet"
             piece = t.filter(pa.compute.equal(t["partition_id"], p))
-            f = _write_table(FileIO.for_url(str(root))[0], str(root), rel, piece)
+            f = write_table(FileIO.for_url(str(root))[0], str(root), rel, piece)
             table["files"].append(
                 {"path": f.path, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256}
             )

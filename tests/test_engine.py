@@ -182,8 +182,8 @@ def _synthetic_savepoint(tmp_path: Path, keys: int) -> str:
     import pyarrow.parquet as pq
 
     from statectl.io import FileIO
-    from statectl.savepoints.create import _write_table
     from statectl.savepoints.format import seal
+    from statectl.savepoints.layout import write_table
 
     tmp_path.mkdir(exist_ok=True)
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path / "sp"))
@@ -215,7 +215,7 @@ def _synthetic_savepoint(tmp_path: Path, keys: int) -> str:
             }
         )
         rel = f"operators/big/default/part-{part:05d}.parquet"
-        f = _write_table(FileIO.for_url(str(root))[0], str(root), rel, t)  # as savepoints do
+        f = write_table(FileIO.for_url(str(root))[0], str(root), rel, t)  # as savepoints do
         files.append({"path": f.path, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256})
     table["files"] = files
     table["rows"] = keys

@@ -285,7 +285,8 @@ def test_relabel_on_s3_and_across_filesystems(bucket, tmp_path):
     """relabel copies server-side on S3 and through statectl from local to S3; the source
     savepoints are unchanged and the copies read the same state under the new uid."""
     from statectl.savepoints.create import take_savepoint
-    from statectl.savepoints.store import Savepoint, relabel
+    from statectl.savepoints.relabel import relabel
+    from statectl.savepoints.store import Savepoint
 
     local_url, meta = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path))
     s3_url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), "s3://statectl-test/sp-relabel")

@@ -201,13 +201,13 @@ def test_crash_midway_leaves_nothing_complete(fixture_copy, tmp_path):
     target = tmp_path / "sp"
     code = (
         "import os, statectl.savepoints.create as c\n"
-        "orig = c._write_table\n"
+        "orig = c.write_table\n"
         "n = [0]\n"
         "def crash(*a, **k):\n"
         "    n[0] += 1\n"
         "    if n[0] == 2: os._exit(9)\n"
         "    return orig(*a, **k)\n"
-        "c._write_table = crash\n"
+        "c.write_table = crash\n"
         f"c.take_savepoint({str(ckpt)!r}, {str(target)!r})\n"
     )
     env = {**os.environ, "STATECTL_WORKERS": "1"}  # the crash must hit the process writing
@@ -228,7 +228,7 @@ def test_failure_cleans_up_and_leaves_checkpoint_alone(fixture_copy, tmp_path, m
     ckpt = fixture_copy("agg-rocksdb")
     before = tree_digest(ckpt)
     monkeypatch.setattr(
-        create, "_write_table", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
+        create, "write_table", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
     )
     with pytest.raises(OSError):
         take_savepoint(str(ckpt), str(tmp_path / "sp"))

@@ -239,12 +239,12 @@ def test_dispose_refuses_symlinks_dot_forms_and_the_current_directory(canonical,
 SLOW_SAVEPOINT = """
 import os, sys, time
 import statectl.savepoints.create as c
-orig = c._write_table
+orig = c.write_table
 def slow(*a, **k):
     open(os.path.join({pids!r}, str(os.getpid())), "w").close()
     time.sleep(60)
     return orig(*a, **k)
-c._write_table = slow
+c.write_table = slow
 sys.argv = ["statectl", "savepoint", {ckpt!r}, {target!r}]
 from statectl.cli import main
 main()

@@ -10,21 +10,27 @@ against the planned schemas, and ``write`` places and writes them like any edit.
 
 from __future__ import annotations
 
-import datetime as dt
-import posixpath
 import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-import statectl
 from statectl.checkpoint.logs import PINNED_CONF_LEGACY_DEFAULTS
 from statectl.checkpoint.model import HDFS, PARTITIONS_CONF, ROCKSDB
 from statectl.errors import StatectlError
 from statectl.io import FileIO
-from statectl.query_plan import PlannedQuery, PlannedSource, plan_query, planning_confs
-from statectl.savepoints.format import METADATA_FILE, SavepointMetadata
+from statectl.processor.reading import CheckpointHandle
+from statectl.query_plan import (
+    PlannedQuery,
+    PlannedSource,
+    plan_query,
+    planning_confs,
+    planning_session,
+)
+from statectl.savepoints.contents import assign_uids, operator_state, table_tasks
+from statectl.savepoints.format import SavepointMetadata
+from statectl.savepoints.layout import part_path, stamped, write_metadata, write_table
 
 
 def _session_conf(spark: Any, key: str) -> str | None:
@@ -46,6 +52,22 @@ def pinned_confs(spark: Any, confs: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _check_arguments(batch: int, backend: str) -> None:
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch < 2**62:
+        raise StatectlError(f"for_query: batch must be a non-negative integer, not {batch!r}")
+    if backend not in (HDFS, ROCKSDB):
+        raise StatectlError(f"for_query: backend must be hdfs or rocksdb, not {backend!r}")
+
+
+def _partitions(spark: Any, partitions: int | None) -> int:
+    """The given partition count, else the session's ``spark.sql.shuffle.partitions``."""
+    if partitions is None:
+        partitions = int(_session_conf(spark, PARTITIONS_CONF) or 200)
+    if partitions < 1:
+        raise StatectlError(f"for_query: partitions must be at least 1, got {partitions}")
+    return partitions
+
+
 def build_base(
     spec: str,
     *,
@@ -59,18 +81,10 @@ def build_base(
 ) -> tuple[str, PlannedQuery]:
     """Plan ``spec`` and write its empty savepoint into a new local temporary directory;
     returns the savepoint's URL (the caller removes the directory) and the plan."""
-    from statectl.query_plan import planning_session
-
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch < 2**62:
-        raise StatectlError(f"for_query: batch must be a non-negative integer, not {batch!r}")
-    if backend not in (HDFS, ROCKSDB):
-        raise StatectlError(f"for_query: backend must be hdfs or rocksdb, not {backend!r}")
+    _check_arguments(batch, backend)
     if spark is None:
         spark = planning_session(progress)
-    if partitions is None:
-        partitions = int(_session_conf(spark, PARTITIONS_CONF) or 200)
-    if partitions < 1:
-        raise StatectlError(f"for_query: partitions must be at least 1, got {partitions}")
+    partitions = _partitions(spark, partitions)
     confs = planning_confs({}, backend, partitions)
     planned = plan_query(spec, output_mode=output_mode, confs=confs, spark=spark)
     if not planned.operators:
@@ -106,29 +120,19 @@ def _write_base(
     watermark_ms: int,
     spark_version: str,
 ) -> str:
-    from statectl.processor.reading import CheckpointHandle
-    from statectl.savepoints.create import (
-        _safe_name,
-        _write_table,
-        assign_uids,
-        operator_state,
-        table_tasks,
-    )
-
     io = FileIO.for_url(root)[0]
     uids = assign_uids(planned.operators, {})
     operators = []
     for op in planned.operators:
         uid = uids[op.operator_id]
-        info = CheckpointHandle._describe(op, uid)
+        info = CheckpointHandle.operator_info(op, uid)
         parts = []
         for task, table in zip(table_tasks(op), info.tables, strict=False):
-            prefix = f"operators/{_safe_name(uid)}/{_safe_name(task.name)}"
             empty = table.schema.empty_table()
             parts.append(
                 [
                     (
-                        _write_table(io, root, f"{prefix}/part-{p:05d}.parquet", empty),
+                        write_table(io, root, part_path(uid, task.name, p), empty),
                         empty.column_names,
                     )
                     for p in range(op.num_partitions)
@@ -154,11 +158,11 @@ def _write_base(
             "bootstrapped_from": spec,
         },
         operators=operators,
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-        statectl_version=statectl.__version__,
+        created_at="",  # stamped when written
+        statectl_version="",
         spark_version=spark_version,
     )
-    io.write_atomic(posixpath.join(root, METADATA_FILE), meta.to_json().encode())
+    write_metadata(io, root, stamped(meta))
     return io.url(root)
 
 

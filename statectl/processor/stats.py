@@ -10,14 +10,50 @@ its rows for list and map state: the same measure on both kinds, comparable acro
 from __future__ import annotations
 
 import heapq
-import posixpath
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.processor.reading import OperatorInfo, StateHandle, TableInfo
+from statectl.processor.model import OperatorInfo, TableInfo
+
+
+class StateHandle(Protocol):
+    """What stats reads of a handle (statectl/processor/handle.py, which calls in here)."""
+
+    path: str
+    batch: int
+    operators: tuple[OperatorInfo, ...]
+
+    def operator(self, ref: str | int | OperatorInfo) -> OperatorInfo: ...
+
+    def partitions(
+        self,
+        op: str | int | OperatorInfo,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+    ) -> Iterator[tuple[int, pa.Table]]: ...
+
+    def partition_bytes(self, op: OperatorInfo, table: TableInfo) -> list[int]: ...
+
+
+def _is_bytes(t: pa.DataType) -> bool:
+    return any(
+        test(t)
+        for test in (
+            pa.types.is_string,
+            pa.types.is_binary,
+            pa.types.is_large_string,
+            pa.types.is_large_binary,
+        )
+    )
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    return any(test(t) for test in (pa.types.is_list, pa.types.is_large_list, pa.types.is_map))
 
 
 def _width(arr: pa.Array) -> np.ndarray:
@@ -29,16 +65,11 @@ def _width(arr: pa.Array) -> np.ndarray:
         for i in range(t.num_fields):
             out += _width(arr.field(i))
         return out
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_string(t)
-        or (pa.types.is_large_binary(t))
-    ):
+    if _is_bytes(t):
         return (
             pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
         )
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+    if _is_nested(t):
         lengths = pc.fill_null(pc.list_value_length(arr), 0)
         return lengths.to_numpy(zero_copy_only=False).astype(np.int64) * 8
     if pa.types.is_null(t):
@@ -49,22 +80,33 @@ def _width(arr: pa.Array) -> np.ndarray:
         return np.full(n, 16, np.int64)
 
 
-def _partition_bytes(handle: StateHandle, op: OperatorInfo, table: TableInfo) -> list[int]:
-    from statectl.processor.reading import CheckpointHandle, SavepointHandle
-
-    if isinstance(handle, SavepointHandle):
-        st = handle.state_table(op, table)
-        return [f.bytes for f in st.files]
-    if isinstance(handle, CheckpointHandle):
-        ckpt = handle.ckpt
-        out = []
-        for p in range(op.partitions):
-            d = ckpt.path("state", str(op.id), str(p))
-            if table.kind in ("store", "join-store") and table.name != "default":
-                d = posixpath.join(d, table.name)
-            out.append(ckpt.io.du(d) if ckpt.io.exists(d) else 0)
-        return out
-    return []
+def _candidates(part: pa.Table, table: TableInfo, top: int) -> list[tuple[Any, int, int]]:
+    """(key, bytes, rows) of the largest keys of one partition (at most ``top`` for tables of
+    a row per key; every key for list, map and timer tables, whose keys span rows)."""
+    size = np.zeros(part.num_rows, np.int64)
+    for name in part.column_names:
+        if name != "partition_id":
+            size += _width(part.column(name).combine_chunks())
+    key = part.column("key").combine_chunks()
+    if table.kind not in ("ListState", "MapState", "timers"):
+        order = np.argsort(-size)[:top]
+        picked = key.take(pa.array(order)).to_pylist()
+        return [(k, int(size[i]), 1) for k, i in zip(picked, order, strict=True)]
+    # Several rows per key: a key's size is the sum of its rows.
+    flat = pa.table({"k": key}).flatten()
+    names = flat.column_names
+    grouped = (
+        flat.append_column("_s", pa.array(size))
+        .group_by(names, use_threads=False)
+        .aggregate([("_s", "sum"), ("_s", "count")])
+    )
+    sizes = grouped.column("_s_sum").to_numpy()
+    keys = grouped.select(names).to_pylist()
+    counts = grouped.column("_s_count").to_pylist()
+    return [
+        ({k.split(".", 1)[1]: v for k, v in kd.items()}, int(s), c)
+        for kd, s, c in zip(keys, sizes, counts, strict=True)
+    ]
 
 
 def table_stats(
@@ -77,47 +119,26 @@ def table_stats(
         rows.append(part.num_rows)
         if part.num_rows == 0 or top <= 0:
             continue
-        size = np.zeros(part.num_rows, np.int64)
-        for name in part.column_names:
-            if name != "partition_id":
-                size += _width(part.column(name).combine_chunks())
-        key = part.column("key").combine_chunks()
-        if table.kind in ("ListState", "MapState", "timers"):
-            # Several rows per key: a key's size is the sum of its rows.
-            flat = pa.table({"k": key}).flatten()
-            names = flat.column_names
-            grouped = (
-                flat.append_column("_s", pa.array(size))
-                .group_by(names, use_threads=False)
-                .aggregate([("_s", "sum"), ("_s", "count")])
-            )
-            sizes = grouped.column("_s_sum").to_numpy()
-            keys = grouped.select(names).to_pylist()
-            counts = grouped.column("_s_count").to_pylist()
-            candidates = [
-                ({k.split(".", 1)[1]: v for k, v in kd.items()}, int(s), c)
-                for kd, s, c in zip(keys, sizes, counts, strict=True)
-            ]
-        else:
-            order = np.argsort(-size)[:top]
-            picked = key.take(pa.array(order)).to_pylist()
-            candidates = [(k, int(size[i]), 1) for k, i in zip(picked, order, strict=True)]
-        for k, s, c in candidates:
+        for k, s, c in _candidates(part, table, top):
             seen += 1
             item = (s, -seen, {"key": k, "bytes": s, "rows": c})
             if len(heap) < top:
                 heapq.heappush(heap, item)
             else:
                 heapq.heappushpop(heap, item)
+    return _summary(rows, handle.partition_bytes(op, table), heap)
+
+
+def _summary(rows: list[int], sizes: list[int], heap: list[tuple[int, int, Any]]) -> dict[str, Any]:
+    """A table's stats from its rows and bytes per partition and its largest keys."""
+    per_partition: list[int | None] = list(sizes) or [None] * len(rows)
     total = sum(rows)
     mean = total / len(rows) if rows else 0
     return {
         "rows": total,
         "partitions": [
             {"partition": p, "rows": r, "bytes": b}
-            for p, (r, b) in enumerate(
-                zip(rows, _partition_bytes(handle, op, table) or [None] * len(rows), strict=True)
-            )
+            for p, (r, b) in enumerate(zip(rows, per_partition, strict=True))
         ],
         # max / mean rows per partition: 1.0 is perfectly even; N partitions with one hot
         # partition approach N.

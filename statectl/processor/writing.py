@@ -4,218 +4,52 @@ The base is never modified. Edits are recorded per operator table and applied wh
 one partition at a time: a filter keeps rows where they are; a transform or ``with_state`` may
 produce keys that belong elsewhere, and those rows are re-placed with the operator kind's
 placement rule (``OperatorKind.partition_key``, statectl/operators.py), exactly as Spark
-hash-partitions them. Data files are written with the savepoint writer's own function
-(``savepoints.create._write_table``); ``_metadata`` is written last, atomically, and sealed.
+hash-partitions them. Files are written by the savepoint package's one writer
+(statectl/savepoints/layout.py): data files first, ``_metadata`` last, atomically, sealed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import posixpath
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from statectl.errors import StatectlError
-from statectl.processor.reading import (
-    OperatorInfo,
-    SavepointHandle,
-    StateHandle,
-    TableInfo,
-    open_handle,
+from statectl.io import FileIO
+from statectl.operators import OperatorKind
+from statectl.processor.bootstrap import build_base, describe_sources
+from statectl.processor.edits import (
+    Edit,
+    Predicate,
+    TableEdits,
+    Transform,
+    apply_edit,
+    as_arrow,
+    conform,
+    placement,
+    split_placed,
+    with_partition,
 )
+from statectl.processor.model import OperatorInfo, TableInfo
+from statectl.processor.reading import CheckpointHandle, SavepointHandle, StateHandle, open_handle
 from statectl.processor.spill import Spill, chunks, is_stream
+from statectl.query_plan import PlannedSource
+from statectl.reader import as_url
+from statectl.savepoints.create import take_savepoint
+from statectl.savepoints.format import DataFile, SavepointMetadata
+from statectl.savepoints.layout import part_path, stamped, write_metadata, write_table
+from statectl.savepoints.tables import retype
+from statectl.source_positions import START, normalize_offset
 
-Predicate = pc.Expression | Callable[[pa.RecordBatch], Any]
-Transform = Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table]
-
-
-@dataclass
-class _Edit:
-    kind: str  # "filter" | "transform"
-    fn: Any
-
-
-@dataclass
-class _TableEdits:
-    replacement: pa.Table | Spill | None = None  # with_state (a Spill: streamed, placed)
-    edits: list[_Edit] = field(default_factory=list)
-
-    @property
-    def moves_keys(self) -> bool:
-        return isinstance(self.replacement, pa.Table) or any(
-            e.kind == "transform" for e in self.edits
-        )
-
-
-def conform(data: pa.Table, info: TableInfo, what: str) -> pa.Table:
-    """``data`` with exactly the table's declared columns and types (``partition_id`` is
-    dropped: placement is computed). A field that is missing, extra or of another type that
-    does not convert losslessly is an error naming the field."""
-    arrays = []
-    for f in info.schema:
-        if f.name == "partition_id":
-            continue
-        if f.name not in data.column_names:
-            raise StatectlError(
-                f"{what}: column {f.name!r} is missing (the table has {_names(info.schema)})"
-            )
-        arrays.append(_conform(data.column(f.name).combine_chunks(), f.type, f"{what}: {f.name}"))
-    extra = set(data.column_names) - {f.name for f in info.schema}
-    if extra:
-        raise StatectlError(
-            f"{what}: column(s) {', '.join(sorted(extra))} are not in the table "
-            f"({_names(info.schema)})"
-        )
-    names = [f.name for f in info.schema if f.name != "partition_id"]
-    return pa.Table.from_arrays(arrays, names=names)
-
-
-def _names(schema: pa.Schema) -> str:
-    return ", ".join(f.name for f in schema if f.name != "partition_id")
-
-
-def _conform(arr: pa.Array, t: pa.DataType, where: str) -> pa.Array:
-    if arr.type == t:
-        return arr
-    if pa.types.is_struct(t):
-        if not pa.types.is_struct(arr.type):
-            raise StatectlError(f"{where} must be a struct {t}, got {arr.type}")
-        have = [arr.type.field(i).name for i in range(arr.type.num_fields)]
-        want = [t.field(i).name for i in range(t.num_fields)]
-        missing = [n for n in want if n not in have]
-        extra = [n for n in have if n not in want]
-        if missing:
-            raise StatectlError(f"{where}.{missing[0]} is missing (declared: {t})")
-        if extra:
-            raise StatectlError(f"{where}.{extra[0]} is not in the declared schema ({t})")
-        children = [
-            _conform(arr.field(have.index(n)), t.field(i).type, f"{where}.{n}")
-            for i, n in enumerate(want)
-        ]
-        return pa.StructArray.from_arrays(
-            children, fields=list(t), mask=arr.is_null() if arr.null_count else None
-        )
-    if (_family(arr.type), _family(t)) not in _CONVERTIBLE and _family(arr.type) != _family(t):
-        raise StatectlError(f"{where} is {arr.type}, the declared type is {t}")
-    try:
-        return arr.cast(t, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise StatectlError(
-            f"{where} is {arr.type}, the declared type is {t} ({str(e).splitlines()[0]})"
-        ) from None
-
-
-# Conversions with_state and transform accept beyond a family (e.g. int8 -> int64): numbers
-# that stay numbers; the cast itself is ``safe`` (overflow and truncation are errors).
-_CONVERTIBLE = {("int", "float"), ("int", "decimal"), ("null", "int"), ("null", "string")}
-
-
-def _family(t: pa.DataType) -> str:
-    for name, test in (
-        ("int", pa.types.is_integer),
-        ("float", pa.types.is_floating),
-        ("decimal", pa.types.is_decimal),
-        ("string", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x)),
-        ("binary", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x)),
-        ("timestamp", pa.types.is_timestamp),
-        ("date", pa.types.is_date),
-        ("list", lambda x: pa.types.is_list(x) or pa.types.is_large_list(x)),
-        ("null", pa.types.is_null),
-    ):
-        if test(t):
-            return name
-    return str(t)
-
-
-def as_arrow(data: Any) -> pa.Table:
-    """Arrow, pandas (struct columns as dicts, or flattened ``key.k`` columns) or a Spark
-    DataFrame (through ``toArrow``) as one Arrow table with ``key``/``value``... columns."""
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, pa.Table):
-        table = data
-    elif hasattr(data, "toArrow"):  # a Spark DataFrame (PySpark >= 4)
-        table = data.toArrow()
-    elif hasattr(data, "to_dict") and hasattr(data, "columns"):  # pandas
-        table = pa.Table.from_pandas(data, preserve_index=False)
-    else:
-        raise StatectlError(
-            f"with_state takes a pyarrow Table, a pandas or a Spark DataFrame, "
-            f"not {type(data).__name__}"
-        )
-    return _unflatten(table)
-
-
-def _unflatten(table: pa.Table) -> pa.Table:
-    """``key.k``, ``value.count`` columns (``Table.flatten()``'s names) nested back."""
-    if not any("." in n for n in table.column_names):
-        return table
-    tree: dict[str, Any] = {}
-    for name, col in zip(table.column_names, table.columns, strict=True):
-        node = tree
-        parts = name.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = col.combine_chunks()
-
-    def build(node: Any) -> pa.Array:
-        if isinstance(node, dict):
-            children = {k: build(v) for k, v in node.items()}
-            return pa.StructArray.from_arrays(list(children.values()), names=list(children))
-        return node
-
-    return pa.table({k: build(v) for k, v in tree.items()})
-
-
-def _mask(fn: Predicate, batch: pa.RecordBatch) -> pa.Array:
-    out = fn(batch)
-    if isinstance(out, pc.Expression):
-        raise StatectlError("a filter function returns a boolean array, not an expression")
-    mask = pa.array(out, type=pa.bool_()) if not isinstance(out, pa.Array) else out
-    if len(mask) != batch.num_rows:
-        raise StatectlError(f"the filter function returned {len(mask)} values for {batch.num_rows}")
-    return pc.fill_null(mask, False)
-
-
-def _apply(edit: _Edit, table: pa.Table, info: TableInfo, what: str) -> pa.Table:
-    if edit.kind == "filter":
-        if isinstance(edit.fn, pc.Expression):
-            try:
-                return table.filter(edit.fn)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-                raise StatectlError(f"{what}: {str(e).splitlines()[0]}") from None
-        kept = [b.filter(_mask(edit.fn, b)) for b in table.to_batches()]
-        return pa.Table.from_batches(kept, schema=table.schema)
-    if table.num_rows == 0:
-        return table
-    out = []
-    for b in table.to_batches():
-        result = edit.fn(b)
-        if isinstance(result, pa.RecordBatch):
-            result = pa.Table.from_batches([result])
-        if not isinstance(result, pa.Table):
-            raise StatectlError(
-                f"{what}: the transform returned {type(result).__name__}, not a RecordBatch"
-            )
-        out.append(conform(result, info, f"{what} (transform output)"))
-    return _with_partition(pa.concat_tables(out), None)
-
-
-def _with_partition(table: pa.Table, partition: int | None) -> pa.Table:
-    """``table`` without (``partition=None``) or with a ``partition_id`` column of one value."""
-    if "partition_id" in table.column_names:
-        table = table.drop_columns(["partition_id"])
-    if partition is None:
-        return table
-    return table.append_column(
-        "partition_id", pa.array(np.full(table.num_rows, partition, dtype=np.int32))
-    )
+# Re-exported: the edits' types and conform are named from here too.
+__all__ = ["Predicate", "SavepointWriter", "Transform", "as_arrow", "conform"]
 
 
 class SavepointWriter:
@@ -228,7 +62,7 @@ class SavepointWriter:
     def __init__(self, base: StateHandle) -> None:
         self.base = base
         self._removed: set[str] = set()
-        self._tables: dict[tuple[str, str], _TableEdits] = {}
+        self._tables: dict[tuple[str, str], TableEdits] = {}
         self._offsets: dict[str, str | None] = {}  # with_offsets: source key -> offset
         self._sources: list[Any] | None = None  # for_query: the planned sources
         self._scratch: str | None = None  # for_query: the empty base, removed by write
@@ -255,8 +89,6 @@ class SavepointWriter:
         default: every source from its configured start), ``partitions`` the state partition
         count (default: the session's ``spark.sql.shuffle.partitions``), ``watermark_ms`` the
         event-time watermark the query resumes with."""
-        from statectl.processor.bootstrap import build_base
-
         url, planned = build_base(
             query,
             batch=batch,
@@ -284,40 +116,34 @@ class SavepointWriter:
         (``{"topic":{"0":42}}``), ``None`` for the source's configured start. An offset the
         planned source cannot parse is refused. A file source's position is its seen-files
         log: it can only be reset (``None``)."""
-        from statectl.processor.bootstrap import describe_sources
-        from statectl.source_positions import START, normalize_offset
-
-        current = self._current_offsets()
-        logs = self._base_source_logs()
+        current = self.base.recorded_offsets()
+        logs = self.base.file_source_logs()
         for name, value in offsets.items():
             text = normalize_offset(value, f"with_offsets[{name!r}]")
             key = self._source_key(str(name), current)
-            planned = next((s for s in self._sources or [] if str(s.index) == key), None)
-            is_file = (planned is not None and planned.is_file) or bool(logs.get(key))
-            if text != START and is_file:
-                raise StatectlError(
-                    f"with_offsets[{name!r}]: a file source's position is its seen-files log, "
-                    "not an offset; pass None to start it from its configured start"
-                )
-            if text != START and planned is not None and planned.parse_offset is not None:
-                err = planned.parse_offset(text)
-                if err:
-                    raise StatectlError(
-                        f"with_offsets[{name!r}]: {planned.description} cannot parse {text}: "
-                        f"{err} (sources: {describe_sources(self._sources or [])})"
-                    )
+            if text != START:
+                self._check_offset(name, key, text, bool(logs.get(key)))
             self._offsets[key] = None if text == START else text
         return self
 
-    def _current_offsets(self) -> dict[str, str | None]:
-        if isinstance(self.base, SavepointHandle):
-            return dict(self.base.sp.metadata.offsets)
-        return dict(self.base.ckpt.offsets(self.base.batch).offsets)  # type: ignore[attr-defined]
+    def _check_offset(self, name: Any, key: str, text: str, has_log: bool) -> None:
+        """Refuse an offset for a file source, or one the planned source cannot parse."""
+        planned = next((s for s in self._sources or [] if str(s.index) == key), None)
+        if has_log or (planned is not None and planned.is_file):
+            raise StatectlError(
+                f"with_offsets[{name!r}]: a file source's position is its seen-files log, "
+                "not an offset; pass None to start it from its configured start"
+            )
+        if planned is not None:
+            self._check_parse(name, planned, text)
 
-    def _base_source_logs(self) -> dict[str, Any]:
-        if isinstance(self.base, SavepointHandle):
-            return dict(self.base.sp.metadata.source_logs or {})
-        return {k: [1] for k in self.base.ckpt.source_log_dirs()}  # type: ignore[attr-defined]
+    def _check_parse(self, name: Any, planned: PlannedSource, text: str) -> None:
+        err = planned.parse_offset(text) if planned.parse_offset is not None else None
+        if err:
+            raise StatectlError(
+                f"with_offsets[{name!r}]: {planned.description} cannot parse {text}: "
+                f"{err} (sources: {describe_sources(self._sources or [])})"
+            )
 
     def _source_key(self, name: str, current: dict[str, str | None]) -> str:
         if name in current:
@@ -359,8 +185,8 @@ class SavepointWriter:
             )
         return op, info
 
-    def _edits(self, op: OperatorInfo, info: TableInfo) -> _TableEdits:
-        return self._tables.setdefault((op.uid, info.name), _TableEdits())
+    def _edits(self, op: OperatorInfo, info: TableInfo) -> TableEdits:
+        return self._tables.setdefault((op.uid, info.name), TableEdits())
 
     def remove_operator(self, uid: str | int) -> SavepointWriter:
         """Leave the operator's state out of the new savepoint (restore it with ``--drop``/``-n``
@@ -377,15 +203,15 @@ class SavepointWriter:
         if not isinstance(predicate, pc.Expression) and not callable(predicate):
             raise StatectlError("filter takes a pyarrow.compute expression or a function")
         op, info = self._target(uid, table, "filter")
-        self._edits(op, info).edits.append(_Edit("filter", predicate))
+        self._edits(op, info).edits.append(Edit("filter", predicate))
         return self
 
     def transform(self, uid: str | int, fn: Transform, table: str | None = None) -> SavepointWriter:
         """Replace each record batch by ``fn(batch)``: the same columns and types (values
         converting losslessly); rows whose key changed are re-placed."""
         op, info = self._target(uid, table, "transform")
-        self._require_placement(op, "transform")
-        self._edits(op, info).edits.append(_Edit("transform", fn))
+        self._requireplacement(op, "transform")
+        self._edits(op, info).edits.append(Edit("transform", fn))
         return self
 
     def with_state(self, uid: str | int, data: Any, table: str | None = None) -> SavepointWriter:
@@ -399,7 +225,7 @@ class SavepointWriter:
         each chunk checked and placed, and kept on local disk by partition until
         :meth:`write`."""
         op, info = self._target(uid, table, "with_state")
-        self._require_placement(op, "with_state")
+        self._requireplacement(op, "with_state")
         edits = self._edits(op, info)
         what = f"with_state({op.uid}, {info.name})"
         if is_stream(data):
@@ -413,13 +239,13 @@ class SavepointWriter:
         return self
 
     def _spill(self, op: OperatorInfo, info: TableInfo, data: Any, what: str) -> Spill:
-        kind = _kind_of(self, op)
+        kind = self.base.operator_kind(op)
         schema = pa.schema([f for f in info.schema if f.name != "partition_id"])
         spill = Spill(schema)
         try:
             for chunk in chunks(data):
                 part = conform(as_arrow(chunk), info, what)
-                pids = _placement(part, info, op.partitions, kind)
+                pids = placement(part, info, op.partitions, kind)
                 for p in np.unique(pids):
                     spill.add(int(p), part.filter(pa.array(pids == p)))
             spill.close()
@@ -435,7 +261,7 @@ class SavepointWriter:
                 edits.replacement = None
                 self._spent = True
 
-    def _require_placement(self, op: OperatorInfo, edit: str) -> None:
+    def _requireplacement(self, op: OperatorInfo, edit: str) -> None:
         if not op.restorable:
             raise StatectlError(
                 f"{edit} on {op.uid}: statectl does not know how Spark places keys of a "
@@ -444,20 +270,21 @@ class SavepointWriter:
 
     # -- what it would do --------------------------------------------------------------------
     def binary_parts(
-        self, op: OperatorInfo, info: TableInfo, edits: _TableEdits, kind: Any
+        self, op: OperatorInfo, info: TableInfo, edits: TableEdits, kind: Any
     ) -> Iterator[tuple[int, pa.Table]]:
         """``(partition, rows)`` after the edits, before re-placement (read from the base)."""
         what = f"{op.uid}/{info.name}"
+        parts: Iterator[tuple[int, pa.Table]]
         if isinstance(edits.replacement, Spill):
             spill = edits.replacement
-            parts = ((p, _with_partition(spill.partition(p), p)) for p in range(op.partitions))
+            parts = ((p, with_partition(spill.partition(p), p)) for p in range(op.partitions))
         elif edits.replacement is not None:
-            parts = _split(edits.replacement, op, info, kind)
+            parts = split_placed(edits.replacement, op, info, kind)
         else:
             parts = self.base.partitions(op.uid, info.name)
         for p, part in parts:
             for e in edits.edits:
-                part = _apply(e, part, info, what)
+                part = apply_edit(e, part, info, what)
             yield p, part
 
     def preview(self) -> dict[str, Any]:
@@ -478,7 +305,8 @@ class SavepointWriter:
                     else sum(t.num_rows for _, t in self.base.partitions(op, info.name))
                 )
                 after = sum(
-                    t.num_rows for _, t in self.binary_parts(op, info, edits, _kind_of(self, op))
+                    t.num_rows
+                    for _, t in self.binary_parts(op, info, edits, self.base.operator_kind(op))
                 )
                 tables[info.name] = {"before": before, "after": after, "removed": before - after}
             if tables:
@@ -490,53 +318,36 @@ class SavepointWriter:
         """Write the new savepoint at ``target`` (a directory that does not exist yet, or is
         empty) and return it opened. A checkpoint base is first saved (like ``statectl
         savepoint``) into a scratch directory beside the target, removed afterwards."""
-        from statectl.io import FileIO
-        from statectl.reader import as_url
-
         if self._spent:
             raise StatectlError(
                 "this writer was written once and its streamed input (with_state of an "
                 "iterator, or a for_query bootstrap) is consumed; build a new writer"
             )
-        out_io, root = FileIO.for_url(as_url(target))
-        root = root.rstrip("/")
-        if out_io.exists(root) and (not out_io.is_dir(root) or out_io.list_dir(root)):
-            raise StatectlError("already exists and is not empty; name a new directory", root)
-        base = self.base
-        scratch = None
-        if not isinstance(base, SavepointHandle):
-            from statectl.savepoints.create import take_savepoint
-
-            scratch = posixpath.join(posixpath.dirname(root), f".{posixpath.basename(root)}.base")
-            uids = {op.id: op.uid for op in base.operators}
-            url, _ = take_savepoint(
-                base.ckpt.url(), out_io.url(scratch), batch=base.batch, uids=uids
-            )
-            base = open_handle(url)
-        else:
-            if out_io.is_within(root, base.sp.io, base.sp.root):
-                raise StatectlError("the target is inside the base savepoint", root)
+        out_io, root = _new_target(target)
+        base, scratch = _savepoint_base(self.base, out_io, root)
         try:
-            meta = _write(self, base, out_io, root)
-            out_io.write_atomic(posixpath.join(root, "_metadata"), meta.to_json().encode())
+            write_metadata(out_io, root, _write(self, base, out_io, root))
         except BaseException:
             if out_io.exists(root):
                 out_io.remove(root, recursive=True)
             raise
         finally:
-            if scratch is not None and out_io.exists(scratch):
-                out_io.remove(scratch, recursive=True)
-            if self._scratch is not None:
-                self._drop_scratch()
-            self._remove_spills()
-        return open_handle(out_io.url(root))
+            self._clean_up(out_io, scratch)
+        written = open_handle(out_io.url(root))
+        assert isinstance(written, SavepointHandle)  # a canonical savepoint, just written
+        return written
+
+    def _clean_up(self, out_io: FileIO, scratch: str | None) -> None:
+        """After a write, whatever its outcome: the saved checkpoint base, the bootstrap's
+        empty base, the spilled streamed input."""
+        if scratch is not None and out_io.exists(scratch):
+            out_io.remove(scratch, recursive=True)
+        if self._scratch is not None:
+            self._drop_scratch()
+        self._remove_spills()
 
     def _drop_scratch(self) -> None:
         """The empty base of a bootstrap: a local temporary directory, written only here."""
-        import shutil
-
-        from statectl.io import FileIO
-
         io, path = FileIO.for_url(self._scratch or "")
         if io.protocol == "file":
             shutil.rmtree(path, ignore_errors=True)
@@ -544,36 +355,69 @@ class SavepointWriter:
         self._spent = True
 
 
-def _kind_of(writer: SavepointWriter, op: OperatorInfo) -> Any:
-    """The operator kind spec: from the savepoint's metadata, or the checkpoint's operator."""
-    base = writer.base
+def _new_target(target: Any) -> tuple[FileIO, str]:
+    """The new savepoint's directory: one that does not exist yet, or is empty."""
+    out_io, root = FileIO.for_url(as_url(target))
+    root = root.rstrip("/")
+    if out_io.exists(root) and (not out_io.is_dir(root) or out_io.list_dir(root)):
+        raise StatectlError("already exists and is not empty; name a new directory", root)
+    return out_io, root
+
+
+def _savepoint_base(
+    base: StateHandle, out_io: FileIO, root: str
+) -> tuple[SavepointHandle, str | None]:
+    """The base as a savepoint, and the scratch directory beside ``root`` a checkpoint base is
+    saved into first (None for a savepoint base, which must not contain the target)."""
     if isinstance(base, SavepointHandle):
-        return base.sp.metadata.operator(op.uid).kind
-    return base._ops[op.id].kind  # type: ignore[attr-defined]
+        if out_io.is_within(root, base.sp.io, base.sp.root):
+            raise StatectlError("the target is inside the base savepoint", root)
+        return base, None
+    assert isinstance(base, CheckpointHandle)
+    scratch = posixpath.join(posixpath.dirname(root), f".{posixpath.basename(root)}.base")
+    uids = {op.id: op.uid for op in base.operators}
+    url, _ = take_savepoint(base.ckpt.url(), out_io.url(scratch), batch=base.batch, uids=uids)
+    saved = open_handle(url)
+    assert isinstance(saved, SavepointHandle)
+    return saved, scratch
 
 
-def _placement(table: pa.Table, info: TableInfo, partitions: int, kind: Any) -> np.ndarray:
-    from statectl.codecs.murmur3 import partition_ids
+def _edited_files(
+    writer: SavepointWriter,
+    op: OperatorInfo,
+    info: TableInfo,
+    edits: TableEdits,
+    kind: OperatorKind,
+    out_io: FileIO,
+    root: str,
+) -> list[DataFile]:
+    """An edited table's data files, one partition at a time; rows whose key now belongs to
+    another partition are appended to that partition's file (rewritten)."""
+    files: list[DataFile] = []
+    incoming: dict[int, list[pa.Table]] = {}
+    for p, part in writer.binary_parts(op, info, edits, kind):
+        part = with_partition(part, None)
+        if edits.moves_keys and part.num_rows:
+            pids = placement(part, info, op.partitions, kind)
+            for q in np.unique(pids[pids != p]):
+                incoming.setdefault(int(q), []).append(part.filter(pa.array(pids == q)))
+            part = part.filter(pa.array(pids == p))
+        rel = part_path(op.uid, info.name, p)
+        files.append(write_table(out_io, root, rel, with_partition(part, p)))
+    for q, moved in sorted(incoming.items()):
+        # Rows whose new key belongs to another partition: that file is rewritten.
+        written = _read_back(out_io, root, files[q], info)
+        merged = pa.concat_tables([written, *(with_partition(m, q) for m in moved)])
+        out_io.remove(posixpath.join(root, files[q].path))
+        files[q] = write_table(out_io, root, files[q].path, merged)
+    return files
 
-    if table.num_rows == 0:
-        return np.zeros(0, dtype=np.int32)
-    key = table.column("key").combine_chunks()
-    return partition_ids(kind.partition_key(info.name, key), partitions)
 
-
-def _split(
-    table: pa.Table, op: OperatorInfo, info: TableInfo, kind: Any
-) -> Iterator[tuple[int, pa.Table]]:
-    pids = _placement(table, info, op.partitions, kind)
-    for p in range(op.partitions):
-        yield p, _with_partition(table.filter(pa.array(pids == p)), p)
-
-
-def _write(writer: SavepointWriter, base: SavepointHandle, out_io: Any, root: str) -> Any:
-    import statectl
-    from statectl.savepoints.create import _safe_name, _write_table
-    from statectl.savepoints.format import DataFile
-
+def _write(
+    writer: SavepointWriter, base: SavepointHandle, out_io: FileIO, root: str
+) -> SavepointMetadata:
+    """Every data file of the new savepoint (unchanged tables copied byte for byte, verified);
+    returns its metadata, not yet written."""
     sp = base.sp
     operators = []
     for op_state in sp.metadata.operators:
@@ -588,55 +432,29 @@ def _write(writer: SavepointWriter, base: SavepointHandle, out_io: Any, root: st
                     out_io.write_atomic(posixpath.join(root, f.path), sp.read_file(f))
                 tables.append(t)
                 continue
-            info = op.table(t.name)
-            kind = op_state.kind
-            prefix = f"operators/{_safe_name(op.uid)}/{_safe_name(t.name)}"
-            files: list[DataFile] = []
-            incoming: dict[int, list[pa.Table]] = {}
-            for p, part in writer.binary_parts(op, info, edits, kind):
-                part = _with_partition(part, None)
-                if edits.moves_keys and part.num_rows:
-                    pids = _placement(part, info, op.partitions, kind)
-                    for q in np.unique(pids[pids != p]):
-                        incoming.setdefault(int(q), []).append(part.filter(pa.array(pids == q)))
-                    part = part.filter(pa.array(pids == p))
-                rel = f"{prefix}/part-{p:05d}.parquet"
-                files.append(_write_table(out_io, root, rel, _with_partition(part, p)))
-            for q, moved in sorted(incoming.items()):
-                # Rows whose new key belongs to another partition: that file is rewritten.
-                written = _read_back(out_io, root, files[q], info)
-                merged = pa.concat_tables([written, *(_with_partition(m, q) for m in moved)])
-                out_io.remove(posixpath.join(root, files[q].path))
-                files[q] = _write_table(out_io, root, files[q].path, merged)
+            files = _edited_files(writer, op, op.table(t.name), edits, op_state.kind, out_io, root)
             tables.append(dataclasses.replace(t, files=files, rows=sum(f.rows for f in files)))
         operators.append(dataclasses.replace(op_state, tables=tables))
-    offsets, previous, logs = (
-        sp.metadata.offsets,
-        sp.metadata.previous_offsets,
-        sp.metadata.source_logs,
-    )
-    if writer._offsets:
-        offsets = {**offsets, **writer._offsets}
+    return stamped(_with_sources(sp.metadata, writer._offsets, operators))
+
+
+def _with_sources(
+    m: SavepointMetadata, given: dict[str, str | None], operators: list[Any]
+) -> SavepointMetadata:
+    """``m`` with the new operators and the offsets ``with_offsets`` gave."""
+    offsets, previous, logs = m.offsets, m.previous_offsets, m.source_logs
+    if given:
+        offsets = {**offsets, **given}
         if previous is not None:
-            previous = {**previous, **writer._offsets}
+            previous = {**previous, **given}
         # a reset file source forgets the files it saw: it reads its directory again
-        logs = {k: v for k, v in (logs or {}).items() if k not in writer._offsets}
+        logs = {k: v for k, v in (logs or {}).items() if k not in given}
     return dataclasses.replace(
-        sp.metadata,
-        offsets=offsets,
-        previous_offsets=previous,
-        source_logs=logs,
-        operators=operators,
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-        statectl_version=statectl.__version__,
+        m, offsets=offsets, previous_offsets=previous, source_logs=logs, operators=operators
     )
 
 
-def _read_back(out_io: Any, root: str, f: Any, info: TableInfo) -> pa.Table:
-    import pyarrow.parquet as pq
-
-    from statectl.export import retype
-
+def _read_back(out_io: FileIO, root: str, f: DataFile, info: TableInfo) -> pa.Table:
     data = pq.read_table(pa.BufferReader(out_io.read_bytes(posixpath.join(root, f.path))))
     return pa.Table.from_arrays(
         [

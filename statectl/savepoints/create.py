@@ -7,82 +7,75 @@ without ``_metadata`` is incomplete by definition.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import itertools
 import os
 import posixpath
-import re
-import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
+from importlib.metadata import version
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-import statectl
-from statectl.checkpoint.model import Checkpoint, Operator, StoreDescription
+from statectl.checkpoint.model import Checkpoint, Operator
 from statectl.config import load_config
 from statectl.engine import Engine, TaskRunner, spill_dir
+from statectl.engine import default_workers as engine_workers
 from statectl.errors import MissingFileError, StatectlError
-from statectl.export import exportable
 from statectl.io import FileIO
-from statectl.join_state import NAME as JOIN
-from statectl.join_state import format_of, logical_schemas, pinned_format
-from statectl.operators import JOIN_STORES
+from statectl.join_state import pinned_format
+from statectl.savepoints.contents import (
+    TIMERS,
+    TableTask,
+    assign_uids,
+    default_uid,
+    logical_stores,
+    operator_state,
+    table_tasks,
+)
 from statectl.savepoints.format import (
     METADATA_FILE,
     DataFile,
     OperatorState,
     SavepointMetadata,
-    StateTable,
-    operator_fingerprint,
 )
+from statectl.savepoints.layout import (
+    EMBEDDED,
+    new_dir_name,
+    now,
+    part_path,
+    write_metadata,
+    write_table,
+)
+from statectl.savepoints.native import build_native
+from statectl.savepoints.store import Savepoint
 from statectl.state import (
     Selection,
     StoreEncoding,
     iter_partition,
     read_partition,
-    state_variable_type,
 )
+from statectl.version import __version__
 
-TIMERS = "$timers"
+# Re-exported: restore and the tests name the savepoint's contents from here.
+__all__ = [
+    "TIMERS",
+    "TableTask",
+    "assign_uids",
+    "build_savepoint",
+    "default_uid",
+    "logical_stores",
+    "operator_state",
+    "savepoint_metadata",
+    "table_tasks",
+    "take_savepoint",
+]
+
 ENV_TARGET = "STATECTL_SAVEPOINT_DIR"
 RETRIES = 3
 ROW_GROUP_BYTES = 8 << 20
-
-
-def default_uid(op: Operator) -> str:
-    """Stable across runs of the same query: what the operator is, not where it sits (and for a
-    join, not its state format: formats 3 and 4 are fingerprinted as format 2's stores)."""
-    store_names, schemas = logical_stores(op)
-    return operator_fingerprint(op.name, store_names, [(s.name, s.key_schema) for s in schemas])
-
-
-def logical_stores(op: Operator) -> tuple[list[str], list[StoreDescription]]:
-    """The stores a savepoint holds for ``op``: its own, or format 2's for a format 3/4 join."""
-    fmt = format_of(op.kind)
-    if fmt is None:
-        return op.store_names, op.schemas
-    return list(JOIN_STORES), logical_schemas(op.schemas, fmt)
-
-
-def assign_uids(ops: list[Operator], explicit: dict[int, str]) -> dict[int, str]:
-    """Explicit uids win; equal default uids (twin operators) get -2, -3 in operator id order."""
-    uids: dict[int, str] = {}
-    seen: dict[str, int] = {}
-    for op in sorted(ops, key=lambda o: o.operator_id):
-        uid = explicit.get(op.operator_id) or default_uid(op)
-        if uid in seen and op.operator_id not in explicit:
-            seen[uid] += 1
-            uid = f"{uid}-{seen[uid]}"
-        seen.setdefault(uid, 1)
-        uids[op.operator_id] = uid
-    if len(set(uids.values())) != len(uids):
-        raise StatectlError(f"operator uids must be unique, got {sorted(uids.values())}")
-    return uids
 
 
 def resolve_target(target: str | None) -> str:
@@ -124,7 +117,7 @@ class PartitionTask:
             table = read_partition(
                 self.ckpt, self.op, self.selection, self.partition, self.batch, self.enc
             )
-            return _write_table(self.out_io, self.out_root, self.rel, table), table.column_names
+            return write_table(self.out_io, self.out_root, self.rel, table), table.column_names
         scratch = tempfile.mkdtemp(prefix="savepoint-", dir=self.scratch)
         try:
             chunks = iter_partition(
@@ -139,7 +132,7 @@ class PartitionTask:
             )
             first = next(chunks)
             columns = first.column_names
-            data_file = _write_table(
+            data_file = write_table(
                 self.out_io, self.out_root, self.rel, itertools.chain([first], chunks), scratch
             )
         finally:
@@ -154,7 +147,8 @@ def run_tasks(
     transfers) when either side is an object store; or as Spark tasks); results in order."""
     out = []
     threads = any(not (j.ckpt.io.is_local and j.out_io.is_local) for j in jobs)
-    for job, result in zip(jobs, engine.run(jobs, threads=threads), strict=True):
+    tasks: list[Callable[[], Any]] = list(jobs)
+    for job, result in zip(jobs, engine.run(tasks, threads=threads), strict=True):
         out.append(result)
         if progress:
             progress(job.rel.removeprefix("operators/"))
@@ -164,151 +158,48 @@ def run_tasks(
 def default_workers(ckpt: Checkpoint) -> int:
     """$STATECTL_WORKERS, else a task per core (processes locally, threads on object stores)."""
     del ckpt
-    from statectl.engine import default_workers as engine_workers
-
     return engine_workers()
-
-
-@dataclass
-class TableTask:
-    """One unit of conversion: one operator's store or state variable (all partitions)."""
-
-    operator_id: int
-    name: str
-    kind: str
-    selection: Selection
-
-
-def table_tasks(op: Operator) -> list[TableTask]:
-    if format_of(op.kind) is not None:  # join format 3/4: saved as format 2's four stores
-        return [
-            TableTask(op.operator_id, s, "join-store", Selection(op.operator_id, join_store=s))
-            for s in JOIN_STORES
-        ]
-    if op.uses_column_families:
-        tasks = []
-        for var in op.properties.get("stateVariables", []) or []:
-            name = var.get("stateName", "")
-            if name.startswith("$"):
-                continue  # internal column families are derived (row counters, TTL indexes)
-            kind = state_variable_type(op, name)
-            tasks.append(
-                TableTask(op.operator_id, name, kind, Selection(op.operator_id, state_var=name))
-            )
-        if op.properties.get("timeMode", "NoTime") not in ("NoTime", "None"):
-            tasks.append(
-                TableTask(
-                    op.operator_id,
-                    TIMERS,
-                    "timers",
-                    Selection(op.operator_id, registered_timers=True),
-                )
-            )
-        return tasks
-    kind = "join-store" if op.name == JOIN else "store"
-    return [
-        TableTask(op.operator_id, s, kind, Selection(op.operator_id, store=s))
-        for s in op.store_names
-    ]
-
-
-def _safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.=-]", "_", name) or "_"
-
-
-def _write_table(
-    io: FileIO, root: str, rel: str, table: pa.Table | Iterator[pa.Table], scratch: str = ""
-) -> DataFile:
-    """One Parquet data file of ``table``, or of its chunks (written row group by row group
-    through a local file in ``scratch`` when there is more than one)."""
-    import io as _io
-
-    if not isinstance(table, pa.Table):
-        chunks = table
-        table = next(chunks)
-        second = next(chunks, None)
-        if second is not None:
-            return _write_chunks(io, root, rel, itertools.chain([table, second], chunks), scratch)
-    buf = _io.BytesIO()
-    # Row groups of ~8 MiB of Arrow data: a restore reads a row group at a time, so this
-    # bounds its memory whatever the partition size.
-    per_row = max(1, table.nbytes // max(1, table.num_rows))
-    rows = max(1024, ROW_GROUP_BYTES // per_row)
-    pq.write_table(exportable(table), buf, compression="zstd", row_group_size=rows)
-    data = buf.getvalue()
-    io.write_atomic(posixpath.join(root, rel), data)
-    return DataFile(rel, table.num_rows, len(data), hashlib.sha256(data).hexdigest())
-
-
-def _write_chunks(
-    io: FileIO, root: str, rel: str, chunks: Iterator[pa.Table], scratch: str
-) -> DataFile:
-    """A data file too large for memory: row groups of about ``ROW_GROUP_BYTES`` (sized by the
-    first chunk) streamed to a local file, then uploaded atomically."""
-    local = os.path.join(scratch, f"out-{secrets.token_hex(8)}.parquet")
-    rows = 0
-    writer: pq.ParquetWriter | None = None
-    try:
-        for chunk in chunks:
-            chunk = exportable(chunk)
-            if writer is None:
-                per_row = max(1, chunk.nbytes // max(1, chunk.num_rows))
-                group = max(1024, ROW_GROUP_BYTES // per_row)
-                writer = pq.ParquetWriter(local, chunk.schema, compression="zstd")
-            writer.write_table(chunk, row_group_size=group)
-            rows += chunk.num_rows
-        assert writer is not None
-        writer.close()
-        digest = hashlib.sha256()
-        with open(local, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        size = os.path.getsize(local)
-        io.put_atomic(local, posixpath.join(root, rel))
-    finally:
-        if os.path.exists(local):
-            os.remove(local)
-    return DataFile(rel, rows, size, digest.hexdigest())
 
 
 def _source_logs(ckpt: Checkpoint, batch: int) -> dict[str, list[dict]]:
     """Each file source's seen-files log up to ``batch``, compacted into one list of entries."""
-    logs: dict[str, list[dict]] = {}
-    for source in ckpt.source_log_dirs():
-        names = [
-            f.name
-            for f in ckpt.io.list_dir(ckpt.path("sources", source))
-            if not f.name.startswith(".")
-        ]
-        compacts = sorted(
-            int(n[: -len(".compact")]) for n in names if n.endswith(".compact") and n[:-8].isdigit()
-        )
-        plain = sorted(int(n) for n in names if n.isdigit())
-        base = max((c for c in compacts if c <= batch), default=None)
-        entries: list[dict] = []
-        if base is not None:
-            entries.extend(ckpt.source_log(source, base))
-        entries.extend(
-            e
-            for b in plain
-            if (base is None or b > base) and b <= batch
-            for e in ckpt.source_log(source, b)
-        )
-        logs[source] = entries
-    return logs
+    return {source: _source_log(ckpt, source, batch) for source in ckpt.source_log_dirs()}
+
+
+def _source_log(ckpt: Checkpoint, source: str, batch: int) -> list[dict]:
+    """One source's entries: the newest compaction at or below ``batch``, then the plain
+    entries after it."""
+    names = [
+        f.name for f in ckpt.io.list_dir(ckpt.path("sources", source)) if not f.name.startswith(".")
+    ]
+    base, plain = _log_entries(names, batch)
+    entries: list[dict] = []
+    if base is not None:
+        entries.extend(ckpt.source_log(source, base))
+    for b in plain:
+        entries.extend(ckpt.source_log(source, b))
+    return entries
+
+
+def _log_entries(names: list[str], batch: int) -> tuple[int | None, list[int]]:
+    """(the newest compacted entry at or below ``batch``, the plain entries after it up to
+    ``batch``) among a source log's file names."""
+    base = _newest_compact(names, batch)
+    after = -1 if base is None else base
+    plain = sorted(int(n) for n in names if n.isdigit())
+    return base, [b for b in plain if after < b <= batch]
+
+
+def _newest_compact(names: list[str], batch: int) -> int | None:
+    compacts = [int(n[:-8]) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
+    return max((c for c in compacts if c <= batch), default=None)
 
 
 def _spark_version() -> str | None:
     try:
-        from importlib.metadata import version
-
         return version("pyspark")
     except Exception:
         return None
-
-
-def _new_dir_name(query_id: str | None, batch: int) -> str:
-    return f"savepoint-{(query_id or 'noquery')[:6]}-{batch}-{secrets.token_hex(4)}"
 
 
 def build_savepoint(
@@ -326,38 +217,66 @@ def build_savepoint(
     ``unread`` (migrate's pass-through, statectl/passthrough.py): operators whose state is
     not read here; their tables list placeholder files, never written, of no rows."""
     ops = ckpt.operators(batch)
-    skipped = {op.operator_id for op in ops if unread is not None and unread(ckpt, batch, op)}
-    enc = StoreEncoding.of(ckpt, batch)
+    skipped = {op.operator_id for op in ops if unread and unread(ckpt, batch, op)}
     pinned_join_format = pinned_format(ckpt.offsets(batch).conf)
-    # One task per operator, table and partition, each writing its own Parquet file: the same
-    # task function runs here, in a process pool, or as a Spark task (statectl/engine.py, statectl/spark_engine.py).
-    jobs = []
-    for op in ops:
-        if op.operator_id in skipped:
-            continue
-        for task in table_tasks(op):
-            for p in range(op.num_partitions):
-                rel = f"operators/{_safe_name(uids[op.operator_id])}/{_safe_name(task.name)}/part-{p:05d}.parquet"
-                jobs.append(
-                    PartitionTask(ckpt, op, task.selection, p, batch, enc, out_io, out_root, rel)
-                )
+    read = [op for op in ops if op.operator_id not in skipped]
+    jobs = _partition_tasks(ckpt, read, batch, uids, out_io, out_root)
     runner = engine or Engine.of(workers=1)
     # The engine's share per task bounds each partition's read (statectl/state.py): the local
     # engine's part of --memory, or what one Spark task may hold. Spark tasks spill under the
     # executor's own temporary directory (the driver's is not theirs).
-    local = isinstance(runner, Engine)
     with spill_dir() as scratch:
         for job in jobs:
-            job.budget, job.scratch = runner.per_task, scratch if local else None
+            job.budget = runner.per_task
+            job.scratch = scratch if isinstance(runner, Engine) else None
         results = iter(run_tasks(jobs, runner, progress))
-    operators = []
-    for op in ops:
-        if op.operator_id in skipped:
-            parts = _placeholder_parts(op, uids[op.operator_id])
-        else:
-            parts = [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
-        operators.append(operator_state(op, uids[op.operator_id], parts, pinned_join_format))
+    operators = [
+        operator_state(
+            op, uids[op.operator_id], _parts(op, uids, results, skipped), pinned_join_format
+        )
+        for op in ops
+    ]
     return savepoint_metadata(ckpt, batch, operators)
+
+
+def _parts(
+    op: Operator, uids: dict[int, str], results: Iterator[Any], skipped: set[int]
+) -> list[list[tuple[DataFile, list[str]]]]:
+    """``op``'s written files (and columns) per table and partition, taken from ``results``
+    in task order; placeholders for an operator that was not read."""
+    if op.operator_id in skipped:
+        return _placeholder_parts(op, uids[op.operator_id])
+    return [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
+
+
+def _partition_tasks(
+    ckpt: Checkpoint,
+    ops: list[Operator],
+    batch: int,
+    uids: dict[int, str],
+    out_io: FileIO,
+    out_root: str,
+) -> list[PartitionTask]:
+    """One task per operator, table and partition, each writing its own Parquet file: the same
+    task function runs here, in a process pool, or as a Spark task (statectl/engine.py,
+    statectl/spark_engine.py)."""
+    enc = StoreEncoding.of(ckpt, batch)
+    return [
+        PartitionTask(
+            ckpt,
+            op,
+            task.selection,
+            p,
+            batch,
+            enc,
+            out_io,
+            out_root,
+            part_path(uids[op.operator_id], task.name, p),
+        )
+        for op in ops
+        for task in table_tasks(op)
+        for p in range(op.num_partitions)
+    ]
 
 
 def _placeholder_parts(op: Operator, uid: str) -> list[list[tuple[DataFile, list[str]]]]:
@@ -367,86 +286,13 @@ def _placeholder_parts(op: Operator, uid: str) -> list[list[tuple[DataFile, list
     return [
         [
             (
-                DataFile(
-                    f"operators/{_safe_name(uid)}/{_safe_name(t.name)}/part-{p:05d}.parquet",
-                    0,
-                    0,
-                    empty,
-                ),
+                DataFile(part_path(uid, t.name, p), 0, 0, empty),
                 ["key", "value", "partition_id"],
             )
             for p in range(op.num_partitions)
         ]
         for t in table_tasks(op)
     ]
-
-
-def operator_state(
-    op: Operator,
-    uid: str,
-    parts: list[list[tuple[DataFile, list[str]]]],
-    pinned_join_format: int | None,
-) -> OperatorState:
-    """The savepoint's record of ``op``: ``parts`` holds, per table of :func:`table_tasks`,
-    each partition's written file and columns."""
-    tables = []
-    join_format = format_of(op.kind)
-    store_names, logical = logical_stores(op)
-    for task, task_parts in zip(table_tasks(op), parts, strict=True):
-        files = [f for f, _ in task_parts]
-        columns = task_parts[0][1] if task_parts else []
-        desc = next((s for s in logical if s.name == task.name), None) or op.schema(
-            "$eventTimers_keyToTimestamp"
-            if task.kind == "timers" and op.properties.get("timeMode") == "EventTime"
-            else "$procTimers_keyToTimestamp"
-            if task.kind == "timers"
-            else task.name
-        )
-        tables.append(
-            StateTable(
-                name=task.name,
-                kind=task.kind,
-                key_schema=desc.key_schema,
-                value_schema=desc.value_schema,
-                columns=columns,
-                rows=sum(f.rows for f in files),
-                files=files,
-                user_key_schema=desc.user_key_schema,
-                encoder={
-                    **desc.key_encoder_spec,
-                    "keySchemaId": desc.key_schema_id,
-                    "valueSchemaId": desc.value_schema_id,
-                }
-                if op.uses_column_families and join_format is None
-                else {},
-            )
-        )
-    return OperatorState(
-        uid,
-        op.operator_id,
-        op.name,
-        op.num_partitions,
-        {} if join_format else op.properties,
-        store_names,
-        op.metadata_version,
-        tables,
-        default_uid(op),
-        [
-            {
-                "name": s.name,
-                "key_schema": s.key_schema,
-                "value_schema": s.value_schema,
-                "key_schema_id": s.key_schema_id,
-                "value_schema_id": s.value_schema_id,
-                "key_encoder_spec": s.key_encoder_spec,
-                "user_key_schema": s.user_key_schema,
-            }
-            for s in op.schemas
-        ]
-        if op.uses_column_families and join_format is None
-        else None,
-        state_format=(join_format or pinned_join_format) if op.name == JOIN else None,
-    )
 
 
 def savepoint_metadata(
@@ -478,8 +324,8 @@ def savepoint_metadata(
         previous_offsets=ckpt.offsets(batch - 1).offsets
         if batch - 1 in ckpt.offset_batches
         else None,
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds"),
-        statectl_version=statectl.__version__,
+        created_at=now(),
+        statectl_version=__version__,
         spark_version=_spark_version(),
     )
 
@@ -517,65 +363,43 @@ def take_savepoint(
     if src_io.exists(posixpath.join(src_root, METADATA_FILE)) and not src_io.exists(
         posixpath.join(src_root, "offsets")
     ):
-        from statectl.savepoints.native import EMBEDDED
-        from statectl.savepoints.store import Savepoint
-
-        sp = Savepoint(src_io, src_root)
-        if sp.metadata.savepoint_type != "native":
-            raise StatectlError("is already a canonical savepoint", src_root)
-        sp.verify_native()
-        uids = {op.operator_id: op.uid for op in sp.metadata.operators} | dict(uids or {})
-        batch = sp.metadata.batch_id
-        src_root = posixpath.join(src_root, EMBEDDED)
+        src_root, uids, batch = _native_source(src_io, src_root, uids)
     ckpt = Checkpoint(src_io, src_root, verify=verify)
-    out_io, parent = FileIO.for_url(resolve_target(target))
-    if out_io.is_within(parent, src_io, src_root):
-        raise StatectlError(
-            f"the savepoint target {out_io.url(parent)} is inside the checkpoint it saves; "
-            "choose a directory outside it",
-            src_root,
-        )
+    out_io, parent = _target_outside(src_io, src_root, target)
     last_error: StatectlError | None = None
     for _ in range(RETRIES):
         # re-list the logs: the query may have moved on
         fresh = Checkpoint(ckpt.io, ckpt.root, verify=verify)
         b = fresh.resolve_batch(batch)
-        ops = fresh.operators(b)
-        explicit = {int(k): v for k, v in (uids or {}).items()}
-        unknown = sorted(set(explicit) - {op.operator_id for op in ops})
-        if unknown:
-            raise StatectlError(
-                f"--uid names operator(s) {unknown}, which the checkpoint does not have"
+        names = _uids(fresh.operators(b), uids)
+        root = posixpath.join(parent, new_dir_name(fresh.query_id, b))
+        build = (
+            partial(
+                build_native,
+                fresh,
+                out_io,
+                root,
+                b,
+                names,
+                partial(savepoint_metadata, fresh, b),
+                progress,
             )
-        root = posixpath.join(parent, _new_dir_name(fresh.query_id, b))
+            if kind == "native"
+            else partial(
+                build_savepoint,
+                fresh,
+                out_io,
+                root,
+                b,
+                names,
+                progress,
+                _runner(fresh, engine, memory, workers),
+                unread,
+            )
+        )
         try:
-            if kind == "native":
-                from functools import partial
-
-                from statectl.savepoints.native import build_native
-
-                meta = build_native(
-                    fresh,
-                    out_io,
-                    root,
-                    b,
-                    assign_uids(ops, explicit),
-                    partial(savepoint_metadata, fresh, b),
-                    progress,
-                )
-            else:
-                meta = build_savepoint(
-                    fresh,
-                    out_io,
-                    root,
-                    b,
-                    assign_uids(ops, explicit),
-                    progress,
-                    engine or Engine.of(memory, workers or default_workers(fresh)),
-                    unread,
-                )
+            meta = _written_or_removed(build, out_io, root)
         except MissingFileError as e:
-            out_io.remove(root, recursive=True) if out_io.exists(root) else None
             if batch is not None:
                 raise StatectlError(
                     f"state of batch {batch} changed while reading ({e}); "
@@ -583,10 +407,62 @@ def take_savepoint(
                 ) from None
             last_error = e
             continue
-        except BaseException:
-            if out_io.exists(root):
-                out_io.remove(root, recursive=True)
-            raise
-        out_io.write_atomic(posixpath.join(root, METADATA_FILE), meta.to_json().encode())
+        write_metadata(out_io, root, meta)
         return out_io.url(root), meta
     raise StatectlError(f"state kept changing while reading ({last_error}); try again")
+
+
+def _written_or_removed(
+    build: Callable[[], SavepointMetadata], out_io: FileIO, root: str
+) -> SavepointMetadata:
+    """``build()``'s metadata; on any failure the partial savepoint at ``root`` is removed."""
+    try:
+        return build()
+    except BaseException:
+        if out_io.exists(root):
+            out_io.remove(root, recursive=True)
+        raise
+
+
+def _target_outside(src_io: FileIO, src_root: str, target: str | None) -> tuple[FileIO, str]:
+    """The directory new savepoints go in, which must not be inside the checkpoint."""
+    out_io, parent = FileIO.for_url(resolve_target(target))
+    if out_io.is_within(parent, src_io, src_root):
+        raise StatectlError(
+            f"the savepoint target {out_io.url(parent)} is inside the checkpoint it saves; "
+            "choose a directory outside it",
+            src_root,
+        )
+    return out_io, parent
+
+
+def _runner(
+    ckpt: Checkpoint, engine: TaskRunner | None, memory: str | int | None, workers: int | None
+) -> TaskRunner:
+    """The given engine, else the local one: ``workers`` tasks sharing ``memory``."""
+    return engine or Engine.of(memory, workers or default_workers(ckpt))
+
+
+def _native_source(
+    io: FileIO, root: str, uids: dict[int, str] | None
+) -> tuple[str, dict[int, str], int]:
+    """A native savepoint as the source of a canonical one: (its embedded checkpoint, its uids
+    under the explicit ones, its batch), every listed file verified first."""
+    sp = Savepoint(io, root)
+    if sp.metadata.savepoint_type != "native":
+        raise StatectlError("is already a canonical savepoint", root)
+    sp.verify_native()
+    kept = {op.operator_id: op.uid for op in sp.metadata.operators} | dict(uids or {})
+    return posixpath.join(root, EMBEDDED), kept, sp.metadata.batch_id
+
+
+def _uids(ops: list[Operator], uids: dict[int, str] | None) -> dict[int, str]:
+    """Every operator's uid: the explicit ones (``--uid``), which must name operators of the
+    batch, else the defaults."""
+    explicit = {int(k): v for k, v in (uids or {}).items()}
+    unknown = sorted(set(explicit) - {op.operator_id for op in ops})
+    if unknown:
+        raise StatectlError(
+            f"--uid names operator(s) {unknown}, which the checkpoint does not have"
+        )
+    return assign_uids(ops, explicit)

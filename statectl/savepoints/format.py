@@ -166,7 +166,7 @@ def check_seal(obj: dict[str, Any], path: str) -> None:
 def _build(cls: type, obj: dict[str, Any]) -> Any:
     if not isinstance(obj, dict):
         raise TypeError(f"a {cls.__name__} entry is {type(obj).__name__}, not an object")
-    names = {f for f in cls.__dataclass_fields__}
+    names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in obj.items() if k in names})
 
 
@@ -177,6 +177,16 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
         raise CorruptFileError(f"savepoint metadata is not valid JSON ({e.msg})", path) from None
     except RecursionError:
         raise CorruptFileError("savepoint metadata JSON is nested too deeply", path) from None
+    _check_header(obj, path)
+    check_seal(obj, path)
+    check_types(SavepointMetadata, obj, path, "")
+    meta = _metadata_of(obj, path)
+    validate_metadata(meta, path)
+    return meta
+
+
+def _check_header(obj: Any, path: str) -> None:
+    """A statectl savepoint's ``_metadata`` at a format version this statectl reads."""
     if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
         raise NotACheckpointError("not a statectl savepoint metadata file", path)
     version = obj.get("format_version")
@@ -187,8 +197,10 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
             path,
             "upgrade statectl",
         )
-    check_seal(obj, path)
-    check_types(SavepointMetadata, obj, path, "")
+
+
+def _metadata_of(obj: dict[str, Any], path: str) -> SavepointMetadata:
+    """The dataclass tree of a type-checked ``_metadata`` object."""
     try:
         ops = []
         if not isinstance(obj.get("operators"), list):
@@ -204,10 +216,11 @@ def parse_metadata(text: str, path: str) -> SavepointMetadata:
         logs = obj.get("native_logs")
         if logs is not None:
             logs = [_build(DataFile, f) for f in logs]
-        meta = _build(SavepointMetadata, {**obj, "operators": ops, "native_logs": logs})
+        meta: SavepointMetadata = _build(
+            SavepointMetadata, {**obj, "operators": ops, "native_logs": logs}
+        )
     except (KeyError, TypeError, AttributeError) as e:
         raise CorruptFileError(f"savepoint metadata is incomplete ({e})", path) from None
-    validate_metadata(meta, path)
     return meta
 
 
@@ -231,6 +244,38 @@ def _check_file(f: DataFile, path: str, native: bool) -> None:
     _check(_is_int(f.rows, -1 if native else 0), f"rows {f.rows!r} of {f.path}", path)
     _check(_is_int(f.bytes), f"bytes {f.bytes!r} of {f.path}", path)
     _check(isinstance(f.sha256, str) and bool(_SHA256.match(f.sha256)), f"sha256 of {f.path}", path)
+
+
+def _check_table(
+    op: OperatorState, t: StateTable, path: str, native: bool, seen_paths: set[str]
+) -> None:
+    """One table's name, files (each listed once) and, for a canonical savepoint, one file per
+    partition whose rows add up to the table's."""
+    _check(
+        isinstance(t.name, str) and bool(_TABLE_NAME.match(t.name)) and ".." not in t.name,
+        f"table name {t.name!r} (a store or state variable name)",
+        path,
+    )
+    _check(isinstance(t.files, list), f"files of {op.uid}/{t.name}", path)
+    for f in t.files:
+        _check_file(f, path, native)
+        _check(f.path not in seen_paths, f"data file {f.path} listed twice", path)
+        seen_paths.add(f.path)
+    if native:
+        return
+    _check(_is_int(t.rows), f"rows {t.rows!r} of {op.uid}/{t.name}", path)
+    _check(
+        len(t.files) == op.partitions,
+        f"{op.uid}/{t.name} lists {len(t.files)} data files for {op.partitions} "
+        "partitions (an entry was removed?)",
+        path,
+    )
+    _check(
+        sum(f.rows for f in t.files) == t.rows,
+        f"{op.uid}/{t.name} has {t.rows} rows but its files add up to "
+        f"{sum(f.rows for f in t.files)}",
+        path,
+    )
 
 
 def validate_metadata(meta: SavepointMetadata, path: str) -> None:
@@ -269,31 +314,7 @@ def validate_metadata(meta: SavepointMetadata, path: str) -> None:
         _check(_is_int(op.partitions, 1), f"partitions {op.partitions!r} of {op.uid}", path)
         _check(isinstance(op.tables, list), f"tables of {op.uid}", path)
         for t in op.tables:
-            _check(
-                isinstance(t.name, str) and bool(_TABLE_NAME.match(t.name)) and ".." not in t.name,
-                f"table name {t.name!r} (a store or state variable name)",
-                path,
-            )
-            _check(isinstance(t.files, list), f"files of {op.uid}/{t.name}", path)
-            for f in t.files:
-                _check_file(f, path, native)
-                _check(f.path not in seen_paths, f"data file {f.path} listed twice", path)
-                seen_paths.add(f.path)
-            if native:
-                continue
-            _check(_is_int(t.rows), f"rows {t.rows!r} of {op.uid}/{t.name}", path)
-            _check(
-                len(t.files) == op.partitions,
-                f"{op.uid}/{t.name} lists {len(t.files)} data files for {op.partitions} "
-                "partitions (an entry was removed?)",
-                path,
-            )
-            _check(
-                sum(f.rows for f in t.files) == t.rows,
-                f"{op.uid}/{t.name} has {t.rows} rows but its files add up to "
-                f"{sum(f.rows for f in t.files)}",
-                path,
-            )
+            _check_table(op, t, path, native, seen_paths)
     for f in meta.native_logs or []:
         _check_file(f, path, True)
 
@@ -302,7 +323,7 @@ def validate_metadata(meta: SavepointMetadata, path: str) -> None:
 _NON_NEGATIVE = {"batch_id", "operator_id", "offset_log_version"}  # rows: -1 = unknown (native)
 
 
-def check_types(cls: type, obj: Any, path: str, where: str) -> None:
+def check_types(cls: Any, obj: Any, path: str, where: str) -> None:
     """Every present field of ``obj`` has the type its dataclass declares (recursively), so a
     damaged ``_metadata`` is one CorruptFileError naming the field, not a TypeError later."""
     if not isinstance(obj, dict):
@@ -314,41 +335,61 @@ def check_types(cls: type, obj: Any, path: str, where: str) -> None:
 
 
 def _check_value(t: Any, v: Any, path: str, where: str) -> None:
-    origin, args = typing.get_origin(t), typing.get_args(t)
-    bad = CorruptFileError(f"savepoint metadata field {where!r} has a wrong type", path)
     if t is Any:
         return
+    origin, args = typing.get_origin(t), typing.get_args(t)
     if origin in (typing.Union, types.UnionType):
-        errors = 0
-        for a in args:
-            try:
-                _check_value(a, v, path, where)
-            except CorruptFileError:
-                errors += 1
-        if errors == len(args):
-            raise bad
-        return
-    if t is type(None):
-        if v is not None:
-            raise bad
+        _check_union(args, v, path, where)
     elif is_dataclass(t):
         check_types(t, v, path, f"{where}.")
-    elif origin is list:
-        if not isinstance(v, list):
-            raise bad
+    elif origin in (list, dict):
+        _check_container(origin, args, v, path, where)
+    else:
+        _check_scalar(t, v, path, where)
+
+
+def _wrong_type(where: str, path: str) -> CorruptFileError:
+    return CorruptFileError(f"savepoint metadata field {where!r} has a wrong type", path)
+
+
+def _check_union(args: tuple[Any, ...], v: Any, path: str, where: str) -> None:
+    """``v`` has one of the types ``args``."""
+    for a in args:
+        try:
+            _check_value(a, v, path, where)
+            return
+        except CorruptFileError:
+            continue
+    raise _wrong_type(where, path)
+
+
+def _check_container(origin: Any, args: tuple[Any, ...], v: Any, path: str, where: str) -> None:
+    """A list of ``args[0]``, or a dict of ``args[1]`` values."""
+    if not isinstance(v, origin):
+        raise _wrong_type(where, path)
+    if origin is list:
         for i, item in enumerate(v):
             _check_value(args[0], item, path, f"{where}[{i}]")
-    elif origin is dict:
-        if not isinstance(v, dict):
-            raise bad
+    else:
         for k, item in v.items():
             _check_value(args[1], item, path, f"{where}.{k}")
+
+
+def _check_int(v: Any, path: str, where: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _wrong_type(where, path)
+    if where.rsplit(".", 1)[-1] in _NON_NEGATIVE and v < 0:
+        raise CorruptFileError(f"savepoint metadata field {where!r} is negative", path)
+
+
+def _check_scalar(t: Any, v: Any, path: str, where: str) -> None:
+    """None, an int (not a bool; not negative where an id), a str, bool or float."""
+    if t is type(None):
+        if v is not None:
+            raise _wrong_type(where, path)
     elif t is int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise bad
-        if where.rsplit(".", 1)[-1] in _NON_NEGATIVE and v < 0:
-            raise CorruptFileError(f"savepoint metadata field {where!r} is negative", path)
+        _check_int(v, path, where)
     elif t in (str, bool, float) and (
         not isinstance(v, t) or (t is not bool and isinstance(v, bool))
     ):
-        raise bad
+        raise _wrong_type(where, path)

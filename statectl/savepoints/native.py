@@ -33,10 +33,11 @@ from statectl.checksums import read_verified
 from statectl.codecs.compression import normalize_codec
 from statectl.errors import CorruptFileError
 from statectl.io import FileIO
-from statectl.savepoints.create import default_uid
+from statectl.savepoints.contents import default_uid
 from statectl.savepoints.format import DataFile, OperatorState, SavepointMetadata, StateTable
+from statectl.savepoints.layout import EMBEDDED
 
-EMBEDDED = "checkpoint"
+__all__ = ["EMBEDDED", "build_native"]
 
 
 def _rocksdb_files(
@@ -50,40 +51,45 @@ def _rocksdb_files(
     out = [f.path for f in chain]
     if base is not None:
         out.append(base.path)
-        source = base.path + "!metadata"
-        try:
-            with zipfile.ZipFile(_io.BytesIO(ckpt.io.read_bytes(base.path))) as z:
-                meta = parse_snapshot_metadata(z.read("metadata").decode(), source)
-        except (zipfile.BadZipFile, KeyError, zlib.error, UnicodeDecodeError, EOFError):
-            raise CorruptFileError(
-                "snapshot zip is corrupt or has no metadata", base.path
-            ) from None
-        for entries, folder, key in (
-            (meta.sst_files, "SSTs", "dfsSstFileName"),
-            (meta.log_files, "logs", "dfsLogFileName"),
-        ):
-            for e in entries:
-                name = bare_name(e.get(key) if isinstance(e, dict) else None, source)
-                out.append(ckpt.io.inside(posixpath.join(d, folder), name, source))
+        out += _zip_references(ckpt, d, base.path)
     # Checkpoint format v2 keeps a JSON checksum beside each state file: copy it when present.
     return out + [p + ".crc" for p in out if not p.endswith(".sst") and ckpt.io.exists(p + ".crc")]
 
 
+def _zip_references(ckpt: Checkpoint, d: str, zip_path: str) -> list[str]:
+    """The SSTs and logs a snapshot zip's metadata references (inside the store directory)."""
+    source = zip_path + "!metadata"
+    try:
+        with zipfile.ZipFile(_io.BytesIO(ckpt.io.read_bytes(zip_path))) as z:
+            meta = parse_snapshot_metadata(z.read("metadata").decode(), source)
+    except (zipfile.BadZipFile, KeyError, zlib.error, UnicodeDecodeError, EOFError):
+        raise CorruptFileError("snapshot zip is corrupt or has no metadata", zip_path) from None
+    out = []
+    for entries, folder, key in (
+        (meta.sst_files, "SSTs", "dfsSstFileName"),
+        (meta.log_files, "logs", "dfsLogFileName"),
+    ):
+        for e in entries:
+            name = bare_name(e.get(key) if isinstance(e, dict) else None, source)
+            out.append(ckpt.io.inside(posixpath.join(d, folder), name, source))
+    return out
+
+
+def _at_or_before(name: str, batch: int) -> bool:
+    """A file of no batch, or of one at or before ``batch``."""
+    n = batch_id_of(name)
+    return n is None or n <= batch
+
+
 def _operator_files(ckpt: Checkpoint, op_id: int, batch: int) -> list[str]:
+    """The operator's metadata and schema files, and every store partition's files that
+    load ``batch``."""
     op = ckpt.operator(op_id, batch)
-    backend = ckpt.backend(batch)
-    codec = normalize_codec(
-        ckpt.offsets(batch).pinned_conf("spark.sql.streaming.stateStore.compression.codec") or "lz4"
-    )
-    fmt2 = ckpt.checkpoint_format_version(batch) >= 2
-    ids = ckpt.commit(batch).state_unique_ids or {}
-    out: list[str] = []
     meta_dir = ckpt.path("state", str(op_id), "_metadata")
-    out += [
+    out = [
         f.path
         for f in ckpt.io.walk_files(meta_dir)
-        if not f.name.startswith(".")
-        and (batch_id_of(f.name) is None or batch_id_of(f.name) <= batch)
+        if not f.name.startswith(".") and _at_or_before(f.name, batch)
     ]
     out += [
         f.path
@@ -91,17 +97,30 @@ def _operator_files(ckpt: Checkpoint, op_id: int, batch: int) -> list[str]:
         if not f.name.startswith(".")
     ]
     for p in range(op.num_partitions):
-        if partition_absent(ckpt, op, p):
-            continue
-        for i, store in enumerate(op.store_names):
-            d = store_dir(ckpt, op_id, p, store)
-            if p == 0 and ckpt.io.exists(posixpath.join(d, "_metadata", "schema")):
-                out.append(posixpath.join(d, "_metadata", "schema"))
-            if backend == HDFS:
-                out += files_for_version(ckpt.io, d, batch + 1)
-            else:
-                uid = ids[str(op_id)][p][i] if fmt2 else None
-                out += _rocksdb_files(ckpt, d, batch + 1, codec, uid)
+        if not partition_absent(ckpt, op, p):
+            out += _partition_files(ckpt, op_id, op.store_names, p, batch)
+    return out
+
+
+def _partition_files(
+    ckpt: Checkpoint, op_id: int, stores: list[str], p: int, batch: int
+) -> list[str]:
+    """One state partition's files (every store) that load ``batch``."""
+    codec = normalize_codec(
+        ckpt.offsets(batch).pinned_conf("spark.sql.streaming.stateStore.compression.codec") or "lz4"
+    )
+    fmt2 = ckpt.checkpoint_format_version(batch) >= 2
+    ids = ckpt.commit(batch).state_unique_ids or {}
+    out: list[str] = []
+    for i, store in enumerate(stores):
+        d = store_dir(ckpt, op_id, p, store)
+        if p == 0 and ckpt.io.exists(posixpath.join(d, "_metadata", "schema")):
+            out.append(posixpath.join(d, "_metadata", "schema"))
+        if ckpt.backend(batch) == HDFS:
+            out += files_for_version(ckpt.io, d, batch + 1)
+        else:
+            uid = ids[str(op_id)][p][i] if fmt2 else None
+            out += _rocksdb_files(ckpt, d, batch + 1, codec, uid)
     return out
 
 
@@ -113,13 +132,20 @@ def _log_files(ckpt: Checkpoint, batch: int) -> list[str]:
     out.append(ckpt.path("commits", str(batch)))
     offsets = ckpt.offsets(batch).offsets
     for source in ckpt.source_log_dirs():
-        limit = None
-        with contextlib.suppress(TypeError, KeyError, ValueError):
-            limit = int(json.loads(offsets.get(source) or "null")["logOffset"])
-        for f in ckpt.io.list_dir(ckpt.path("sources", source)):
-            b = batch_id_of(f.name)
-            if b is not None and not f.name.startswith(".") and (limit is None or b <= limit):
-                out.append(f.path)
+        out += _source_log_files(ckpt, source, offsets.get(source))
+    return out
+
+
+def _source_log_files(ckpt: Checkpoint, source: str, offset: str | None) -> list[str]:
+    """A file source's log files up to the batch's offset (``logOffset``; all without one)."""
+    limit = None
+    with contextlib.suppress(TypeError, KeyError, ValueError):
+        limit = int(json.loads(offset or "null")["logOffset"])
+    out = []
+    for f in ckpt.io.list_dir(ckpt.path("sources", source)):
+        n = batch_id_of(f.name)
+        if n is not None and not f.name.startswith(".") and (limit is None or n <= limit):
+            out.append(f.path)
     return out
 
 

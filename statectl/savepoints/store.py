@@ -1,11 +1,13 @@
-"""Opening savepoints: read ``_metadata`` and the state tables; find, dispose and relabel them."""
+"""Opening savepoints, read-only: ``_metadata`` parsed and checked, each data file verified
+(size, sha256, row count) as it is read, and the tables typed as Spark's ``statestore``
+source shows them. Writing is statectl/savepoints/layout.py's; disposing and relabelling
+have modules of their own."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import posixpath
 import uuid
@@ -16,10 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from statectl import join_state
-from statectl.codecs.sparktypes import to_arrow_type
+from statectl.checkpoint.model import Checkpoint
 from statectl.errors import CorruptFileError, MissingFileError, NotACheckpointError, StatectlError
-from statectl.export import retype
-from statectl.inspection import maybe_json
 from statectl.io import FileIO
 from statectl.operators import JOIN_V4_FAMILIES
 from statectl.savepoints.format import (
@@ -30,7 +30,9 @@ from statectl.savepoints.format import (
     StateTable,
     parse_metadata,
 )
-from statectl.state import Selection, join_side_view
+from statectl.savepoints.layout import EMBEDDED
+from statectl.savepoints.tables import retype, table_schema
+from statectl.state import Selection, join_side_view, read_state
 
 
 class Savepoint:
@@ -204,38 +206,7 @@ class Savepoint:
         for f in self.metadata.native_logs or []:
             self.read_file(f)
 
-    @staticmethod
-    def table_schema(table: StateTable) -> pa.Schema:
-        def arrow(schema_json: object) -> pa.DataType:
-            try:
-                return to_arrow_type(json.loads(schema_json))  # type: ignore[arg-type]
-            except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
-                raise CorruptFileError(
-                    f"schema of table {table.name!r} in _metadata is invalid ({e})", METADATA_FILE
-                ) from None
-
-        key = arrow(table.key_schema)
-        value = arrow(table.value_schema)
-        if table.kind == "MapState":
-            user_key = arrow(table.user_key_schema or "{}")
-            return pa.schema(
-                [
-                    ("key", key.field("key").type),
-                    ("user_map_key", user_key),
-                    ("user_map_value", value),
-                    ("partition_id", pa.int32()),
-                ]
-            )
-        if table.kind == "timers":
-            return pa.schema(
-                [
-                    ("key", key.field("key").type),
-                    ("expiration_timestamp_ms", pa.int64()),
-                    ("partition_id", pa.int32()),
-                ]
-            )
-        name = "list_element" if table.kind == "ListState" else "value"
-        return pa.schema([("key", key), (name, value), ("partition_id", pa.int32())])
+    table_schema = staticmethod(table_schema)  # the schema of a table's rows
 
     def _join_v4_view(
         self, op: OperatorState, by_name: dict[str, StateTable], sel: Selection
@@ -259,16 +230,7 @@ class Savepoint:
         """The same table ``export`` gives for a checkpoint, from the savepoint's data files."""
         op = self.resolve_operator(operator)
         if self.metadata.savepoint_type == "native":
-            from statectl.checkpoint.model import Checkpoint
-            from statectl.savepoints.native import EMBEDDED
-            from statectl.state import read_state
-
-            self.verify_native()
-            embedded = Checkpoint(self.io, posixpath.join(self.root, EMBEDDED))
-            return read_state(
-                embedded,
-                dataclasses.replace(sel, operator_id=op.operator_id, batch=self.metadata.batch_id),
-            )
+            return self._read_native(op, sel)
         by_name = {t.name: t for t in op.tables}
         if op.state_format == 4 and op.name == join_state.NAME:
             view = self._join_v4_view(op, by_name, sel)
@@ -277,14 +239,13 @@ class Savepoint:
         if sel.join_store:
             sel = Selection(sel.operator_id, store=sel.join_store)
         if sel.join_side:
-            t = by_name.get(f"{sel.join_side}-keyWithIndexToValue")
-            if t is None:
-                raise StatectlError(
-                    f"operator {op.operator_id} ({op.name}, uid {op.uid}) is not a stream-stream "
-                    "join; --join-side is for symmetricHashJoin operators",
-                    self.root,
-                )
-            return join_side_view(self.read_table(t))
+            return join_side_view(self.read_table(self._join_side_table(op, by_name, sel)))
+        return self.read_table(self._named_table(op, by_name, sel))
+
+    def _named_table(
+        self, op: OperatorState, by_name: dict[str, StateTable], sel: Selection
+    ) -> StateTable:
+        """The store, state variable or ``$timers`` table a selection names."""
         name = "$timers" if sel.registered_timers else (sel.state_var or sel.store or "default")
         if name not in by_name:
             raise StatectlError(
@@ -292,7 +253,29 @@ class Savepoint:
                 f"{', '.join(by_name)}",
                 self.root,
             )
-        return self.read_table(by_name[name])
+        return by_name[name]
+
+    def _read_native(self, op: OperatorState, sel: Selection) -> pa.Table:
+        """A native savepoint's table: read from its embedded checkpoint, verified first."""
+        self.verify_native()
+        embedded = Checkpoint(self.io, posixpath.join(self.root, EMBEDDED))
+        return read_state(
+            embedded,
+            dataclasses.replace(sel, operator_id=op.operator_id, batch=self.metadata.batch_id),
+        )
+
+    def _join_side_table(
+        self, op: OperatorState, by_name: dict[str, StateTable], sel: Selection
+    ) -> StateTable:
+        """The ``keyWithIndexToValue`` store a join side is read from."""
+        t = by_name.get(f"{sel.join_side}-keyWithIndexToValue")
+        if t is None:
+            raise StatectlError(
+                f"operator {op.operator_id} ({op.name}, uid {op.uid}) is not a stream-stream "
+                "join; --join-side is for symmetricHashJoin operators",
+                self.root,
+            )
+        return t
 
 
 def table_selection(operator_id: int, table: StateTable) -> Selection:
@@ -311,334 +294,3 @@ def is_savepoint_dir(io: FileIO, path: str) -> bool:
     return io.exists(posixpath.join(path, METADATA_FILE)) and not io.is_dir(
         posixpath.join(path, METADATA_FILE)
     )
-
-
-def describe_savepoint(sp: Savepoint) -> dict[str, Any]:
-    m = sp.metadata
-    info = _describe(sp)
-    if m.savepoint_type == "native":
-        # Row counts and schemas come from the embedded checkpoint, as for a checkpoint.
-        from statectl.checkpoint.model import Checkpoint
-        from statectl.inspection import describe_operator
-        from statectl.savepoints.native import EMBEDDED
-
-        sp.verify_native()
-        embedded = Checkpoint(sp.io, posixpath.join(sp.root, EMBEDDED))
-        uids = {op.operator_id: op.uid for op in m.operators}
-        info["operators"] = [
-            {**describe_operator(embedded, op, m.batch_id), "uid": uids.get(op.operator_id)}
-            for op in embedded.operators(m.batch_id)
-        ]
-    return info
-
-
-def _describe(sp: Savepoint) -> dict[str, Any]:
-    m = sp.metadata
-    return {
-        "kind": "savepoint",
-        "path": sp.url(),
-        "type": m.savepoint_type,
-        "format_version": m.format_version,
-        "query_id": m.query_id,
-        "batch": m.batch_id,
-        "created_at": m.created_at,
-        "statectl_version": m.statectl_version,
-        "spark_version": m.spark_version,
-        "batch_timestamp_ms": m.batch_timestamp_ms,
-        "batch_watermark_ms": m.batch_watermark_ms,
-        "next_batch_watermark_ms": m.next_batch_watermark_ms,
-        "backend": m.source_checkpoint.get("backend"),
-        "partitions": m.source_checkpoint.get("partitions"),
-        "checkpoint_format_version": m.source_checkpoint.get("checkpoint_format_version"),
-        "source_offsets": {k: maybe_json(v) for k, v in m.offsets.items()},
-        "pinned_confs": dict(sorted(m.pinned_confs.items())),
-        "uncommitted_batches": [],
-        "latest_committed_batch": m.batch_id,
-        "operators": [
-            {
-                "id": op.operator_id,
-                "uid": op.uid,
-                "name": op.name,
-                "kind": op.kind.kind,
-                "state_format": op.kind.state_format(m.pinned_confs),
-                "restorable": op.kind.restorable,
-                "partitions": op.partitions,
-                "stores": [
-                    {
-                        "name": t.name,
-                        "kind": t.kind,
-                        "key_schema": _short(t.key_schema),
-                        "value_schema": _short(t.value_schema),
-                        "rows": t.rows,
-                    }
-                    for t in op.tables
-                ],
-                "properties": op.properties,
-                "bytes": sum(f.bytes for t in op.tables for f in t.files),
-            }
-            for op in m.operators
-        ],
-        "bytes": sp.io.du(sp.root),
-    }
-
-
-def _short(schema_json: str) -> str:
-    from statectl.inspection import schema_string
-
-    return schema_string(schema_json) if schema_json else ""
-
-
-def summarize_savepoint(io: FileIO, path: str) -> dict[str, Any]:
-    """One line of ``statectl list`` for a savepoint directory (complete or not)."""
-    entry: dict[str, Any] = {
-        "kind": "savepoint",
-        "path": io.url(path),
-        "bytes": io.du(path),
-        "problems": [],
-    }
-    try:
-        sp = Savepoint(io, path)
-    except StatectlError as e:
-        entry.update(health="incomplete", complete=False)
-        entry["problems"].append(str(e))
-        return entry
-    m = sp.metadata
-    entry.update(
-        type=m.savepoint_type,
-        query_id=m.query_id,
-        latest_committed_batch=m.batch_id,
-        created_at=m.created_at,
-        complete=True,
-        health="ok",
-        backend=m.source_checkpoint.get("backend"),
-        operators=[f"{op.uid}" for op in m.operators],
-    )
-    for op in m.operators:
-        for t in op.tables:
-            for f in t.files:
-                if not io.exists(posixpath.join(path, f.path)):
-                    entry["problems"].append(f"missing data file {f.path}")
-    if entry["problems"]:
-        entry["health"] = "damaged"
-    return entry
-
-
-@dataclasses.dataclass(frozen=True)
-class DisposePlan:
-    """What ``dispose`` deletes (exactly the savepoint's files) and what it leaves alone."""
-
-    io: FileIO
-    root: str
-    delete: list[str]  # files, _metadata first
-    keep: list[str]  # files and links that are not the savepoint's (only with force)
-    bytes: int
-
-    def to_dict(self, deleted: bool) -> dict[str, Any]:
-        return {
-            "path": self.io.url(self.root),
-            "files": len(self.delete),
-            "bytes": self.bytes,
-            "kept": [self.io.url(p) for p in self.keep],
-            "deleted": deleted,
-        }
-
-
-def _refuse_path_form(url: str) -> None:
-    parts = url.replace("\\", "/").split("/")
-    if ".." in parts or url.rstrip("/") in (".", "") or url.rstrip("/").endswith("/."):
-        raise StatectlError(
-            "name the savepoint directory by its own path, without '.' or '..'; refusing", url
-        )
-
-
-def _is_nested_checkpoint(io: FileIO, d: str) -> bool:
-    return any(io.exists(posixpath.join(d, name)) for name in ("offsets", "commits", "state"))
-
-
-def _local_entries(root: str) -> tuple[list[str], list[str], list[str]]:
-    """(files, symbolic links, directories) under a local ``root``; links are never followed."""
-    files, links, dirs = [], [], []
-    for d, subdirs, names in os.walk(root, followlinks=False):
-        for name in list(subdirs):
-            full = os.path.join(d, name)
-            if os.path.islink(full):
-                links.append(full)
-                subdirs.remove(name)
-            else:
-                dirs.append(full)
-        for name in names:
-            full = os.path.join(d, name)
-            (links if os.path.islink(full) else files).append(full)
-    return files, links, dirs
-
-
-def dispose_plan(url: str, *, force: bool = False) -> DisposePlan:
-    """What ``dispose`` would delete: exactly the files ``_metadata`` lists, ``_metadata`` and
-    statectl's own temporary files. Anything else inside (a user's file, a nested checkpoint,
-    a symbolic link) makes it refuse; ``force`` deletes the savepoint's files around them and
-    still never follows a link or deletes a nested checkpoint."""
-    _refuse_path_form(url)
-    io, root = FileIO.for_url(url)
-    if io.is_local:
-        if os.path.islink(root):
-            raise StatectlError(
-                "is a symbolic link; dispose the savepoint by its real path", io.url(root)
-            )
-        real = os.path.realpath(root)
-        cwd = os.path.realpath(os.getcwd())
-        if real == "/" or cwd == real or cwd.startswith(real.rstrip("/") + "/"):
-            raise StatectlError(
-                "is the current directory or contains it; run dispose from outside it",
-                io.url(root),
-            )
-    elif "/" not in root.strip("/"):
-        raise StatectlError("is a bucket root, not a savepoint directory; refusing", io.url(root))
-    if not io.is_dir(root):
-        raise StatectlError("no such directory", io.url(root))
-    if _is_nested_checkpoint(io, root):
-        raise StatectlError(
-            "is a Spark checkpoint, not a savepoint: refusing to delete it", io.url(root)
-        )
-    sp = Savepoint(io, root)  # raises unless _metadata says this is a statectl savepoint
-    meta_path = posixpath.join(root, METADATA_FILE)
-    m = sp.metadata
-    listed = [f for op in m.operators for t in op.tables for f in t.files]
-    listed += list(m.native_logs or [])
-    ours = {posixpath.join(root, f.path) for f in listed} | {meta_path}
-    if io.is_local:
-        files, links, dirs = _local_entries(root)
-    else:
-        files, links, dirs = [f.path for f in io.walk_files(root)], [], []
-    # A nested checkpoint (e.g. a restore into SP/live) is never part of the savepoint.
-    nested = [d for d in dirs if _is_nested_checkpoint(io, d)]
-
-    def in_nested(p: str) -> bool:
-        return any(p == d or p.startswith(d + "/") for d in nested)
-
-    def bookkeeping(p: str) -> bool:
-        parent, name = posixpath.split(p)
-        if name.startswith(".") and name.endswith(".tmp"):
-            return True  # an atomic write that never finished
-        return (
-            name.startswith(".")
-            and name.endswith(".crc")
-            and (
-                posixpath.join(parent, name[1:-4]) in ours  # a Hadoop checksum of one of ours
-            )
-        )
-
-    delete, foreign = [], []
-    for p in files:
-        if (p in ours or bookkeeping(p)) and not in_nested(p):
-            delete.append(p)
-        else:
-            foreign.append(p)
-    foreign += links
-    if foreign and not force:
-        sample = ", ".join(posixpath.relpath(p, root) for p in sorted(foreign)[:3])
-        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
-        raise StatectlError(
-            f"contains {len(foreign)} file(s) that are not part of the savepoint ({sample}{more}); "
-            "refusing to delete it. Move them out, or pass --force to delete only the "
-            "savepoint's own files",
-            io.url(root),
-        )
-    delete.sort(key=lambda p: p != meta_path)  # _metadata first: never a half-deleted "complete"
-    sizes = {f.path: f.size for f in io.walk_files(root)} if not io.is_local else None
-    total = 0
-    for p in delete:
-        if sizes is not None:
-            total += sizes.get(p, 0)
-        else:
-            total += os.lstat(p).st_size
-    return DisposePlan(io, root, delete, sorted(foreign), total)
-
-
-def dispose(url: str, *, force: bool = False) -> dict[str, Any]:
-    plan = dispose_plan(url, force=force)
-    io = plan.io
-    for p in plan.delete:
-        io.remove(p)
-    if io.is_local:
-        # Remove the directories the savepoint's files left empty, deepest first; links kept
-        # with force are removed as links, never followed.
-        for link in plan.keep:
-            if os.path.islink(link) and force:
-                os.unlink(link)
-        _, _, dirs = _local_entries(plan.root)
-        for d in [*sorted(dirs, key=len, reverse=True), plan.root]:
-            with contextlib.suppress(OSError):  # not empty: what is not ours stays
-                os.rmdir(d)
-    else:
-        for d in sorted({posixpath.dirname(p) for p in plan.delete}, key=len, reverse=True):
-            if d != plan.root and io.exists(d) and not io.list_dir(d):
-                io.remove(d, recursive=True)
-        if not io.list_dir(plan.root) and io.exists(plan.root):
-            io.remove(plan.root, recursive=True)
-    return plan.to_dict(deleted=True)
-
-
-def relabel(url: str, mapping: dict[str, str], target: str | None = None) -> dict[str, Any]:
-    """A new savepoint whose operators ``OLD`` are named ``NEW``; the source is not modified.
-
-    Savepoints are immutable (a deployment may point at one), so relabelling writes a copy
-    beside the source (or under ``target``): the data files of a renamed uid move to
-    ``operators/<NEW>/...``, so folder names keep matching uids; each file is written
-    atomically and ``_metadata`` last, so the copy is complete or visibly incomplete.
-    """
-    from statectl.savepoints.create import _new_dir_name, _safe_name
-
-    sp = Savepoint.open(url)
-    uids = {op.uid for op in sp.metadata.operators}
-    missing = sorted(set(mapping) - uids)
-    if missing:
-        raise StatectlError(
-            f"no operator with uid {', '.join(missing)}; uids: {', '.join(sorted(uids))}", sp.root
-        )
-    new = [mapping.get(op.uid, op.uid) for op in sp.metadata.operators]
-    if len(set(new)) != len(new):
-        raise StatectlError(f"uids would not be unique: {new}", sp.root)
-    if target:
-        out_io, parent = FileIO.for_url(target)
-    else:
-        out_io, parent = sp.io, posixpath.dirname(sp.root)
-    m = sp.metadata
-    out_root = posixpath.join(parent, _new_dir_name(m.query_id, m.batch_id))
-
-    def moved(rel: str, old: str, new_uid: str) -> str:
-        prefix = f"operators/{_safe_name(old)}/"
-        return (
-            f"operators/{_safe_name(new_uid)}/{rel[len(prefix) :]}"
-            if rel.startswith(prefix)
-            else rel
-        )
-
-    renames: dict[str, str] = {}  # relative path in the source -> in the copy
-    ops = []
-    for op in m.operators:
-        new_uid = mapping.get(op.uid, op.uid)
-        tables = []
-        for t in op.tables:
-            files = []
-            for f in t.files:
-                renames[f.path] = moved(f.path, op.uid, new_uid)
-                files.append(dataclasses.replace(f, path=renames[f.path]))
-            tables.append(dataclasses.replace(t, files=files))
-        ops.append(dataclasses.replace(op, uid=new_uid, tables=tables))
-    # Every other file (a native savepoint's embedded checkpoint) is copied where it was.
-    for f in sp.io.walk_files(sp.root):
-        rel = f.path[len(sp.root) + 1 :]
-        if rel == METADATA_FILE:
-            continue
-        dst = posixpath.join(out_root, renames.get(rel, rel))
-        if out_io.fs is sp.io.fs:  # same filesystem: no bytes through this process
-            out_io.copy_atomic(f.path, dst)
-        else:
-            out_io.write_atomic(dst, sp.io.read_bytes(f.path))
-    meta = dataclasses.replace(m, operators=ops)
-    out_io.write_atomic(posixpath.join(out_root, METADATA_FILE), meta.to_json().encode())
-    return {
-        "path": out_io.url(out_root),
-        "source": sp.url(),
-        "relabelled": {old: mapping[old] for old in mapping},
-    }

@@ -1,0 +1,192 @@
+"""``statectl dispose``: delete a savepoint, exactly its own files.
+
+What it deletes is what ``_metadata`` lists, ``_metadata`` itself (first, so a half-deleted
+savepoint is never "complete") and statectl's own temporary files; anything else inside (a
+user's file, a nested checkpoint, a symbolic link) makes it refuse, and ``force`` deletes
+around it without ever following a link or touching a nested checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import posixpath
+from typing import Any
+
+from statectl.errors import StatectlError
+from statectl.io import FileIO
+from statectl.savepoints.format import METADATA_FILE
+from statectl.savepoints.store import Savepoint
+
+
+@dataclasses.dataclass(frozen=True)
+class DisposePlan:
+    """What ``dispose`` deletes (exactly the savepoint's files) and what it leaves alone."""
+
+    io: FileIO
+    root: str
+    delete: list[str]  # files, _metadata first
+    keep: list[str]  # files and links that are not the savepoint's (only with force)
+    bytes: int
+
+    def to_dict(self, deleted: bool) -> dict[str, Any]:
+        return {
+            "path": self.io.url(self.root),
+            "files": len(self.delete),
+            "bytes": self.bytes,
+            "kept": [self.io.url(p) for p in self.keep],
+            "deleted": deleted,
+        }
+
+
+def _refuse_path_form(url: str) -> None:
+    parts = url.replace("\\", "/").split("/")
+    if ".." in parts or url.rstrip("/") in (".", "") or url.rstrip("/").endswith("/."):
+        raise StatectlError(
+            "name the savepoint directory by its own path, without '.' or '..'; refusing", url
+        )
+
+
+def _is_nested_checkpoint(io: FileIO, d: str) -> bool:
+    return any(io.exists(posixpath.join(d, name)) for name in ("offsets", "commits", "state"))
+
+
+def _local_entries(root: str) -> tuple[list[str], list[str], list[str]]:
+    """(files, symbolic links, directories) under a local ``root``; links are never followed."""
+    files: list[str] = []
+    links: list[str] = []
+    dirs: list[str] = []
+    for d, subdirs, names in os.walk(root, followlinks=False):
+        for name in list(subdirs):
+            full = os.path.join(d, name)
+            if os.path.islink(full):
+                links.append(full)
+                subdirs.remove(name)
+            else:
+                dirs.append(full)
+        for name in names:
+            full = os.path.join(d, name)
+            (links if os.path.islink(full) else files).append(full)
+    return files, links, dirs
+
+
+def _refuse_root(io: FileIO, root: str) -> None:
+    """Refuse a root that is no savepoint directory to delete: a link, the working directory
+    or one of its parents, a bucket, a missing directory, a Spark checkpoint."""
+    if io.is_local:
+        if os.path.islink(root):
+            raise StatectlError(
+                "is a symbolic link; dispose the savepoint by its real path", io.url(root)
+            )
+        real = os.path.realpath(root)
+        cwd = os.path.realpath(os.getcwd())
+        if real == "/" or cwd == real or cwd.startswith(real.rstrip("/") + "/"):
+            raise StatectlError(
+                "is the current directory or contains it; run dispose from outside it",
+                io.url(root),
+            )
+    elif "/" not in root.strip("/"):
+        raise StatectlError("is a bucket root, not a savepoint directory; refusing", io.url(root))
+    if not io.is_dir(root):
+        raise StatectlError("no such directory", io.url(root))
+    if _is_nested_checkpoint(io, root):
+        raise StatectlError(
+            "is a Spark checkpoint, not a savepoint: refusing to delete it", io.url(root)
+        )
+
+
+def _bookkeeping(p: str, ours: set[str]) -> bool:
+    """An unfinished atomic write, or a Hadoop checksum of one of the savepoint's files."""
+    parent, name = posixpath.split(p)
+    if name.startswith(".") and name.endswith(".tmp"):
+        return True  # an atomic write that never finished
+    return (
+        name.startswith(".")
+        and name.endswith(".crc")
+        and posixpath.join(parent, name[1:-4]) in ours
+    )
+
+
+def _split(io: FileIO, root: str, ours: set[str]) -> tuple[list[str], list[str]]:
+    """(the savepoint's files to delete, everything else under ``root``)."""
+    if io.is_local:
+        files, links, dirs = _local_entries(root)
+    else:
+        files, links, dirs = [f.path for f in io.walk_files(root)], [], []
+    # A nested checkpoint (e.g. a restore into SP/live) is never part of the savepoint.
+    nested = [d for d in dirs if _is_nested_checkpoint(io, d)]
+
+    def in_nested(p: str) -> bool:
+        return any(p == d or p.startswith(d + "/") for d in nested)
+
+    delete, foreign = [], []
+    for p in files:
+        if (p in ours or _bookkeeping(p, ours)) and not in_nested(p):
+            delete.append(p)
+        else:
+            foreign.append(p)
+    return delete, foreign + links
+
+
+def _size(io: FileIO, root: str, paths: list[str]) -> int:
+    if io.is_local:
+        return sum(os.lstat(p).st_size for p in paths)
+    sizes = {f.path: f.size for f in io.walk_files(root)}
+    return sum(sizes.get(p, 0) for p in paths)
+
+
+def dispose_plan(url: str, *, force: bool = False) -> DisposePlan:
+    """What ``dispose`` would delete: exactly the files ``_metadata`` lists, ``_metadata`` and
+    statectl's own temporary files. Anything else inside (a user's file, a nested checkpoint,
+    a symbolic link) makes it refuse; ``force`` deletes the savepoint's files around them and
+    still never follows a link or deletes a nested checkpoint."""
+    _refuse_path_form(url)
+    io, root = FileIO.for_url(url)
+    _refuse_root(io, root)
+    sp = Savepoint(io, root)  # raises unless _metadata says this is a statectl savepoint
+    meta_path = posixpath.join(root, METADATA_FILE)
+    m = sp.metadata
+    listed = [f for op in m.operators for t in op.tables for f in t.files]
+    listed += list(m.native_logs or [])
+    ours = {posixpath.join(root, f.path) for f in listed} | {meta_path}
+    delete, foreign = _split(io, root, ours)
+    if foreign and not force:
+        sample = ", ".join(posixpath.relpath(p, root) for p in sorted(foreign)[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise StatectlError(
+            f"contains {len(foreign)} file(s) that are not part of the savepoint ({sample}{more}); "
+            "refusing to delete it. Move them out, or pass --force to delete only the "
+            "savepoint's own files",
+            io.url(root),
+        )
+    delete.sort(key=lambda p: p != meta_path)  # _metadata first: never a half-deleted "complete"
+    return DisposePlan(io, root, delete, sorted(foreign), _size(io, root, delete))
+
+
+def dispose(url: str, *, force: bool = False) -> dict[str, Any]:
+    plan = dispose_plan(url, force=force)
+    io = plan.io
+    for p in plan.delete:
+        io.remove(p)
+    if io.is_local:
+        _remove_local_dirs(plan, force)
+    else:
+        for d in sorted({posixpath.dirname(p) for p in plan.delete}, key=len, reverse=True):
+            if d != plan.root and io.exists(d) and not io.list_dir(d):
+                io.remove(d, recursive=True)
+        if not io.list_dir(plan.root) and io.exists(plan.root):
+            io.remove(plan.root, recursive=True)
+    return plan.to_dict(deleted=True)
+
+
+def _remove_local_dirs(plan: DisposePlan, force: bool) -> None:
+    """Remove the directories the savepoint's files left empty, deepest first; links kept
+    with force are removed as links, never followed."""
+    for link in plan.keep:
+        if os.path.islink(link) and force:
+            os.unlink(link)
+    _, _, dirs = _local_entries(plan.root)
+    for d in [*sorted(dirs, key=len, reverse=True), plan.root]:
+        with contextlib.suppress(OSError):  # not empty: what is not ours stays
+            os.rmdir(d)
