@@ -16,14 +16,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.backends import RawState, empty_raw_state
-from statectl.backends.hdfs import hdfs_events, read_hdfs_store
+from statectl.backends import Backend, EntryCodec, RawState, ReadOptions, empty_raw_state
+from statectl.backends import get_backend as get_backend
+from statectl.backends.entries import binary_parts, read_le_int, slice_bytes
 from statectl.backends.replay import bounded_replay
-from statectl.backends.rocksdb import SnapshotMetadata, read_rocksdb_store, rocksdb_events
+from statectl.backends.rocksdb import SnapshotMetadata
 from statectl.checkpoint.model import (
     CODEC_CONF,
     ENCODING_CONF,
-    HDFS,
     MERGE_OPERATOR_CONF,
     ROW_CHECKSUM_CONF,
     Checkpoint,
@@ -80,6 +80,25 @@ class StoreEncoding:
             checkpoint_format=ckpt.checkpoint_format_version(batch),
         )
 
+    @property
+    def store_backend(self) -> Backend:
+        return get_backend(self.backend)
+
+    def entry_codec(self, cf_id: int | None = None) -> EntryCodec:
+        """The backend's bytes around rows, but the version byte: the row decoders strip it
+        (with an Avro schema id after it, or inside prefix-scan keys)."""
+        codec = self.store_backend.entry_codec(cf_id=cf_id, row_checksum=self.row_checksum)
+        return codec.envelope()
+
+    @property
+    def row_prefix(self) -> int:
+        """Bytes in front of an encoded row: the version byte, and Avro's int16 schema id."""
+        version = self.store_backend.entry_codec().row_prefix
+        return version + 2 if self.avro else version
+
+    def read_options(self, unique_id: str | None, verify: bool) -> ReadOptions:
+        return ReadOptions(self.codec, unique_id, self.merge_delimiter, verify)
+
 
 def load_raw(
     ckpt: Checkpoint, op: Operator, store: str, partition: int, batch: int, enc: StoreEncoding
@@ -88,25 +107,15 @@ def load_raw(
     directory = store_dir(ckpt, op.operator_id, partition, store)
     if partition_absent(ckpt, op, partition):
         return empty_raw_state()
-    version = batch + 1
-    if enc.backend == HDFS:
-        return read_hdfs_store(ckpt.io, directory, version, enc.codec, verify=ckpt.verify)
-    return read_rocksdb_store(
-        ckpt.io,
-        directory,
-        version,
-        enc.codec,
-        unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
-        merge_delimiter=enc.merge_delimiter,
-        verify=ckpt.verify,
-    )
+    opts = enc.read_options(_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
+    return enc.store_backend.load(ckpt.io, directory, batch + 1, opts)
 
 
 def _unique_id(
     ckpt: Checkpoint, op: Operator, store: str, partition: int, batch: int, enc: StoreEncoding
 ) -> str | None:
-    """The checkpoint id (format 2) the commit log records for one RocksDB store partition."""
-    if enc.checkpoint_format < 2:
+    """The checkpoint id (format 2) the commit log records for one store partition."""
+    if enc.checkpoint_format < 2 or not enc.store_backend.capabilities.checkpoint_format_2:
         return None
     ids = ckpt.commit(batch).state_unique_ids or {}
     try:
@@ -120,65 +129,6 @@ def _unique_id(
 
 
 # -- byte-level helpers (vectorized over Arrow binary arrays) ------------------------------
-def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(data as uint8, int64 offsets) of a large_binary array without copying the data."""
-    arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
-    _, off_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    )
-    return data, offsets
-
-
-def slice_bytes(
-    arr: pa.Array, start: int | np.ndarray, end: np.ndarray | None = None
-) -> pa.LargeBinaryArray:
-    """Element-wise ``b[start:end]`` (end defaults to the element's end)."""
-    data, offsets = binary_parts(arr)
-    begin = offsets[:-1] + start
-    stop = offsets[1:] if end is None else offsets[:-1] + end
-    if np.any(stop < begin):
-        raise StatectlError("state entry shorter than its encoding prefix; the store is corrupt")
-    n = len(begin)
-    arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
-    if n and arr.buffers()[2] is not None and _inside(begin, stop, offsets):
-        # Arrow's take over a zero-copy view whose even elements are the kept ranges: memory
-        # and time linear in the rows and the kept bytes (a per-byte index costs 16x the data).
-        bounds = np.empty(2 * n + 1, dtype=np.int64)
-        bounds[0:-1:2] = begin
-        bounds[1:-1:2] = stop
-        bounds[-1] = stop[-1]
-        view = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), 2 * n, [None, pa.py_buffer(bounds), arr.buffers()[2]]
-        )
-        return view.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
-    lengths = stop - begin
-    new_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_offsets[1:])
-    # Gather the kept byte ranges: index of every kept byte = its range start + position within.
-    idx = np.repeat(begin - new_offsets[:-1], lengths) + np.arange(new_offsets[-1], dtype=np.int64)
-    gathered = data[idx] if len(idx) else np.zeros(0, np.uint8)
-    return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(lengths), [None, pa.py_buffer(new_offsets), pa.py_buffer(gathered)]
-    )
-
-
-def _inside(begin: np.ndarray, stop: np.ndarray, offsets: np.ndarray) -> bool:
-    """Kept ranges that stay inside their elements (so they never overlap): then the
-    zero-copy view of :func:`slice_bytes` is valid."""
-    return bool((begin >= offsets[:-1]).all() and (stop <= offsets[1:]).all())
-
-
-def read_le_int(arr: pa.Array, at: int, width: int, signed: bool = True) -> np.ndarray:
-    data, offsets = binary_parts(arr)
-    pos = offsets[:-1] + at
-    cols = data[pos[:, None] + np.arange(width)]
-    dtype = {2: "<i2", 4: "<i4", 8: "<i8"}[width]
-    out = np.ascontiguousarray(cols).view(dtype).reshape(-1)
-    return out if signed else out.astype(dtype.replace("i", "u"))
-
-
 def _struct_fields(schema_json: str) -> list[dict]:
     return json.loads(schema_json)["fields"]
 
@@ -188,22 +138,26 @@ def _sub_schema(fields: list[dict]) -> str:
 
 
 def decode_rows(rows: pa.Array, schema_json: str, enc: StoreEncoding, path: str) -> pa.StructArray:
+    skip = enc.row_prefix
+    rows = slice_bytes(rows, skip) if skip else rows
     if enc.avro:
         from statectl.codecs.avro import decode_avro_rows
 
         # Avro rows: 0x00 version byte, int16 schema id, then the Avro record. A NullType-only
         # schema (e.g. timers' `__dummy__`) encodes to nothing after the prefix.
-        return decode_avro_rows(slice_bytes(rows, 3), parse_schema(schema_json), path)
-    return decode_unsafe_rows(slice_bytes(rows, 1), parse_schema(schema_json), path)
+        return decode_avro_rows(rows, parse_schema(schema_json), path)
+    return decode_unsafe_rows(rows, parse_schema(schema_json), path)
 
 
 def decode_key(
     keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path: str
 ) -> pa.StructArray:
-    """RocksDB key bytes (prefix already stripped) -> the key struct."""
+    """Key bytes (column family id already stripped) -> the key struct. A backend without key
+    encoders (HDFS) stores the key row as it is."""
     spec = desc.key_encoder_spec.get("keyStateEncoderType", "NoPrefixKeyStateEncoderSpec")
     n_prefix = desc.num_cols_prefix_key
-    if spec == "NoPrefixKeyStateEncoderSpec" and n_prefix == 0:
+    plain = spec == "NoPrefixKeyStateEncoderSpec" and n_prefix == 0
+    if plain or not enc.store_backend.capabilities.key_encoders:
         return decode_rows(keys, desc.key_schema, enc, path)
     if spec in ("TimestampAsPostfixKeyStateEncoderSpec", "TimestampAsPrefixKeyStateEncoderSpec"):
         return _decode_timestamp_key(
@@ -274,19 +228,10 @@ def _table(key: pa.Array, value_name: str, value: pa.Array, partition: int) -> p
 def _kv_rows(
     raw: RawState, desc: StoreDescription, enc: StoreEncoding, partition: int, path: str
 ) -> pa.Table:
-    keys, values = raw.keys, raw.values
     check_schema(desc)
-    if enc.backend == HDFS:
-        if enc.row_checksum:
-            values = slice_bytes(values, 4)
-        k = decode_unsafe_rows(keys, parse_schema(desc.key_schema), path)
-        v = decode_unsafe_rows(values, parse_schema(desc.value_schema), path)
-    else:
-        if enc.row_checksum:
-            # Observed (4.3.0): int32 checksum, int32 LE length, then the encoded value.
-            values = slice_bytes(values, 8)
-        k = decode_key(keys, desc, enc, path)
-        v = decode_rows(values, desc.value_schema, enc, path)
+    keys, values, _ = enc.entry_codec().decode(raw.keys, raw.values)
+    k = decode_key(keys, desc, enc, path)
+    v = decode_rows(values, desc.value_schema, enc, path)
     return _table(k, "value", v, partition)
 
 
@@ -300,9 +245,11 @@ def _cf_entries(raw: RawState, name: str, path: str) -> tuple[pa.Array, pa.Array
         )
     if len(raw.keys) == 0:
         return raw.keys, raw.values
-    ids = read_le_int(raw.keys, 0, 2)
-    mask = pa.array(ids == raw.cf_ids[name])
-    return slice_bytes(pc.filter(raw.keys, mask), 2), pc.filter(raw.values, mask)
+    cf_id = raw.cf_ids[name]
+    mask = pa.array(read_le_int(raw.keys, 0, 2) == cf_id)
+    # The id only: column family values carry no row checksum here (Spark 4.3 writes none).
+    codec = EntryCodec(cf_id=cf_id)
+    return codec.decode(pc.filter(raw.keys, mask), pc.filter(raw.values, mask))[:2]
 
 
 def _split_list_blob(blob: bytes, path: str) -> list[bytes]:
@@ -514,23 +461,13 @@ def live_entries(
     directory = store_dir(ckpt, op.operator_id, partition, store)
     # A chunk is decoded (and written) after it is read: about a tenth of the budget each.
     chunk_bytes = max(1 << 10, budget // 10)
-    if enc.backend == HDFS:
-        unique, chunks = hdfs_events(
-            ckpt.io, directory, batch + 1, enc.codec, verify=ckpt.verify, max_bytes=chunk_bytes
-        )
-    else:
-        unique, chunks = rocksdb_events(
-            ckpt.io,
-            directory,
-            batch + 1,
-            enc.codec,
-            unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
-            verify=ckpt.verify,
-            max_bytes=chunk_bytes,
-            metas=metas,
-        )
+    backend = enc.store_backend
+    opts = enc.read_options(_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
+    unique, chunks = backend.events(
+        ckpt.io, directory, batch + 1, opts, max_bytes=chunk_bytes, metas=metas
+    )
     if in_key_order is not None:
-        in_key_order.append(unique and enc.backend != HDFS)
+        in_key_order.append(unique and backend.iterates_in_key_order())
     if unique:  # one snapshot: each key once, no replay
         for chunk in chunks:
             yield chunk.keys, chunk.values

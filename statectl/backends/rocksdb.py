@@ -16,6 +16,7 @@ import os
 import posixpath
 import re
 import tempfile
+import uuid
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -24,7 +25,28 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from statectl.backends import RawState, empty_raw_state, version_chain
+from statectl.backends.base import (
+    CHANGELOG,
+    SNAPSHOT,
+    Batches,
+    Capabilities,
+    RawState,
+    ReadOptions,
+    WriteOptions,
+    check_layout,
+    empty_raw_state,
+    version_chain,
+)
+from statectl.backends.entries import EntryCodec
+from statectl.backends.hdfs import check_files
+from statectl.backends.streamed import (
+    empty_changelogs,
+    merge_runs,
+    run_rows,
+    sorted_runs,
+    write_records_streamed,
+)
+from statectl.backends.writers import write_rocksdb_snapshot, write_rocksdb_store
 from statectl.checksums import iter_verified, read_verified, stream_block
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.jsonfields import Fields, loads
@@ -36,9 +58,10 @@ from statectl.codecs.records import (
     last_writer_wins,
     parse_changelog,
 )
-from statectl.errors import CorruptFileError, MissingFileError
+from statectl.errors import CorruptFileError, MissingFileError, StatectlError
 from statectl.io import FileIO, relative_inside
 
+PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _FILE_RE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]{36}))?\.(zip|changelog)$")
 
 
@@ -441,3 +464,138 @@ def _changelog_chunks(
     yield from iter_record_stream(
         itertools.chain([first], pieces), path, max_bytes=max_bytes, start=start
     )
+
+
+class RocksDBBackend:
+    """RocksDBStateStoreProvider (see the module docstring): keys and values carry the
+    encoding-version byte, column-family stores a 2-byte family id in front of keys, and row
+    checksums (Spark 4.1+) 8 bytes in front of values: the checksum, then the value's length."""
+
+    name = "rocksdb"
+    provider_classes = (PROVIDER,)
+    capabilities = Capabilities(
+        layouts=(SNAPSHOT, CHANGELOG),
+        column_families=True,
+        checkpoint_format_2=True,
+        row_checksums=True,
+        sorted_layouts=(SNAPSHOT,),
+        key_encoders=True,
+    )
+
+    def recognises(self, provider_class: str) -> bool:
+        return provider_class.endswith("RocksDBStateStoreProvider")
+
+    def owns_file(self, name: str) -> bool:
+        return _FILE_RE.match(name) is not None
+
+    def versions(self, io: FileIO, store_dir: str) -> list[int]:
+        return sorted({f.version for f in list_version_files(io, store_dir)})
+
+    def files_for_version(
+        self, io: FileIO, store_dir: str, version: int, opts: ReadOptions
+    ) -> list[str]:
+        if version == 0:
+            return []
+        base, chain, _ = _version_chain(
+            io, store_dir, version, opts.codec, opts.unique_id, opts.verify
+        )
+        return ([base.path] if base else []) + [f.path for f in chain]
+
+    def load(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> RawState:
+        return read_rocksdb_store(
+            io,
+            store_dir,
+            version,
+            opts.codec,
+            unique_id=opts.unique_id,
+            merge_delimiter=opts.merge_delimiter,
+            verify=opts.verify,
+        )
+
+    def events(
+        self,
+        io: FileIO,
+        store_dir: str,
+        version: int,
+        opts: ReadOptions,
+        *,
+        max_bytes: int,
+        metas: list | None = None,
+    ) -> tuple[bool, Iterator[RecordBatch]]:
+        return rocksdb_events(
+            io,
+            store_dir,
+            version,
+            opts.codec,
+            unique_id=opts.unique_id,
+            verify=opts.verify,
+            max_bytes=max_bytes,
+            metas=metas,
+        )
+
+    def iterates_in_key_order(self) -> bool:
+        return True  # a snapshot is iterated by RocksDB, in its key order
+
+    def entry_codec(
+        self, *, cf_id: int | None = None, row_checksum: bool = False, key_version: bool = True
+    ) -> EntryCodec:
+        return EntryCodec(
+            version_byte=True,
+            key_version=key_version,
+            cf_id=cf_id,
+            checksum_bytes=8 if row_checksum else 0,
+        )
+
+    def write(
+        self, io: FileIO, store_dir: str, opts: WriteOptions, keys: pa.Array, values: pa.Array
+    ) -> str | None:
+        check_layout(self, opts.layout)
+        if opts.layout == CHANGELOG:
+            write_rocksdb_store(io, store_dir, opts.version, opts.codec, keys, values, encoded=True)
+            return None
+        uid = str(uuid.uuid4()) if opts.unique_ids else None
+        write_rocksdb_snapshot(io, store_dir, opts.version, keys, values, unique_id=uid)
+        return uid
+
+    def write_streamed(
+        self,
+        io: FileIO,
+        store_dir: str,
+        opts: WriteOptions,
+        batches: Batches,
+        scratch: str,
+        budget: int,
+    ) -> str | None:
+        check_layout(self, opts.layout)
+        if opts.layout == CHANGELOG:
+            empty_changelogs(io, store_dir, opts.codec, opts.version)
+            path = posixpath.join(store_dir, f"{opts.version}.changelog")
+            write_records_streamed(io, path, opts.codec, batches, scratch)
+            return None
+        uid = str(uuid.uuid4()) if opts.unique_ids else None
+        runs = sorted_runs(batches(), scratch, budget)
+        write_rocksdb_snapshot(
+            io,
+            store_dir,
+            opts.version,
+            None,
+            None,
+            unique_id=uid,
+            batches=merge_runs(runs),
+            num_keys=sum(run_rows(r) for r in runs),
+        )
+        return uid
+
+    def check(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> list[str]:
+        """Problems with the version files and, for a snapshot zip, the SSTs it names."""
+        problems = check_files(io, lambda: self.files_for_version(io, store_dir, version, opts))
+        if problems:
+            return problems
+        try:
+            self.load(io, store_dir, version, opts)
+        except StatectlError as e:
+            return [str(e)]
+        return []
+
+
+BACKEND = RocksDBBackend()

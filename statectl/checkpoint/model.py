@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from statectl.backends import HDFS as HDFS  # re-exported for restoring.py, see below
+from statectl.backends import ROCKSDB as ROCKSDB
+from statectl.backends import Backend, backend_for_provider, provider_classes
 from statectl.checkpoint.logs import (
     CommitMetadata,
     OffsetSeq,
@@ -36,7 +39,6 @@ from statectl.errors import (
     MissingFileError,
     NotACheckpointError,
     StatectlError,
-    UnsupportedError,
 )
 from statectl.io import FileIO
 from statectl.operators import (
@@ -48,13 +50,7 @@ from statectl.operators import (
     single_partition,
 )
 
-HDFS = "hdfs"
-ROCKSDB = "rocksdb"
-PROVIDER_CLASSES = {
-    HDFS: "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    ROCKSDB: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-}
-# The name of operators of checkpoints without operator metadata (Spark < 4.0).
+# The operator of checkpoints without operator metadata (Spark < 4.0).
 UNKNOWN_OPERATOR = "unknown"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -62,17 +58,9 @@ CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 MERGE_OPERATOR_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
-
-
-def backend_of_provider(provider_class: str | None, path: str) -> str:
-    if provider_class is None:
-        # Spark's default provider when the conf was never pinned (very old checkpoints).
-        return HDFS
-    if provider_class.endswith("RocksDBStateStoreProvider"):
-        return ROCKSDB
-    if provider_class.endswith("HDFSBackedStateStoreProvider"):
-        return HDFS
-    raise UnsupportedError(f"unsupported state store provider {provider_class}", path)
+# Backend identity lives in statectl/backends; these names stay importable from here only for
+# statectl/restoring.py, whose owner moves it to statectl.backends (then they go).
+PROVIDER_CLASSES = provider_classes()
 
 
 @dataclass
@@ -271,8 +259,12 @@ class Checkpoint:
 
     # -- pinned configuration --------------------------------------------------------------
     def backend(self, batch: int) -> str:
+        """The name of the backend the offset log pins (:meth:`store_backend`'s)."""
+        return self.store_backend(batch).name
+
+    def store_backend(self, batch: int) -> Backend:
         off = self.offsets(batch)
-        return backend_of_provider(off.pinned_conf(PROVIDER_CONF), off_path(self, batch))
+        return backend_for_provider(off.pinned_conf(PROVIDER_CONF), off_path(self, batch))
 
     def checkpoint_format_version(self, batch: int) -> int:
         """Spark derives it from the commit log version: v1 -> 1, v2 -> 2, v3 (sink
