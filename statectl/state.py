@@ -453,7 +453,7 @@ def live_entries(
     scratch: str,
     metas: list[SnapshotMetadata] | None = None,
     in_key_order: list[bool] | None = None,
-) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
+) -> Generator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray], None, None]:
     """A store partition's live entries, as :func:`load_raw` has them, a chunk at a time
     (RocksDB: the base snapshot's metadata is appended to ``metas`` before its first chunk;
     whether the entries come in RocksDB's key order, one snapshot iterated, is appended to

@@ -114,9 +114,9 @@ class HdfsBackend:
     """HDFSBackedStateStoreProvider (see the module docstring): UnsafeRow keys and values,
     a 4-byte row checksum in front of values when Spark 4.1+ records one."""
 
-    name = "hdfs"
-    provider_classes = (PROVIDER,)
-    capabilities = Capabilities(
+    name: str = "hdfs"
+    provider_classes: tuple[str, ...] = (PROVIDER,)
+    capabilities: Capabilities = Capabilities(
         layouts=(SNAPSHOT,), column_families=False, checkpoint_format_2=False, row_checksums=True
     )
 

@@ -21,6 +21,7 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -105,8 +106,9 @@ def parse_snapshot_metadata(text: str, path: str) -> SnapshotMetadata:
     if head.strip() != "v1":
         raise CorruptFileError(f"RocksDB checkpoint metadata version {head!r} is not v1", path)
     obj = Fields(loads(body, path, "RocksDB checkpoint metadata"), path)
-    ssts = obj.obj_list("sstFiles", [])
-    logs = obj.obj_list("logFiles", [])
+    # Typed here: jsonfields' ``list`` method shadows the builtin in its annotations.
+    ssts: list[Fields] = list(obj.obj_list("sstFiles", []))
+    logs: list[Fields] = list(obj.obj_list("logFiles", []))
     for e in ssts + logs:
         e.str("localFileName")
         e.str("dfsSstFileName" if e in ssts else "dfsLogFileName")
@@ -244,7 +246,7 @@ def iter_zip(
             items = iter(db.items())
             while True:
                 try:
-                    k, v = next(items)
+                    k, v = cast(tuple[bytes, bytes], next(items))  # raw_mode: bytes
                 except StopIteration:
                     break
                 except Exception as e:  # rocksdict raises plain Exception
@@ -471,9 +473,9 @@ class RocksDBBackend:
     encoding-version byte, column-family stores a 2-byte family id in front of keys, and row
     checksums (Spark 4.1+) 8 bytes in front of values: the checksum, then the value's length."""
 
-    name = "rocksdb"
-    provider_classes = (PROVIDER,)
-    capabilities = Capabilities(
+    name: str = "rocksdb"
+    provider_classes: tuple[str, ...] = (PROVIDER,)
+    capabilities: Capabilities = Capabilities(
         layouts=(SNAPSHOT, CHANGELOG),
         column_families=True,
         checkpoint_format_2=True,
