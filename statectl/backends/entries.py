@@ -117,7 +117,7 @@ def add_prefix(arr: pa.Array, heads: np.ndarray) -> pa.LargeBinaryArray:
     n = heads.shape[1]
     out_len = lengths + n
     out = np.empty(int(out_len.sum()), dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum(out_len)[:-1])).astype(np.int64)
+    starts = (np.cumsum(out_len) - out_len).astype(np.int64)
     if len(starts):
         out[starts[:, None] + np.arange(n)] = heads
         body = np.repeat(starts + n - offsets[:-1], lengths) + np.arange(
