@@ -117,6 +117,9 @@ class BackendTests:
         caps = self.backend.capabilities
         assert caps.layouts and len(set(caps.layouts)) == len(caps.layouts)
         assert set(caps.sorted_layouts) <= set(caps.layouts)
+        assert all(caps.layout(layout) == layout for layout in caps.layouts)
+        assert caps.layout("no such layout") == caps.layouts[0]
+        assert self.backend.title and self.backend.title.lower() == self.backend.name
 
     # -- write, then read ------------------------------------------------------------------
     @pytest.mark.parametrize("codec", CODECS)

@@ -110,11 +110,21 @@ class Capabilities:
         """Whether ``layout`` can hold column families (RocksDB: only a zip+SST snapshot)."""
         return self.column_families and layout in self.sorted_layouts
 
+    def checkpoint_format_2_in(self, layout: str) -> bool:
+        """Whether ``layout`` is written with unique ids (RocksDB: only a zip+SST snapshot)."""
+        return self.checkpoint_format_2 and layout in self.sorted_layouts
+
+    def layout(self, requested: str | None) -> str:
+        """``requested`` if this backend has it, else its default layout (a restore asks for
+        RocksDB's changelog layout; HDFS writes its snapshot whatever was asked)."""
+        return requested if requested in self.layouts else self.layouts[0]
+
 
 class Backend(Protocol):
     """One state store provider's files (see the module docstring)."""
 
     name: str  # what statectl calls it: "hdfs", "rocksdb"
+    title: str  # what messages call it: "HDFS", "RocksDB"
     # Provider classes Spark records under spark.sql.streaming.stateStore.providerClass; the
     # first is the one a restore pins.
     provider_classes: tuple[str, ...]

@@ -115,6 +115,7 @@ class HdfsBackend:
     a 4-byte row checksum in front of values when Spark 4.1+ records one."""
 
     name: str = "hdfs"
+    title: str = "HDFS"
     provider_classes: tuple[str, ...] = (PROVIDER,)
     capabilities: Capabilities = Capabilities(
         layouts=(SNAPSHOT,), column_families=False, checkpoint_format_2=False, row_checksums=True

@@ -285,6 +285,7 @@ class RocksDBBackend:
     checksums (Spark 4.1+) 8 bytes in front of values: the checksum, then the value's length."""
 
     name: str = "rocksdb"
+    title: str = "RocksDB"
     provider_classes: tuple[str, ...] = (PROVIDER,)
     capabilities: Capabilities = Capabilities(
         layouts=(SNAPSHOT, CHANGELOG),
