@@ -21,13 +21,14 @@ object stores (concurrent transfers; s3fs and fork do not mix).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import inspect
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -114,7 +115,6 @@ class TaskRunner(Protocol):
         ...
 
 
-@runtime_checkable
 class StateEngine(TaskRunner, Protocol):
     """What restore, migrate, savepoint and export need from an engine: its name, each task's
     memory budget, how many tasks run at once, whether tasks run on this machine (they share
@@ -166,6 +166,24 @@ class StateEngine(TaskRunner, Protocol):
         """Each target partition's rows of ``tables`` (by name, in savepoint order) as spill
         files, one partition after the other."""
         ...
+
+
+_ENGINE_MEMBERS = (
+    "name",
+    "per_task",
+    "workers",
+    "runs_locally",
+    "run",
+    "restore_stores",
+    "partition_spills",
+)
+
+
+def is_state_engine(obj: Any) -> TypeGuard[StateEngine]:
+    """Whether ``obj`` is an engine, judged without calling its properties (the Spark engine's
+    ask its session, which ``isinstance`` against a runtime protocol would do)."""
+    missing = object()
+    return all(inspect.getattr_static(obj, m, missing) is not missing for m in _ENGINE_MEMBERS)
 
 
 @dataclass(frozen=True)

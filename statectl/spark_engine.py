@@ -49,6 +49,7 @@ from statectl.engine import (
     SpillWriters,
     StateEngine,
     StoreFormat,
+    is_state_engine,
     parse_memory,
     spill_dir,
     table_schema,
@@ -518,7 +519,7 @@ def engine_for(
     ``spark_confs``; ``memory`` is each Spark task's budget), ``"auto"`` (:func:`choose_engine`
     over ``state_bytes()``, the state's size), a SparkSession (the Spark engine on it), or an
     engine. ``spark`` given with ``"local"`` means the Spark engine (savepoint's ``spark=``)."""
-    if isinstance(engine, StateEngine):
+    if is_state_engine(engine):
         return engine
     name, spark = _engine_name(engine, spark, spark_confs, state_bytes)
     if name == "local" and spark is None:
