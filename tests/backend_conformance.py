@@ -136,6 +136,21 @@ class BackendTests:
             name = files[-1].rsplit("/", 1)[-1]
             assert self.backend.owns_file(name)
             assert self.backend.check(io, directory, 3, opts) == []
+            copies = self.backend.copy_files(io, directory, 3, opts)
+            assert set(files) <= set(copies) and all(io.exists(f) for f in copies)
+            # A copy of the files (a native savepoint) loads as the original does.
+            self.assert_copy_loads(copies, directory, root / "copy", opts, state)
+
+    def assert_copy_loads(
+        self, copies: list[str], directory: str, target: Path, opts: ReadOptions, state: Any
+    ) -> None:
+        for f in copies:
+            dst = target / Path(f).relative_to(directory)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(Path(f).read_bytes())
+        copied = self.backend.load(LOCAL, str(target), 3, opts)
+        assert copied.keys.to_pylist() == state.keys.to_pylist()
+        assert copied.values.to_pylist() == state.values.to_pylist()
 
     def test_empty_partition(self, tmp_path):
         for i, (layout, v2) in enumerate(self.formats()):

@@ -149,6 +149,12 @@ class Backend(Protocol):
         one)."""
         ...
 
+    def copy_files(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> list[str]:
+        """Every file a copy of ``version`` needs (a native savepoint): the version's files, the
+        files they name (RocksDB's SSTs), and their checksum sidecars where the backend keeps
+        them."""
+        ...
+
     def load(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> RawState:
         """The live entries of one store partition at ``version``, in memory."""
         ...

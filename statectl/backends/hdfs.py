@@ -138,6 +138,9 @@ class HdfsBackend:
     ) -> list[str]:
         return files_for_version(io, store_dir, version)
 
+    def copy_files(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> list[str]:
+        return files_for_version(io, store_dir, version)
+
     def load(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> RawState:
         return read_hdfs_store(io, store_dir, version, opts.codec, verify=opts.verify)
 

@@ -37,7 +37,7 @@ from statectl.backends.hdfs import check_files
 from statectl.backends.rocksdb_zip import SnapshotMetadata as SnapshotMetadata
 from statectl.backends.rocksdb_zip import _read_zip as _read_zip
 from statectl.backends.rocksdb_zip import bare_name as bare_name
-from statectl.backends.rocksdb_zip import iter_zip
+from statectl.backends.rocksdb_zip import iter_zip, zip_references
 from statectl.backends.rocksdb_zip import parse_snapshot_metadata as parse_snapshot_metadata
 from statectl.backends.streamed import (
     empty_changelogs,
@@ -314,6 +314,20 @@ class RocksDBBackend:
             io, store_dir, version, opts.codec, opts.unique_id, opts.verify
         )
         return ([base.path] if base else []) + [f.path for f in chain]
+
+    def copy_files(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> list[str]:
+        files = list_version_files(io, store_dir)
+        if opts.unique_id is None:
+            base, chain = chain_v1(files, version, store_dir)
+        else:
+            base, chain, _ = chain_v2(
+                io, opts.codec, files, version, opts.unique_id, store_dir, opts.verify
+            )
+        out = [f.path for f in chain]
+        if base is not None:
+            out += [base.path, *zip_references(io, store_dir, base.path)]
+        # Checkpoint format v2 keeps a JSON checksum beside each state file: copy it when present.
+        return out + [p + ".crc" for p in out if not p.endswith(".sst") and io.exists(p + ".crc")]
 
     def load(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> RawState:
         return read_rocksdb_store(

@@ -246,3 +246,22 @@ def _check_count(db: Any, meta: SnapshotMetadata, zip_path: str, total: int) -> 
 
 def _binary(items: list[bytes]) -> pa.LargeBinaryArray:
     return pa.array(items, type=pa.large_binary())
+
+
+def zip_references(io: FileIO, store_dir: str, zip_path: str) -> list[str]:
+    """The SST and log files a snapshot zip's metadata names, inside ``store_dir``."""
+    source = zip_path + "!metadata"
+    try:
+        with zipfile.ZipFile(_io.BytesIO(io.read_bytes(zip_path))) as z:
+            meta = parse_snapshot_metadata(z.read("metadata").decode(), source)
+    except (zipfile.BadZipFile, KeyError, zlib.error, UnicodeDecodeError, EOFError):
+        raise CorruptFileError("snapshot zip is corrupt or has no metadata", zip_path) from None
+    out = []
+    for entries, folder, key in (
+        (meta.sst_files, "SSTs", "dfsSstFileName"),
+        (meta.log_files, "logs", "dfsLogFileName"),
+    ):
+        for e in entries:
+            name = bare_name(e.get(key) if isinstance(e, dict) else None, source)
+            out.append(io.inside(posixpath.join(store_dir, folder), name, source))
+    return out
