@@ -8,7 +8,7 @@ state, map state, timers, every join row at format 3) a spilled batch at a time;
 merge by key (a list state's elements, a format 4 join's values) bucket by bucket, split by a
 hash of their encoded key, so that every row of a key meets in one bucket. The encoded entries
 go to a spill file, which is sorted in runs that fit the budget and merged into the RocksDB SST
-writer, as key-value stores are (:meth:`statectl.engine.StoreFormat.write_streamed`). The
+writer, as key-value stores are (:meth:`statectl.backends.base.Backend.write_streamed`). The
 entries are the same as the whole encoding's.
 """
 
@@ -22,17 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from statectl.backends.streamed import BUILD_FACTOR, merge_runs
 from statectl.codecs.murmur3 import hash_bytes
-from statectl.engine import (
-    BUILD_FACTOR,
+from statectl.join_state import join_key_bytes
+from statectl.spill import (
     SpilledTable,
     SpillWriters,
-    merge_runs,
     read_spills,
     sorted_runs,
     split_by_partition,
 )
-from statectl.join_state import join_key_bytes
 from statectl.state import read_le_int
 from statectl.tws_encode import TableEncoder
 

@@ -76,7 +76,7 @@ DUMMY_SCHEMA = _schema([_field("__dummy__", "void")])
 
 def format_of(kind: Any) -> int | None:
     """3 or 4 for a column-family join kind (statectl/operators.py), else None."""
-    return {JOIN_V3.kind: 3, JOIN_V4.kind: 4}.get(getattr(kind, "kind", None))
+    return {JOIN_V3.kind: 3, JOIN_V4.kind: 4}.get(getattr(kind, "kind", ""))
 
 
 def pinned_format(confs: dict[str, str]) -> int:

@@ -288,33 +288,24 @@ def classify(
     """
     stores = tuple(store_names)
     if name == "symmetricHashJoin":
-        if stores == JOIN_STORES and not column_families:
-            return JOIN_V2
-        if column_families and sorted(families) == sorted(JOIN_V3_FAMILIES):
-            return JOIN_V3
-        if column_families and sorted(families) == sorted(JOIN_V4_FAMILIES):
-            return JOIN_V4
-        return JOIN_VCF
+        return _join_kind(stores, column_families, families)
     if name == UNKNOWN:
-        if stores == JOIN_STORES:
-            return JOIN_V2
-        if any(_has_session_window(k) for k in key_schemas):
-            return _unmodelled(
-                name,
-                "a session window (its key ends with the session start and Spark places it by "
-                "the grouping keys), but Spark < 4 recorded no operator metadata to confirm it: "
-                "restore with --query, whose plan confirms it",
-            )
-        if not column_families and key_schemas and all(map(is_global_limit_key, key_schemas)):
-            if stores == ("default",):
-                return GLOBAL_LIMIT
-            return _unmodelled(name, f"a streaming limit's key in stores {list(stores)}")
-        if stores == ("default",) and not column_families:
-            return OperatorKind("unknown (Spark < 4, no operator metadata)", "stores", ("default",))
-        return _unmodelled(name, "Spark < 4 wrote no operator metadata for this store layout")
+        return _unknown_kind(name, stores, column_families, key_schemas)
     kind = _BY_NAME.get(name)
     if kind is None:
         return _unmodelled(name, f"no spec for Spark operator {name!r}")
+    return _checked_kind(kind, name, stores, column_families, prefix_columns, key_schemas)
+
+
+def _checked_kind(
+    kind: OperatorKind,
+    name: str,
+    stores: tuple[str, ...],
+    column_families: bool,
+    prefix_columns: Sequence[int],
+    key_schemas: Sequence[str],
+) -> OperatorKind:
+    """The spec of a named operator, if its recorded stores and keys are the spec's."""
     if kind.layout == "column-families":
         if not column_families:
             return _unmodelled(name, "expected column families, found plain stores")
@@ -324,18 +315,59 @@ def classify(
             name, f"unexpected stores {list(stores)} (the spec has {list(kind.stores)})"
         )
     if kind is SESSION_WINDOW:
-        if not key_schemas or not all(is_session_key(k) for k in key_schemas):
-            return _unmodelled(
-                name, f"a session window key must end with {SESSION_START}: timestamp"
-            )
-        expected = [session_prefix(k) for k in key_schemas]
-        if prefix_columns and [int(n or 0) for n in prefix_columns] != expected:
-            return _unmodelled(
-                name,
-                f"numColsPrefixKey {list(prefix_columns)} is not the number of grouping keys "
-                f"{expected}",
-            )
-        return kind
+        return _session_kind(name, prefix_columns, key_schemas)
     if kind.restorable and any(int(n or 0) for n in prefix_columns):
         return _unmodelled(name, "its stores use a prefix key (numColsPrefixKey > 0)")
     return kind
+
+
+def _join_kind(
+    stores: tuple[str, ...], column_families: bool, families: Sequence[str]
+) -> OperatorKind:
+    """A stream-stream join's state format, from its stores or column families."""
+    if stores == JOIN_STORES and not column_families:
+        return JOIN_V2
+    if column_families and sorted(families) == sorted(JOIN_V3_FAMILIES):
+        return JOIN_V3
+    if column_families and sorted(families) == sorted(JOIN_V4_FAMILIES):
+        return JOIN_V4
+    return JOIN_VCF
+
+
+def _unknown_kind(
+    name: str, stores: tuple[str, ...], column_families: bool, key_schemas: Sequence[str]
+) -> OperatorKind:
+    """Spark < 4's operators, which record no name: known by their stores and key schemas."""
+    if stores == JOIN_STORES:
+        return JOIN_V2
+    if any(_has_session_window(k) for k in key_schemas):
+        return _unmodelled(
+            name,
+            "a session window (its key ends with the session start and Spark places it by "
+            "the grouping keys), but Spark < 4 recorded no operator metadata to confirm it: "
+            "restore with --query, whose plan confirms it",
+        )
+    if not column_families and key_schemas and all(map(is_global_limit_key, key_schemas)):
+        if stores == ("default",):
+            return GLOBAL_LIMIT
+        return _unmodelled(name, f"a streaming limit's key in stores {list(stores)}")
+    if stores == ("default",) and not column_families:
+        return OperatorKind("unknown (Spark < 4, no operator metadata)", "stores", ("default",))
+    return _unmodelled(name, "Spark < 4 wrote no operator metadata for this store layout")
+
+
+def _session_kind(
+    name: str, prefix_columns: Sequence[int], key_schemas: Sequence[str]
+) -> OperatorKind:
+    """A session window, when its keys end with the session start and the recorded prefix
+    columns are its grouping keys."""
+    if not key_schemas or not all(is_session_key(k) for k in key_schemas):
+        return _unmodelled(name, f"a session window key must end with {SESSION_START}: timestamp")
+    expected = [session_prefix(k) for k in key_schemas]
+    if prefix_columns and [int(n or 0) for n in prefix_columns] != expected:
+        return _unmodelled(
+            name,
+            f"numColsPrefixKey {list(prefix_columns)} is not the number of grouping keys "
+            f"{expected}",
+        )
+    return SESSION_WINDOW

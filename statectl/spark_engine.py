@@ -40,13 +40,16 @@ import pyarrow as pa
 
 from statectl.engine import (
     BuildTask,
+    Convert,
     Encoder,
     Engine,
     Place,
     SpilledTable,
     SpillTask,
     SpillWriters,
+    StateEngine,
     StoreFormat,
+    is_state_engine,
     parse_memory,
     spill_dir,
     table_schema,
@@ -87,6 +90,11 @@ class SparkEngine:
         return self.memory
 
     @property
+    def runs_locally(self) -> bool:
+        """Tasks run on executors: they share no temporary directory with the driver."""
+        return False
+
+    @property
     def workers(self) -> int:
         return max(1, self.spark.sparkContext.defaultParallelism)
 
@@ -115,7 +123,7 @@ class SparkEngine:
         *,
         encoder: Encoder,
         only: list[int] | None = None,
-        convert: Callable[[Any, pa.Table], pa.Table] | None = None,
+        convert: Convert | None = None,
     ) -> list[list[tuple[int, str | None]]]:
         """:func:`statectl.engine.restore_stores` as two Spark stages and a shuffle: build
         tasks write the target's store files; returns [table] -> [(partition, unique id)]."""
@@ -138,7 +146,7 @@ class SparkEngine:
         place: Place,
         partitions: int,
         *,
-        convert: Callable[[Any, pa.Table], pa.Table] | None = None,
+        convert: Convert | None = None,
     ) -> Iterator[tuple[int, dict[str, SpilledTable]]]:
         """:func:`statectl.engine.partition_spills` through the shuffle: each target
         partition's rows arrive at the driver one partition at a time and go to local spill
@@ -189,7 +197,7 @@ class SparkEngine:
         partitions: int,
         encoder: Encoder | None,
         built: list[int],
-        convert: Callable[[Any, pa.Table], pa.Table] | None = None,
+        convert: Convert | None = None,
     ) -> Any:
         """Stage 1 (spill tasks, one per savepoint data file) and the shuffle: an RDD whose
         partition ``i * len(tables) + t`` holds table ``t``'s rows of target partition
@@ -505,24 +513,36 @@ def engine_for(
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
     state_bytes: Callable[[], int] | None = None,
-) -> Engine | SparkEngine:
+) -> StateEngine:
     """An engine from the CLI/API arguments: ``"local"`` (bounded by ``memory``, ``workers``
     tasks at once), ``"spark"`` (on ``spark``, the active session, or one built from
     ``spark_confs``; ``memory`` is each Spark task's budget), ``"auto"`` (:func:`choose_engine`
     over ``state_bytes()``, the state's size), a SparkSession (the Spark engine on it), or an
     engine. ``spark`` given with ``"local"`` means the Spark engine (savepoint's ``spark=``)."""
-    if isinstance(engine, Engine | SparkEngine):
+    if is_state_engine(engine):
         return engine
-    if engine is not None and not isinstance(engine, str):
-        spark, engine = engine, "spark"
-    if engine not in ENGINES:
-        raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    if engine == "auto":
-        engine = choose_engine(spark, spark_confs, state_bytes)
-        spark = spark if engine == "spark" else None
-    if engine == "local" and spark is None:
+    name, spark = _engine_name(engine, spark, spark_confs, state_bytes)
+    if name == "local" and spark is None:
         return Engine.of(memory, workers)
     on_spark = spark_engine(spark if spark is not None else active_session(), spark_confs)
     if memory is not None:
         on_spark.memory = parse_memory(memory)
     return on_spark
+
+
+def _engine_name(
+    engine: str | Any,
+    spark: Any,
+    spark_confs: dict[str, str] | None,
+    state_bytes: Callable[[], int] | None,
+) -> tuple[str, Any]:
+    """(the engine's name, the session it runs on): a session passed as ``engine`` means
+    Spark; ``auto`` chooses, and drops the session when it chooses local."""
+    if engine is not None and not isinstance(engine, str):
+        return "spark", engine
+    if engine not in ENGINES:
+        raise StatectlError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "auto":
+        engine = choose_engine(spark, spark_confs, state_bytes)
+        spark = spark if engine == "spark" else None
+    return engine, spark

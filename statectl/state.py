@@ -8,7 +8,6 @@ state flattened, timers).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 
@@ -16,27 +15,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.backends import RawState, empty_raw_state
-from statectl.backends.hdfs import hdfs_events, read_hdfs_store
+from statectl.backends import EntryCodec, RawState, empty_raw_state
+from statectl.backends.entries import binary_parts as binary_parts
+from statectl.backends.entries import read_le_int
+from statectl.backends.entries import slice_bytes as slice_bytes
 from statectl.backends.replay import bounded_replay
-from statectl.backends.rocksdb import SnapshotMetadata, read_rocksdb_store, rocksdb_events
+from statectl.backends.rocksdb import SnapshotMetadata
 from statectl.checkpoint.model import (
-    CODEC_CONF,
-    ENCODING_CONF,
-    HDFS,
-    MERGE_OPERATOR_CONF,
-    ROW_CHECKSUM_CONF,
     Checkpoint,
     Operator,
     StoreDescription,
     partition_absent,
     store_dir,
 )
-from statectl.codecs.compression import normalize_codec
-from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
-from statectl.codecs.unsaferow import decode_unsafe_rows
-from statectl.errors import CorruptFileError, StatectlError, UnsupportedError
-from statectl.join_state import format_of, read_be_times, v4_to_v2
+from statectl.errors import CorruptFileError, StatectlError
+from statectl.join_state import format_of, v4_to_v2
+from statectl.state_rows import StoreEncoding as StoreEncoding
+from statectl.state_rows import _split_list_blob as _split_list_blob
+from statectl.state_rows import check_schema, decode_key, decode_rows, split_list_values
 
 STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 TIMER_CFS = ("$eventTimers_keyToTimestamp", "$procTimers_keyToTimestamp")
@@ -57,30 +53,6 @@ class Selection:
     join_store: str | None = None
 
 
-@dataclass(frozen=True)
-class StoreEncoding:
-    """How the pinned confs say keys and values are laid out in this checkpoint."""
-
-    backend: str
-    codec: str
-    avro: bool
-    row_checksum: bool
-    merge_delimiter: bytes
-    checkpoint_format: int
-
-    @classmethod
-    def of(cls, ckpt: Checkpoint, batch: int) -> StoreEncoding:
-        off = ckpt.offsets(batch)
-        return cls(
-            backend=ckpt.backend(batch),
-            codec=normalize_codec(off.pinned_conf(CODEC_CONF) or "lz4"),
-            avro=(off.pinned_conf(ENCODING_CONF) or "unsaferow") == "avro",
-            row_checksum=(off.pinned_conf(ROW_CHECKSUM_CONF) or "false") == "true",
-            merge_delimiter=b"" if off.pinned_conf(MERGE_OPERATOR_CONF) == "2" else b",",
-            checkpoint_format=ckpt.checkpoint_format_version(batch),
-        )
-
-
 def load_raw(
     ckpt: Checkpoint, op: Operator, store: str, partition: int, batch: int, enc: StoreEncoding
 ) -> RawState:
@@ -88,25 +60,15 @@ def load_raw(
     directory = store_dir(ckpt, op.operator_id, partition, store)
     if partition_absent(ckpt, op, partition):
         return empty_raw_state()
-    version = batch + 1
-    if enc.backend == HDFS:
-        return read_hdfs_store(ckpt.io, directory, version, enc.codec, verify=ckpt.verify)
-    return read_rocksdb_store(
-        ckpt.io,
-        directory,
-        version,
-        enc.codec,
-        unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
-        merge_delimiter=enc.merge_delimiter,
-        verify=ckpt.verify,
-    )
+    opts = enc.read_options(_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
+    return enc.store_backend.load(ckpt.io, directory, batch + 1, opts)
 
 
 def _unique_id(
     ckpt: Checkpoint, op: Operator, store: str, partition: int, batch: int, enc: StoreEncoding
 ) -> str | None:
-    """The checkpoint id (format 2) the commit log records for one RocksDB store partition."""
-    if enc.checkpoint_format < 2:
+    """The checkpoint id (format 2) the commit log records for one store partition."""
+    if enc.checkpoint_format < 2 or not enc.store_backend.capabilities.checkpoint_format_2:
         return None
     ids = ckpt.commit(batch).state_unique_ids or {}
     try:
@@ -120,150 +82,6 @@ def _unique_id(
 
 
 # -- byte-level helpers (vectorized over Arrow binary arrays) ------------------------------
-def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(data as uint8, int64 offsets) of a large_binary array without copying the data."""
-    arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
-    _, off_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(off_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    )
-    return data, offsets
-
-
-def slice_bytes(
-    arr: pa.Array, start: int | np.ndarray, end: np.ndarray | None = None
-) -> pa.LargeBinaryArray:
-    """Element-wise ``b[start:end]`` (end defaults to the element's end)."""
-    data, offsets = binary_parts(arr)
-    begin = offsets[:-1] + start
-    stop = offsets[1:] if end is None else offsets[:-1] + end
-    if np.any(stop < begin):
-        raise StatectlError("state entry shorter than its encoding prefix; the store is corrupt")
-    n = len(begin)
-    arr = arr.cast(pa.large_binary()) if arr.type != pa.large_binary() else arr
-    if n and arr.buffers()[2] is not None and _inside(begin, stop, offsets):
-        # Arrow's take over a zero-copy view whose even elements are the kept ranges: memory
-        # and time linear in the rows and the kept bytes (a per-byte index costs 16x the data).
-        bounds = np.empty(2 * n + 1, dtype=np.int64)
-        bounds[0:-1:2] = begin
-        bounds[1:-1:2] = stop
-        bounds[-1] = stop[-1]
-        view = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), 2 * n, [None, pa.py_buffer(bounds), arr.buffers()[2]]
-        )
-        return view.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
-    lengths = stop - begin
-    new_offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_offsets[1:])
-    # Gather the kept byte ranges: index of every kept byte = its range start + position within.
-    idx = np.repeat(begin - new_offsets[:-1], lengths) + np.arange(new_offsets[-1], dtype=np.int64)
-    gathered = data[idx] if len(idx) else np.zeros(0, np.uint8)
-    return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(lengths), [None, pa.py_buffer(new_offsets), pa.py_buffer(gathered)]
-    )
-
-
-def _inside(begin: np.ndarray, stop: np.ndarray, offsets: np.ndarray) -> bool:
-    """Kept ranges that stay inside their elements (so they never overlap): then the
-    zero-copy view of :func:`slice_bytes` is valid."""
-    return bool((begin >= offsets[:-1]).all() and (stop <= offsets[1:]).all())
-
-
-def read_le_int(arr: pa.Array, at: int, width: int, signed: bool = True) -> np.ndarray:
-    data, offsets = binary_parts(arr)
-    pos = offsets[:-1] + at
-    cols = data[pos[:, None] + np.arange(width)]
-    dtype = {2: "<i2", 4: "<i4", 8: "<i8"}[width]
-    out = np.ascontiguousarray(cols).view(dtype).reshape(-1)
-    return out if signed else out.astype(dtype.replace("i", "u"))
-
-
-def _struct_fields(schema_json: str) -> list[dict]:
-    return json.loads(schema_json)["fields"]
-
-
-def _sub_schema(fields: list[dict]) -> str:
-    return json.dumps({"type": "struct", "fields": fields}, separators=(",", ":"))
-
-
-def decode_rows(rows: pa.Array, schema_json: str, enc: StoreEncoding, path: str) -> pa.StructArray:
-    if enc.avro:
-        from statectl.codecs.avro import decode_avro_rows
-
-        # Avro rows: 0x00 version byte, int16 schema id, then the Avro record. A NullType-only
-        # schema (e.g. timers' `__dummy__`) encodes to nothing after the prefix.
-        return decode_avro_rows(slice_bytes(rows, 3), parse_schema(schema_json), path)
-    return decode_unsafe_rows(slice_bytes(rows, 1), parse_schema(schema_json), path)
-
-
-def decode_key(
-    keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path: str
-) -> pa.StructArray:
-    """RocksDB key bytes (prefix already stripped) -> the key struct."""
-    spec = desc.key_encoder_spec.get("keyStateEncoderType", "NoPrefixKeyStateEncoderSpec")
-    n_prefix = desc.num_cols_prefix_key
-    if spec == "NoPrefixKeyStateEncoderSpec" and n_prefix == 0:
-        return decode_rows(keys, desc.key_schema, enc, path)
-    if spec in ("TimestampAsPostfixKeyStateEncoderSpec", "TimestampAsPrefixKeyStateEncoderSpec"):
-        return _decode_timestamp_key(
-            keys, desc, enc, path, postfix=spec.startswith("TimestampAsPost")
-        )
-    if spec in ("PrefixKeyScanStateEncoderSpec", "NoPrefixKeyStateEncoderSpec"):
-        fields = _struct_fields(desc.key_schema)
-        plen = read_le_int(keys, 0, 4)
-        prefix = slice_bytes(keys, 4, 4 + plen)
-        rest = slice_bytes(keys, 4 + plen)
-        if enc.avro:
-            # The prefix part of an Avro prefix-scan key carries no schema id.
-            from statectl.codecs.avro import decode_avro_rows
-
-            head = decode_avro_rows(
-                slice_bytes(prefix, 1), parse_schema(_sub_schema(fields[:n_prefix])), path
-            )
-        else:
-            head = decode_rows(prefix, _sub_schema(fields[:n_prefix]), enc, path)
-        tail = decode_rows(rest, _sub_schema(fields[n_prefix:]), enc, path)
-        arrays = [head.field(i) for i in range(head.type.num_fields)]
-        arrays += [tail.field(i) for i in range(tail.type.num_fields)]
-        # The fields, not just their names: a non-nullable column (Spark 4.2's session start)
-        # stays non-nullable, as the savepoint's schema (from the schema file) has it.
-        return pa.StructArray.from_arrays(arrays, fields=[*head.type, *tail.type])
-    raise UnsupportedError(f"key encoder {spec} is not supported yet", path)
-
-
-def _decode_timestamp_key(
-    keys: pa.Array, desc: StoreDescription, enc: StoreEncoding, path: str, *, postfix: bool
-) -> pa.StructArray:
-    """Join state format 4 keys: the key row without its last field, the event time, with the
-    time's 8 bytes (big-endian, sign bit flipped) after (postfix) or before (prefix) the row."""
-    if enc.avro:
-        raise UnsupportedError("timestamp-keyed state in Avro encoding is not supported yet", path)
-    fields = _struct_fields(desc.key_schema)
-    data, offsets = binary_parts(keys)
-    lengths = offsets[1:] - offsets[:-1]
-    if np.any(lengths < 9):
-        raise CorruptFileError("timestamp key shorter than its 8-byte event time", path)
-    at = offsets[1:] - 8 if postfix else offsets[:-1]
-    times = read_be_times(data[at[:, None] + np.arange(8)])
-    rows = slice_bytes(keys, 0, lengths - 8) if postfix else slice_bytes(keys, 8)
-    head = decode_rows(rows, _sub_schema(fields[:-1]), enc, path)
-    arrays = [head.field(i) for i in range(head.type.num_fields)]
-    return pa.StructArray.from_arrays(
-        [*arrays, pa.array(times, pa.int64())], names=[f["name"] for f in fields]
-    )
-
-
-def check_schema(desc: StoreDescription) -> None:
-    """Fail early, naming the schema file, on a type statectl cannot decode."""
-    for text in (desc.key_schema, desc.value_schema):
-        try:
-            to_arrow_schema(text)
-        except StatectlError as e:
-            raise UnsupportedError(str(e), desc.schema_file) from None
-
-
-# -- per-operator shapes -------------------------------------------------------------------
 def _table(key: pa.Array, value_name: str, value: pa.Array, partition: int) -> pa.Table:
     return pa.Table.from_arrays(
         [key, value, pa.array(np.full(len(key), partition, dtype=np.int32))],
@@ -274,19 +92,10 @@ def _table(key: pa.Array, value_name: str, value: pa.Array, partition: int) -> p
 def _kv_rows(
     raw: RawState, desc: StoreDescription, enc: StoreEncoding, partition: int, path: str
 ) -> pa.Table:
-    keys, values = raw.keys, raw.values
     check_schema(desc)
-    if enc.backend == HDFS:
-        if enc.row_checksum:
-            values = slice_bytes(values, 4)
-        k = decode_unsafe_rows(keys, parse_schema(desc.key_schema), path)
-        v = decode_unsafe_rows(values, parse_schema(desc.value_schema), path)
-    else:
-        if enc.row_checksum:
-            # Observed (4.3.0): int32 checksum, int32 LE length, then the encoded value.
-            values = slice_bytes(values, 8)
-        k = decode_key(keys, desc, enc, path)
-        v = decode_rows(values, desc.value_schema, enc, path)
+    keys, values, _ = enc.entry_codec().decode(raw.keys, raw.values)
+    k = decode_key(keys, desc, enc, path)
+    v = decode_rows(values, desc.value_schema, enc, path)
     return _table(k, "value", v, partition)
 
 
@@ -300,56 +109,11 @@ def _cf_entries(raw: RawState, name: str, path: str) -> tuple[pa.Array, pa.Array
         )
     if len(raw.keys) == 0:
         return raw.keys, raw.values
-    ids = read_le_int(raw.keys, 0, 2)
-    mask = pa.array(ids == raw.cf_ids[name])
-    return slice_bytes(pc.filter(raw.keys, mask), 2), pc.filter(raw.values, mask)
-
-
-def _split_list_blob(blob: bytes, path: str) -> list[bytes]:
-    """Elements of one merged list value: ``int32 LE n, n bytes`` each, optionally ``,``-separated.
-
-    Spark joins merge operands with "," (mergeOperatorVersion 1) or nothing (2), and the RocksDB
-    binding we read snapshots with joins unmerged operands with ",". A comma is therefore skipped
-    between elements; when an element length could itself start with 0x2C (Avro rows; UnsafeRow
-    element lengths are always 1 mod 8 and cannot), both readings are tried.
-    """
-
-    def parse(pos: int) -> list[bytes] | None:
-        out: list[bytes] = []
-        while pos < len(blob):
-            if pos + 4 > len(blob):
-                return None
-            n = int.from_bytes(blob[pos : pos + 4], "little", signed=True)
-            if n < 0 or pos + 4 + n > len(blob):
-                return None
-            out.append(blob[pos + 4 : pos + 4 + n])
-            pos += 4 + n
-            if pos < len(blob) and blob[pos] == 0x2C:
-                rest = parse(pos + 1)
-                if rest is not None:
-                    return out + rest
-        return out
-
-    elements = parse(0)
-    if elements is None:
-        raise StatectlError("list-state value does not split into length-prefixed elements", path)
-    return elements
-
-
-def split_list_values(values: pa.Array, path: str) -> tuple[np.ndarray, pa.LargeBinaryArray]:
-    """Split merged list values into elements: (owner index per element, element bytes).
-
-    A Python loop over keys: list state is the one shape whose row count is not the key count.
-    """
-    owners: list[int] = []
-    elements: list[bytes] = []
-    for i, blob in enumerate(values.to_pylist()):
-        if blob is None:
-            continue
-        parts = _split_list_blob(blob, path)
-        elements.extend(parts)
-        owners.extend([i] * len(parts))
-    return np.array(owners, dtype=np.int64), pa.array(elements, type=pa.large_binary())
+    cf_id = raw.cf_ids[name]
+    mask = pa.array(read_le_int(raw.keys, 0, 2) == cf_id)
+    # The id only: column family values carry no row checksum here (Spark 4.3 writes none).
+    codec = EntryCodec(cf_id=cf_id)
+    return codec.decode(pc.filter(raw.keys, mask), pc.filter(raw.values, mask))[:2]
 
 
 def check_placement(
@@ -506,7 +270,7 @@ def live_entries(
     scratch: str,
     metas: list[SnapshotMetadata] | None = None,
     in_key_order: list[bool] | None = None,
-) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
+) -> Generator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray], None, None]:
     """A store partition's live entries, as :func:`load_raw` has them, a chunk at a time
     (RocksDB: the base snapshot's metadata is appended to ``metas`` before its first chunk;
     whether the entries come in RocksDB's key order, one snapshot iterated, is appended to
@@ -514,23 +278,13 @@ def live_entries(
     directory = store_dir(ckpt, op.operator_id, partition, store)
     # A chunk is decoded (and written) after it is read: about a tenth of the budget each.
     chunk_bytes = max(1 << 10, budget // 10)
-    if enc.backend == HDFS:
-        unique, chunks = hdfs_events(
-            ckpt.io, directory, batch + 1, enc.codec, verify=ckpt.verify, max_bytes=chunk_bytes
-        )
-    else:
-        unique, chunks = rocksdb_events(
-            ckpt.io,
-            directory,
-            batch + 1,
-            enc.codec,
-            unique_id=_unique_id(ckpt, op, store, partition, batch, enc),
-            verify=ckpt.verify,
-            max_bytes=chunk_bytes,
-            metas=metas,
-        )
+    backend = enc.store_backend
+    opts = enc.read_options(_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
+    unique, chunks = backend.events(
+        ckpt.io, directory, batch + 1, opts, max_bytes=chunk_bytes, metas=metas
+    )
     if in_key_order is not None:
-        in_key_order.append(unique and enc.backend != HDFS)
+        in_key_order.append(unique and backend.iterates_in_key_order())
     if unique:  # one snapshot: each key once, no replay
         for chunk in chunks:
             yield chunk.keys, chunk.values

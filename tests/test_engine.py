@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from statectl.backends.streamed import CodecStream as _CodecStream
 from statectl.codecs.compression import compress_stream, decompress_stream
-from statectl.engine import Engine, _CodecStream, parse_memory
+from statectl.engine import Engine, parse_memory
 from statectl.errors import StatectlError
 from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint

@@ -76,6 +76,22 @@ def test_engines_share_one_task_protocol() -> None:
     assert engine_for("local", workers=3).workers == 3
 
 
+def test_both_engines_are_state_engines() -> None:
+    """Callers hold a ``StateEngine`` and ask it, never which class it is: the local engine and
+    the Spark engine (built here on no session: nothing of Spark's is called) both are one, and
+    ``engine_for`` hands an engine back as it is."""
+    from statectl.engine import is_state_engine
+    from statectl.spark_engine import SparkEngine
+
+    local, on_spark = Engine.of(memory="64M", workers=2), SparkEngine(spark=None)
+    for engine in (local, on_spark):
+        assert is_state_engine(engine)
+        assert engine_for(engine) is engine
+    assert not is_state_engine("local") and not is_state_engine(object())
+    assert (local.name, local.runs_locally, local.per_task) == ("local", True, 32 << 20)
+    assert (on_spark.name, on_spark.runs_locally) == ("spark", False)
+
+
 def test_task_errors_cross_back_as_the_same_class() -> None:
     """What a Spark task raises on purpose is raised on the driver as the same error class (the
     savepoint's retry on a file deleted by maintenance depends on MissingFileError)."""

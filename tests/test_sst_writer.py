@@ -1,5 +1,5 @@
 """The vectorized SST writer (statectl/backends/sst.py) and the batch merge that feeds it
-(statectl/engine.py ``merge_runs``), against RocksDB itself: every file is ingested into a
+(statectl/backends/streamed.py ``merge_runs``), against RocksDB itself: every file is ingested into a
 RocksDB database (rocksdict) and read back, whole and by point lookups, and RocksDB's own view
 of the table (entries, blocks) is checked."""
 
@@ -18,8 +18,13 @@ from hypothesis import strategies as st
 from rocksdict import IngestExternalFileOptions, Rdict, ReadOptions
 
 from statectl.backends.sst import BLOCK_SIZE, STEP_ROWS, SstWriter
-from statectl.backends.writers import _build_rocksdb, _rocksdb_options, sorted_entries
-from statectl.engine import _bytewise_order, merge_runs
+from statectl.backends.streamed import merge_runs
+from statectl.backends.writers import (
+    _build_rocksdb,
+    _bytewise_order,
+    _rocksdb_options,
+    sorted_entries,
+)
 
 RNG = np.random.default_rng(7)
 

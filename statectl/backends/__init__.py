@@ -1,56 +1,79 @@
-"""State store backends: load one store (one partition) at one version as raw key/value bytes."""
+"""State store backends and their registry.
+
+Each backend is one module whose ``BACKEND`` object implements
+:class:`~statectl.backends.base.Backend`: identity, versions, loading a partition, its entry
+bytes, writers, health checks, capabilities. Callers look a backend up here (by name, or by the
+provider class Spark recorded) and call it; nothing outside this package names a backend.
+"""
 
 from __future__ import annotations
 
-import posixpath
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TypeVar
+from statectl.backends import hdfs, rocksdb
+from statectl.backends.base import (
+    Backend,
+    Capabilities,
+    RawState,
+    ReadOptions,
+    WriteOptions,
+    empty_raw_state,
+    version_chain,
+)
+from statectl.backends.entries import EntryCodec
+from statectl.errors import StatectlError, UnsupportedError
 
-import pyarrow as pa
+__all__ = [
+    "HDFS",
+    "ROCKSDB",
+    "Backend",
+    "Capabilities",
+    "EntryCodec",
+    "RawState",
+    "ReadOptions",
+    "WriteOptions",
+    "all_backends",
+    "backend_for_provider",
+    "empty_raw_state",
+    "get_backend",
+    "version_chain",
+]
 
-from statectl.errors import MissingFileError
-
-F = TypeVar("F")
-
-
-@dataclass
-class RawState:
-    """The live entries of one store partition at one version, as the backend stores them.
-
-    HDFS: UnsafeRow bytes. RocksDB: the RocksDB key and value bytes, still carrying the encoding
-    version byte and, for column-family stores, the 2-byte column family id (``cf_ids``).
-    """
-
-    keys: pa.LargeBinaryArray
-    values: pa.LargeBinaryArray
-    # RocksDB virtual column families: name -> id, from the snapshot's metadata.
-    cf_ids: dict[str, int] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)  # the files it was rebuilt from
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
-def empty_raw_state() -> RawState:
-    empty = pa.array([], type=pa.large_binary())
-    return RawState(empty, empty)
+# One line per backend: the registry, in the order `list`/`--help` show them.
+_BACKENDS: dict[str, Backend] = {b.name: b for b in (hdfs.BACKEND, rocksdb.BACKEND)}
+HDFS = hdfs.BACKEND.name
+ROCKSDB = rocksdb.BACKEND.name
+# Spark's default provider when the conf was never pinned (very old checkpoints).
+DEFAULT = HDFS
 
 
-def version_chain(
-    snapshots: Mapping[int, F], increments: Mapping[int, F], version: int, store_dir: str, ext: str
-) -> tuple[F | None, list[F]]:
-    """The newest snapshot at or below ``version`` and the increments (deltas or changelogs)
-    after it up to ``version``, the way both providers load a version."""
-    base = max((v for v in snapshots if v <= version), default=0)
-    chain = []
-    for v in range(base + 1, version + 1):
-        if v not in increments:
-            raise MissingFileError(
-                f"state version {version} needs {v}.{ext}, which is missing "
-                f"(newest usable snapshot: {base or 'none'})",
-                posixpath.join(store_dir, f"{v}.{ext}"),
-                "the checkpoint is incomplete; pick an older --batch",
-            )
-        chain.append(increments[v])
-    return snapshots.get(base), chain
+def all_backends() -> list[Backend]:
+    return list(_BACKENDS.values())
+
+
+def backend_names() -> list[str]:
+    return list(_BACKENDS)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name`` (``"hdfs"``, ``"rocksdb"``)."""
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise StatectlError(
+            f"unknown state store backend {name!r} (known: {', '.join(_BACKENDS)})"
+        ) from None
+
+
+def backend_for_provider(provider_class: str | None, path: str | None = None) -> Backend:
+    """The backend of the provider class Spark recorded (``None``: never pinned, Spark's
+    default), or an error naming ``path``."""
+    if provider_class is None:
+        return _BACKENDS[DEFAULT]
+    for backend in _BACKENDS.values():
+        if backend.recognises(provider_class):
+            return backend
+    raise UnsupportedError(f"unsupported state store provider {provider_class}", path)
+
+
+def provider_classes() -> dict[str, str]:
+    """Backend name -> the provider class a restore pins for it."""
+    return {b.name: b.provider_classes[0] for b in _BACKENDS.values()}

@@ -6,9 +6,25 @@ Version V is the newest snapshot at or below V plus every later delta up to V, a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import posixpath
+from collections.abc import Callable, Iterator
 
-from statectl.backends import RawState, empty_raw_state, version_chain
+import pyarrow as pa
+
+from statectl.backends.base import (
+    SNAPSHOT,
+    Batches,
+    Capabilities,
+    RawState,
+    ReadOptions,
+    WriteOptions,
+    check_layout,
+    empty_raw_state,
+    version_chain,
+)
+from statectl.backends.entries import EntryCodec
+from statectl.backends.streamed import write_records_streamed
+from statectl.backends.writers import write_hdfs_store
 from statectl.checksums import iter_verified, read_verified, stream_block
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.records import (
@@ -18,7 +34,10 @@ from statectl.codecs.records import (
     last_writer_wins,
     parse_state_records,
 )
+from statectl.errors import StatectlError
 from statectl.io import FileIO
+
+PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
 def list_versions(io: FileIO, store_dir: str) -> tuple[dict[int, str], dict[int, str]]:
@@ -89,3 +108,106 @@ def hdfs_events(
             yield from iter_state_records(raw, p, allow_deletes=deletes, max_bytes=max_bytes)
 
     return len(files) <= 1 and all(p.endswith(".snapshot") for p in files), chunks()
+
+
+class HdfsBackend:
+    """HDFSBackedStateStoreProvider (see the module docstring): UnsafeRow keys and values,
+    a 4-byte row checksum in front of values when Spark 4.1+ records one."""
+
+    name: str = "hdfs"
+    title: str = "HDFS"
+    provider_classes: tuple[str, ...] = (PROVIDER,)
+    capabilities: Capabilities = Capabilities(
+        layouts=(SNAPSHOT,), column_families=False, checkpoint_format_2=False, row_checksums=True
+    )
+
+    def recognises(self, provider_class: str) -> bool:
+        return provider_class.endswith("HDFSBackedStateStoreProvider")
+
+    def owns_file(self, name: str) -> bool:
+        head, _, ext = name.partition(".")
+        return head.isdigit() and ext.lower() in ("snapshot", "delta")
+
+    def versions(self, io: FileIO, store_dir: str) -> list[int]:
+        """Versions with their own file; a version loads when its chain is whole."""
+        snapshots, deltas = list_versions(io, store_dir)
+        return sorted(set(snapshots) | set(deltas))
+
+    def files_for_version(
+        self, io: FileIO, store_dir: str, version: int, opts: ReadOptions
+    ) -> list[str]:
+        return files_for_version(io, store_dir, version)
+
+    def copy_files(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> list[str]:
+        return files_for_version(io, store_dir, version)
+
+    def load(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> RawState:
+        return read_hdfs_store(io, store_dir, version, opts.codec, verify=opts.verify)
+
+    def events(
+        self,
+        io: FileIO,
+        store_dir: str,
+        version: int,
+        opts: ReadOptions,
+        *,
+        max_bytes: int,
+        metas: list | None = None,
+    ) -> tuple[bool, Iterator[RecordBatch]]:
+        del metas  # no snapshot metadata: HDFS stores have no column families
+        return hdfs_events(
+            io, store_dir, version, opts.codec, verify=opts.verify, max_bytes=max_bytes
+        )
+
+    def iterates_in_key_order(self) -> bool:
+        return False  # a snapshot is a hash map's iteration order
+
+    def entry_codec(
+        self, *, cf_id: int | None = None, row_checksum: bool = False, key_version: bool = True
+    ) -> EntryCodec:
+        if cf_id is not None:
+            raise StatectlError("HDFS stores have no column families")
+        return EntryCodec(checksum_bytes=4 if row_checksum else 0)
+
+    def write(
+        self, io: FileIO, store_dir: str, opts: WriteOptions, keys: pa.Array, values: pa.Array
+    ) -> str | None:
+        check_layout(self, opts.layout)
+        write_hdfs_store(io, store_dir, opts.version, opts.codec, keys, values)
+        return None
+
+    def write_streamed(
+        self,
+        io: FileIO,
+        store_dir: str,
+        opts: WriteOptions,
+        batches: Batches,
+        scratch: str,
+        budget: int,
+    ) -> str | None:
+        del budget  # a record stream is written a batch at a time, whatever its size
+        check_layout(self, opts.layout)
+        path = posixpath.join(store_dir, f"{opts.version}.snapshot")
+        write_records_streamed(io, path, opts.codec, batches, scratch)
+        return None
+
+    def check(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> list[str]:
+        return check_files(io, lambda: files_for_version(io, store_dir, version))
+
+
+def check_files(io: FileIO, files: Callable[[], list[str]]) -> list[str]:
+    """Problems finding or verifying the files ``files()`` names, one line each."""
+    try:
+        paths = files()
+    except StatectlError as e:
+        return [str(e)]
+    problems = []
+    for p in paths:
+        try:
+            read_verified(io, p, data_file=True, verify=True)
+        except StatectlError as e:
+            problems.append(str(e))
+    return problems
+
+
+BACKEND = HdfsBackend()

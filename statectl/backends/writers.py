@@ -191,6 +191,32 @@ def _build_rocksdb(local: str, batches: Iterable[tuple[pa.Array, pa.Array]]) -> 
             os.remove(sst)
 
 
+def _upload_ssts(
+    io: FileIO, store_dir: str, db_dir: str, written: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Put the database's SSTs under ``SSTs/`` with unique names (appended to ``written``);
+    returns their metadata entries and the local files the zip carries."""
+    sst_files = []
+    zipped = []
+    for name in sorted(os.listdir(db_dir)):
+        path = os.path.join(db_dir, name)
+        if name.endswith(".sst"):
+            dfs_name = f"{name[:-4]}-{uuid.uuid4()}.sst"
+            target = posixpath.join(store_dir, "SSTs", dfs_name)
+            io.put_atomic(path, target)  # streamed: an SST can be large
+            written.append(target)
+            sst_files.append(
+                {
+                    "localFileName": name,
+                    "dfsSstFileName": dfs_name,
+                    "sizeBytes": os.path.getsize(path),
+                }
+            )
+        elif _ZIPPED.match(name):
+            zipped.append(path)
+    return sst_files, zipped
+
+
 def write_rocksdb_snapshot(
     io: FileIO,
     store_dir: str,
@@ -216,28 +242,11 @@ def write_rocksdb_snapshot(
     if batches is None:
         assert keys is not None and values is not None
         batches, num_keys = [sorted_entries(keys, values)], len(keys)
-    written = []
+    written: list[str] = []
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as local:
         db_dir = os.path.join(local, "db")
         _build_rocksdb(db_dir, batches)
-        sst_files = []
-        zipped = []
-        for name in sorted(os.listdir(db_dir)):
-            path = os.path.join(db_dir, name)
-            if name.endswith(".sst"):
-                dfs_name = f"{name[:-4]}-{uuid.uuid4()}.sst"
-                target = posixpath.join(store_dir, "SSTs", dfs_name)
-                io.put_atomic(path, target)  # streamed: an SST can be large
-                written.append(target)
-                sst_files.append(
-                    {
-                        "localFileName": name,
-                        "dfsSstFileName": dfs_name,
-                        "sizeBytes": os.path.getsize(path),
-                    }
-                )
-            elif _ZIPPED.match(name):
-                zipped.append(path)
+        sst_files, zipped = _upload_ssts(io, store_dir, db_dir, written)
         cfs = column_families or {}
         meta = {
             "sstFiles": sst_files,

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from statectl.backends import HDFS as HDFS  # re-exported for restoring.py, see below
+from statectl.backends import ROCKSDB as ROCKSDB
+from statectl.backends import Backend, backend_for_provider, provider_classes
 from statectl.checkpoint.logs import (
     CommitMetadata,
     OffsetSeq,
@@ -36,7 +39,6 @@ from statectl.errors import (
     MissingFileError,
     NotACheckpointError,
     StatectlError,
-    UnsupportedError,
 )
 from statectl.io import FileIO
 from statectl.operators import (
@@ -48,13 +50,7 @@ from statectl.operators import (
     single_partition,
 )
 
-HDFS = "hdfs"
-ROCKSDB = "rocksdb"
-PROVIDER_CLASSES = {
-    HDFS: "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    ROCKSDB: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-}
-# The name of operators of checkpoints without operator metadata (Spark < 4.0).
+# The operator of checkpoints without operator metadata (Spark < 4.0).
 UNKNOWN_OPERATOR = "unknown"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -62,17 +58,9 @@ CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 MERGE_OPERATOR_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
-
-
-def backend_of_provider(provider_class: str | None, path: str) -> str:
-    if provider_class is None:
-        # Spark's default provider when the conf was never pinned (very old checkpoints).
-        return HDFS
-    if provider_class.endswith("RocksDBStateStoreProvider"):
-        return ROCKSDB
-    if provider_class.endswith("HDFSBackedStateStoreProvider"):
-        return HDFS
-    raise UnsupportedError(f"unsupported state store provider {provider_class}", path)
+# Backend identity lives in statectl/backends; these names stay importable from here only for
+# statectl/restoring.py, whose owner moves it to statectl.backends (then they go).
+PROVIDER_CLASSES = provider_classes()
 
 
 @dataclass
@@ -179,14 +167,8 @@ class Checkpoint:
         return parse_stream_metadata(self.read_text(p), p)
 
     def _batch_ids(self, log: str) -> list[int]:
-        ids = set()
-        names = set()
-        for f in self.io.list_dir(self.path(log)):
-            names.add(f.name)
-            if not f.is_dir and not f.name.startswith("."):
-                b = batch_id_of(f.name)
-                if b is not None and not f.name.endswith(".compact"):
-                    ids.add(b)
+        entries = self.io.list_dir(self.path(log))
+        names = {f.name for f in entries}
         for name in names:
             orphan = name[1:-4] if name.startswith(".") and name.endswith(".crc") else None
             if orphan and orphan.isdigit() and orphan not in names:
@@ -197,7 +179,7 @@ class Checkpoint:
                     "backup",
                     self.path(log, orphan),
                 )
-        return sorted(ids)
+        return sorted({b for f in entries if (b := _log_batch(f)) is not None})
 
     @cached_property
     def offset_batches(self) -> list[int]:
@@ -271,8 +253,12 @@ class Checkpoint:
 
     # -- pinned configuration --------------------------------------------------------------
     def backend(self, batch: int) -> str:
+        """The name of the backend the offset log pins (:meth:`store_backend`'s)."""
+        return self.store_backend(batch).name
+
+    def store_backend(self, batch: int) -> Backend:
         off = self.offsets(batch)
-        return backend_of_provider(off.pinned_conf(PROVIDER_CONF), off_path(self, batch))
+        return backend_for_provider(off.pinned_conf(PROVIDER_CONF), off_path(self, batch))
 
     def checkpoint_format_version(self, batch: int) -> int:
         """Spark derives it from the commit log version: v1 -> 1, v2 -> 2, v3 (sink
@@ -312,6 +298,13 @@ class Checkpoint:
 
     def operators(self, batch: int) -> list[Operator]:
         return [self.operator(op, batch) for op in self.operator_ids()]
+
+
+def _log_batch(f: Any) -> int | None:
+    """The batch id of a log entry (a file; neither hidden nor a compacted source log)."""
+    if f.is_dir or f.name.startswith(".") or f.name.endswith(".compact"):
+        return None
+    return batch_id_of(f.name)
 
 
 def off_path(ckpt: Checkpoint, batch: int) -> str:
@@ -408,25 +401,7 @@ def check_partition_count(
         # Nothing pinned: very old checkpoints, and the planning directory of `restore --query`
         # (metadata for N partitions, schema in partition 0 only). The listing decides, as before.
         return len(listed)
-    partitions = pinned
-    problems = []
-    if partitions < 1:
-        problems.append(f"{PARTITIONS_CONF}={partitions} is not a partition count")
-    if recorded and recorded != [partitions]:
-        problems.append(f"operator metadata of operator {op} says {'/'.join(map(str, recorded))}")
-    # A streaming limit runs in one task: Spark writes state/<op>/0 only, at any count. Spark < 4
-    # names no operator: its limit is known by its key schema.
-    one_task = listed == [0] and (
-        single_partition(meta.operator_name) if meta is not None else _limit_schema(ckpt, op)
-    )
-    if not one_task and (
-        listed != list(range(len(listed))) or (listed and len(listed) != partitions)
-    ):
-        problems.append(
-            f"state/{op} has partition directories {_ranges(listed)}"
-            if listed != list(range(len(listed)))
-            else f"state/{op} has {len(listed)} partition directories"
-        )
+    problems = _partition_problems(ckpt, op, pinned, listed, recorded, meta)
     if problems:
         raise CorruptFileError(
             f"partition counts disagree: the offset log pins {PARTITIONS_CONF}={pinned}, but "
@@ -434,7 +409,41 @@ def check_partition_count(
             off_path(ckpt, batch),
             "the offset log or the state directory was edited; restore them from a backup",
         )
-    return partitions
+    return pinned
+
+
+def _partition_problems(
+    ckpt: Checkpoint,
+    op: int,
+    partitions: int,
+    listed: list[int],
+    recorded: list[int],
+    meta: OperatorMetadata | None,
+) -> list[str]:
+    """How the metadata and the directories disagree with the pinned partition count."""
+    problems = []
+    if partitions < 1:
+        problems.append(f"{PARTITIONS_CONF}={partitions} is not a partition count")
+    if recorded and recorded != [partitions]:
+        problems.append(f"operator metadata of operator {op} says {'/'.join(map(str, recorded))}")
+    contiguous = listed == list(range(len(listed)))
+    if not _one_task(ckpt, op, listed, meta) and (
+        not contiguous or (listed and len(listed) != partitions)
+    ):
+        problems.append(
+            f"state/{op} has partition directories {_ranges(listed)}"
+            if not contiguous
+            else f"state/{op} has {len(listed)} partition directories"
+        )
+    return problems
+
+
+def _one_task(ckpt: Checkpoint, op: int, listed: list[int], meta: OperatorMetadata | None) -> bool:
+    """A streaming limit runs in one task: Spark writes state/<op>/0 only, at any count. Spark < 4
+    names no operator: its limit is known by its key schema."""
+    if listed != [0]:
+        return False
+    return single_partition(meta.operator_name) if meta is not None else _limit_schema(ckpt, op)
 
 
 def _limit_schema(ckpt: Checkpoint, op: int) -> bool:
@@ -462,38 +471,9 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
     schemas: list[StoreDescription] = []
     uses_cf = False
     for info in infos:
-        if info.schema_file_paths:
-            uses_cf = True
-            p = relocate_schema_path(ckpt, op, info.schema_file_paths[-1])
-            _, families = load_schema_file(ckpt, p)
-            schemas.extend(_describe(f, p) for f in families)
-            continue
-        p = posixpath.join(store_dir(ckpt, op, 0, info.store_name), "_metadata", "schema")
-        if not ckpt.io.exists(p):
-            raise MissingFileError(
-                f"state schema file of operator {op} store {info.store_name!r} is missing", p
-            )
-        version, families = load_schema_file(ckpt, p)
-        if version == 3:
-            uses_cf = True
-            schemas.extend(_describe(f, p) for f in families)
-        else:
-            f = families[0]
-            prefix = info.num_cols_prefix_key
-            if meta is None and is_session_key(f.key_schema):
-                # Spark < 4 records no numColsPrefixKey, but its session window store always
-                # has one: the grouping columns (StreamingSessionWindowStateManagerImplV1), so
-                # RocksDB keys are prefix-encoded. Bytes that do not parse so fail the read.
-                prefix = session_prefix(f.key_schema)
-            schemas.append(
-                StoreDescription(
-                    info.store_name,
-                    f.key_schema,
-                    f.value_schema,
-                    prefix,
-                    schema_file=p,
-                )
-            )
+        described, families = _store_schemas(ckpt, op, info, meta)
+        schemas.extend(described)
+        uses_cf = uses_cf or families
     return Operator(
         operator_id=op,
         name=meta.operator_name if meta else UNKNOWN_OPERATOR,
@@ -504,6 +484,34 @@ def load_operator(ckpt: Checkpoint, op: int, batch: int) -> Operator:
         properties=meta.properties if meta else {},
         uses_column_families=uses_cf,
     )
+
+
+def _store_schemas(
+    ckpt: Checkpoint, op: int, info: StoreInfo, meta: OperatorMetadata | None
+) -> tuple[list[StoreDescription], bool]:
+    """One store's schemas (its column families' for a v3 schema file) and whether they are
+    column families."""
+    if info.schema_file_paths:
+        p = relocate_schema_path(ckpt, op, info.schema_file_paths[-1])
+        _, families = load_schema_file(ckpt, p)
+        return [_describe(f, p) for f in families], True
+    p = posixpath.join(store_dir(ckpt, op, 0, info.store_name), "_metadata", "schema")
+    if not ckpt.io.exists(p):
+        raise MissingFileError(
+            f"state schema file of operator {op} store {info.store_name!r} is missing", p
+        )
+    version, families = load_schema_file(ckpt, p)
+    if version == 3:
+        return [_describe(f, p) for f in families], True
+    f = families[0]
+    prefix = info.num_cols_prefix_key
+    if meta is None and is_session_key(f.key_schema):
+        # Spark < 4 records no numColsPrefixKey, but its session window store always
+        # has one: the grouping columns (StreamingSessionWindowStateManagerImplV1), so
+        # RocksDB keys are prefix-encoded. Bytes that do not parse so fail the read.
+        prefix = session_prefix(f.key_schema)
+    desc = StoreDescription(info.store_name, f.key_schema, f.value_schema, prefix, schema_file=p)
+    return [desc], False
 
 
 def load_schema_file(ckpt: Checkpoint, path: str) -> tuple[int, list[ColumnFamilySchema]]:

@@ -1,0 +1,123 @@
+"""Spill files: a restore's rows by target partition, in Arrow IPC files of a private directory.
+
+A spill task appends each target partition's rows to its own file (:class:`SpillWriters`,
+:func:`split_by_partition`); a build task reads one partition's files back in source order
+(:func:`read_spills`, :class:`SpilledTable`). The directory (:func:`spill_dir`) is removed on
+every exit path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from statectl.backends.streamed import sorted_runs as sorted_batch_runs
+
+ENV_TMPDIR = "STATECTL_TMPDIR"
+
+
+@contextlib.contextmanager
+def spill_dir() -> Iterator[str]:
+    """A private temporary directory (``$STATECTL_TMPDIR`` or the system's), removed on every
+    exit: errors, Ctrl-C, and SIGTERM (the CLI turns it into ``SystemExit``)."""
+    base = os.environ.get(ENV_TMPDIR) or None
+    path = tempfile.mkdtemp(prefix="statectl-spill-", dir=base)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def read_spills(paths: Iterable[str], budget: int) -> Iterator[pa.RecordBatch]:
+    """The batches of spill files in order (read, not memory-mapped: pages of a mapped file
+    would count as this process's memory)."""
+    del budget  # batches are as large as the spill task wrote them, bounded by its budget
+    for path in paths:
+        if not os.path.exists(path):
+            continue
+        with pa.OSFile(path, "rb") as f:
+            yield from pa.ipc.open_stream(f)
+
+
+def spill_size(paths: Iterable[str]) -> int:
+    return sum(os.path.getsize(p) for p in paths if os.path.exists(p))
+
+
+def spill_paths(directory: str, files: int, p: int) -> list[str]:
+    """Target partition ``p``'s spill files of a table spilled by ``files`` tasks, in order."""
+    return [os.path.join(directory, f"f{i:06d}", f"{p}.arrow") for i in range(files)]
+
+
+def sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
+    """The spill files' rows cut into runs that fit ``budget``, each sorted bytewise by key."""
+    return sorted_batch_runs(read_spills(spills, budget), scratch, budget)
+
+
+class SpillWriters:
+    """One Arrow IPC stream file per target partition, opened when first written."""
+
+    def __init__(self, directory: str, schema: pa.Schema) -> None:
+        self.directory, self.schema = directory, schema
+        self.files: dict[int, tuple[Any, Any]] = {}
+        os.makedirs(directory, exist_ok=True)
+
+    def write(self, p: int, batch: pa.RecordBatch) -> None:
+        if p not in self.files:
+            f = pa.OSFile(os.path.join(self.directory, f"{p}.arrow"), "wb")
+            self.files[p] = (f, pa.ipc.new_stream(f, self.schema))
+        self.files[p][1].write_batch(batch)
+
+    def finish(self, p: int) -> None:
+        """Close partition ``p``'s file (no more rows for it)."""
+        if p in self.files:
+            f, w = self.files.pop(p)
+            w.close()
+            f.close()
+
+    def close(self) -> None:
+        for p in list(self.files):
+            self.finish(p)
+
+
+def split_by_partition(table: pa.Table, pids: np.ndarray, out: SpillWriters) -> None:
+    """Append each target partition's rows of ``table`` (in their order) to its spill file:
+    one stable sort by partition, then contiguous slices."""
+    if not table.num_rows:
+        return
+    order = np.argsort(pids, kind="stable")
+    counts = np.bincount(pids, minlength=int(pids.max()) + 1)
+    ordered = table.take(pa.array(order)).combine_chunks()
+    start = 0
+    for p, n in enumerate(counts.tolist()):
+        if n:
+            for batch in ordered.slice(start, n).to_batches():
+                out.write(p, batch)
+        start += n
+
+
+@dataclass(frozen=True)
+class SpilledTable:
+    """One table's rows of one target partition, in its spill files, read back on demand."""
+
+    paths: list[str]
+    schema: pa.Schema
+
+    @property
+    def nbytes(self) -> int:
+        return spill_size(self.paths)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows a batch at a time (each as large as a spill task wrote it)."""
+        return read_spills(self.paths, 0)
+
+    def read(self) -> pa.Table:
+        batches = list(self.batches())
+        return pa.Table.from_batches(batches, self.schema) if batches else self.schema.empty_table()
