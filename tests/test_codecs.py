@@ -26,6 +26,7 @@ from statectl.codecs.records import (
 )
 from statectl.codecs.unsaferow import decode_unsafe_rows, encode_row, encode_unsafe_rows
 from statectl.errors import CorruptFileError, UnsupportedError
+from tests.helpers.fixtures import FIXTURES
 
 # Spark 4.3.0 test vectors (shared/docs/spark-state-format.md §13.1, §8)
 ONE_RECORD_DELTA = bytes.fromhex(
@@ -309,7 +310,6 @@ def test_short_row_is_reported():
 def _hdfs_fixture_rows():
     from statectl.checkpoint.model import Checkpoint
     from statectl.state import StoreEncoding, load_raw
-    from tests.conftest import FIXTURES
 
     for name in [
         "agg-hdfs",

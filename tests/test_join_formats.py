@@ -26,9 +26,11 @@ from statectl.restoring import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, ROOT, arrow_names, arrow_rows, load_manifest, spark_rows
-from tests.test_export_vs_spark import selection
-from tests.test_restore import PROVIDERS, assert_exactly_once, run
+from tests.helpers.fixtures import FIXTURES, ROOT, load_manifest
+from tests.helpers.reads import selection
+from tests.helpers.restore import assert_exactly_once
+from tests.helpers.rows import arrow_names, arrow_rows, spark_rows
+from tests.helpers.spark import PROVIDERS, run
 
 JOIN_FIXTURES = [
     "join3-rocksdb",
