@@ -568,7 +568,8 @@ def grouping_key(
     column family's key schema (JSON) in the savepoint and in the query; ``kinds``: the state
     variables' kinds. None when the bytes stay (renamed or nullability widened only): Spark
     reads those keys as they are. Refused: the reason, with the family and field."""
-    olds, news = [], []
+    olds: list[dict] = []
+    news: list[dict] = []
     for name, schema in stored.items():
         at = _grouping_at(name, kinds)
         if at is None or name not in new:

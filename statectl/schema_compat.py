@@ -18,14 +18,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from statectl.codecs.sparktypes import canonical, physical
+from statectl.codecs.sparktypes import canonical, canonical_name, physical
 
 
 def simple_string(t: Any) -> str:
     """Spark's ``simpleString``: ``struct<k:string,n:bigint>``."""
     t = physical(t)
     if isinstance(t, str):
-        return str(canonical(t))
+        return canonical_name(t)
     k = t.get("type")
     if k == "struct":
         return (

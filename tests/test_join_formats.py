@@ -71,7 +71,13 @@ def test_reads_equal_spark(name):
     long); statectl shows the event time its keyWithTsToValues read shows."""
     ckpt = Checkpoint.open(str(FIXTURES / name))
     theirs = _spark_reads(name)
-    for read in MANIFEST[name]["reads"]:
+    reads = MANIFEST[name]["reads"]
+    # Not vacuous: both join sides and each side's two stores were read (and compared below).
+    sides = sorted(r["options"]["joinSide"] for r in reads if "joinSide" in r["options"])
+    stores = [r["options"]["storeName"] for r in reads if "storeName" in r["options"]]
+    assert sides == ["left", "right"] and len(stores) == 4, reads
+    assert any(theirs[json.dumps(r["options"], sort_keys=True)]["rows"] for r in reads)
+    for read in reads:
         table = read_state(ckpt, selection(read))
         spark = theirs[json.dumps(read["options"], sort_keys=True)]
         assert json.loads(json.dumps(arrow_names(table.schema))) == spark["names"]

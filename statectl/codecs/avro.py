@@ -137,7 +137,7 @@ def decode_avro_rows(
     struct = parse_schema(schema, path)
     parsed = _parsed(struct)
     has_maps = _has_maps(struct)
-    out: list[dict | None] = []
+    out: list[Any] = []  # fastavro types a datum as any Avro value; of a record schema, a dict
     for i, blob in enumerate(rows.to_pylist()):
         if blob is None:
             out.append(None)

@@ -16,6 +16,8 @@ on a prefix), and so do the elements of arrays and maps.
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,7 +32,7 @@ MAX_LONG_DIGITS = 18  # Decimal.MAX_LONG_DIGITS: larger declared precisions hash
 _FLOAT_NAN = np.uint32(0x7FC00000)  # Float.floatToIntBits(NaN)
 _DOUBLE_NAN = np.uint64(0x7FF8000000000000)  # Double.doubleToLongBits(NaN)
 
-Columns = pa.StructArray | pa.Table | pa.RecordBatch | list[pa.Array | pa.ChunkedArray]
+Columns: TypeAlias = pa.StructArray | pa.Table | pa.RecordBatch | list[pa.Array | pa.ChunkedArray]
 
 
 # -- the hash primitives (uint32 arrays; numpy wraps on overflow) --------------------------------

@@ -20,6 +20,7 @@ import json
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -655,7 +656,7 @@ def parse_changelog(raw: bytes | memoryview, path: str | None = None) -> RecordB
 
 
 # -- writing ----------------------------------------------------------------------------------
-BinaryLike = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
+BinaryLike: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
 
 
 def _large_binary(a: BinaryLike) -> pa.LargeBinaryArray:

@@ -191,6 +191,15 @@ def physical(t: SparkType) -> SparkType:
     return t
 
 
+def nested(t: SparkType) -> dict[str, Any]:
+    """The JSON object of a struct, array or map type (after its user-defined type, if any):
+    the types whose :func:`kind` is struct, array or map are objects, never type strings."""
+    t = physical(t)
+    if isinstance(t, str):
+        raise UnsupportedError(f"type {t!r} has no fields, elements or entries")
+    return t
+
+
 def decimal_of(t: SparkType) -> tuple[int, int] | None:
     """(precision, scale) of a decimal type, else None."""
     t = physical(t)
@@ -201,13 +210,17 @@ def decimal_of(t: SparkType) -> tuple[int, int] | None:
 
 
 def canonical(t: SparkType) -> SparkType:
+    """A type string the way Spark prints it (``decimal`` → ``decimal(10,0)`` …); a nested
+    type as it is."""
+    return canonical_name(t) if isinstance(t, str) else t
+
+
+def canonical_name(name: str) -> str:
     """A type string the way Spark prints it (``decimal`` → ``decimal(10,0)`` …)."""
-    if not isinstance(t, str):
-        return t
-    dec = decimal_of(t)
+    dec = decimal_of(name)
     if dec:
         return f"decimal({dec[0]},{dec[1]})"
-    return _ALIASES.get(t, t)
+    return _ALIASES.get(name, name)
 
 
 # -- Spark → Arrow -------------------------------------------------------------------------
@@ -394,7 +407,7 @@ def _is_type(v: Any) -> bool:
 
 def _write_type(t: SparkType, out: list[str]) -> None:
     if isinstance(t, str):
-        out.append(_quote(canonical(t)))
+        out.append(_quote(canonical_name(t)))
         return
     k = t.get("type")
     if k not in _KEY_ORDER:  # udt and unknown kinds: as parsed

@@ -32,6 +32,7 @@ from statectl.codecs.sparktypes import (
     SparkType,
     decimal_of,
     kind,
+    nested,
     parse_schema,
     physical,
     to_arrow_type,
@@ -232,13 +233,13 @@ def _reach(t: SparkType) -> int:
     k = kind(t)
     t = physical(t)
     if k == "struct":
-        fields = t["fields"]  # type: ignore[index]
+        fields = nested(t)["fields"]
         inner = max((_reach(f["type"]) for f in fields), default=0)
         return max(_bitset_bytes(len(fields)) + 8 * len(fields), inner)
     if k == "array":
-        return _reach(t["elementType"])  # type: ignore[index]
+        return _reach(nested(t)["elementType"])
     if k == "map":
-        return max(_reach(t["keyType"]), _reach(t["valueType"]))  # type: ignore[index]
+        return max(_reach(nested(t)["keyType"]), _reach(nested(t)["valueType"]))
     return 0
 
 
@@ -246,7 +247,7 @@ def _decode_struct(
     buf: _Bytes, base: _Pos, end: np.ndarray, valid: Valid, struct: SparkType, name: str
 ) -> pa.Array:
     struct = physical(struct)
-    fields = struct["fields"]  # type: ignore[index]
+    fields = nested(struct)["fields"]
     n = len(base.at)
     bitset = _bitset_bytes(len(fields))
     header = bitset + 8 * len(fields)
@@ -306,7 +307,7 @@ def _decode_value(
     if k == "struct":
         return _decode_struct(buf, _Pos(start, _stride(start)), start + size, valid, t, name)
     if k == "array":
-        elem = physical(t)["elementType"]  # type: ignore[index]
+        elem = nested(t)["elementType"]
         offsets, values = _decode_elements(buf, start, size, valid, elem, name)
         offsets32 = pa.py_buffer(_offsets32(offsets, name))
         return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid), offsets32], children=[values])
@@ -473,9 +474,11 @@ def _decode_map(
         key_bytes = np.where(valid, key_bytes, 8)
     bad = (key_bytes < 8) | (key_bytes > size - 16)
     buf.check(bad if valid is None else bad & valid, start, "map key array does not fit", name)
-    k_off, keys = _decode_elements(buf, start + 8, key_bytes, valid, t["keyType"], f"{name}.key")  # type: ignore[index]
+    k_off, keys = _decode_elements(
+        buf, start + 8, key_bytes, valid, nested(t)["keyType"], f"{name}.key"
+    )
     v_start = start + 8 + key_bytes
-    v_off, items = _decode_elements(buf, v_start, size - 8 - key_bytes, valid, t["valueType"], f"{name}.value")  # type: ignore[index]  # fmt: skip
+    v_off, items = _decode_elements(buf, v_start, size - 8 - key_bytes, valid, nested(t)["valueType"], f"{name}.value")  # fmt: skip
     if not np.array_equal(k_off, v_off):
         mismatch = (k_off[1:] - k_off[:-1]) != (v_off[1:] - v_off[:-1])
         buf.check(mismatch, start, "map has different key and value counts", name)
@@ -539,15 +542,17 @@ def _py_struct(t: SparkType, v: Any) -> Any:
     k = kind(t)
     t = physical(t)
     if k == "struct":
-        fields = t["fields"]  # type: ignore[index]
+        fields = nested(t)["fields"]
         if isinstance(v, dict):
             v = [v.get(f["name"]) for f in fields]
         return tuple(_py_struct(f["type"], x) for f, x in zip(fields, v, strict=True))
     if k == "array":
-        return [_py_struct(t["elementType"], x) for x in v]  # type: ignore[index]
+        elem = nested(t)["elementType"]
+        return [_py_struct(elem, x) for x in v]
     if k == "map":
         items = v.items() if isinstance(v, dict) else v
-        return [(_py_struct(t["keyType"], a), _py_struct(t["valueType"], b)) for a, b in items]  # type: ignore[index]
+        key_t, value_t = nested(t)["keyType"], nested(t)["valueType"]
+        return [(_py_struct(key_t, a), _py_struct(value_t, b)) for a, b in items]
     return v
 
 
@@ -578,7 +583,7 @@ def _validity(arr: pa.Array) -> Valid:
 
 def _encode_struct(arr: pa.Array, struct: SparkType, normalize: bool) -> _Payload:
     """UnsafeRows of a struct array; null structs get no bytes."""
-    fields = physical(struct)["fields"]  # type: ignore[index]
+    fields = nested(struct)["fields"]
     n = len(arr)
     valid = _validity(arr)
     bitset = _bitset_bytes(len(fields))
@@ -689,7 +694,7 @@ def _payload(arr: pa.Array, t: SparkType, valid: Valid, normalize: bool) -> _Pay
     if k == "struct":
         return _encode_struct(arr, t, normalize)
     if k == "array":
-        return _encode_array(arr, physical(t)["elementType"], normalize)  # type: ignore[index]
+        return _encode_array(arr, nested(t)["elementType"], normalize)
     return _encode_map(arr, t, normalize)
 
 
@@ -786,8 +791,10 @@ def _encode_map(arr: pa.Array, t: SparkType, normalize: bool) -> _Payload:
     valid = _validity(arr)
     count, take = _elements(arr, valid)
     index = pa.array(take)
-    keys = _encode_array_data(count, arr.keys.take(index), t["keyType"], normalize, valid)  # type: ignore[index]
-    items = _encode_array_data(count, arr.items.take(index), t["valueType"], normalize, valid)  # type: ignore[index]
+    keys = _encode_array_data(count, arr.keys.take(index), nested(t)["keyType"], normalize, valid)
+    items = _encode_array_data(
+        count, arr.items.take(index), nested(t)["valueType"], normalize, valid
+    )
     n = len(arr)
     length = 8 + keys.size + items.size
     if valid is not None:
