@@ -27,7 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
-from statectl.codecs.javaio import encode_modified_utf8
 from statectl.errors import CorruptFileError, UnsupportedError
 
 OP_PUT, OP_DELETE, OP_MERGE, OP_DELETE_RANGE = 0, 1, 2, 3
@@ -39,7 +38,6 @@ _TYPE_TO_OP[[TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE]] = [
     OP_MERGE,
     OP_DELETE_RANGE,
 ]
-_OP_TO_TYPE = np.array([TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE], dtype=np.uint8)
 _INT = struct.Struct(">i")
 _EMPTY = pa.array([], type=pa.large_binary())
 CHANGELOG_VERSIONS = (1, 2, 3, 4)
@@ -753,70 +751,6 @@ def write_state_records(
     return _interleave(pieces, b"\xff\xff\xff\xff")
 
 
-def _utf(text: str) -> bytes:
-    data = encode_modified_utf8(text)
-    if len(data) > 0xFFFF:
-        raise ValueError("writeUTF string longer than 65535 bytes")
-    return struct.pack(">H", len(data)) + data
-
-
-def changelog_header(version: int, lineage: list[dict] | None = None) -> bytes:
-    """What ``StateStoreChangelogWriterV<n>`` writes before the first record."""
-    if version not in CHANGELOG_VERSIONS:
-        raise UnsupportedError(f"changelog format version {version} (statectl writes v1-v4)")
-    if version == 1:
-        return b""
-    head = _utf(f"v{version}")
-    if version >= 3:  # json4s Serialization.write(Array[LineageItem]): compact
-        head += _utf(json.dumps(lineage or [], separators=(",", ":"), ensure_ascii=False))
-    return head
-
-
-def write_changelog(
-    version: int,
-    ops: np.ndarray | Sequence[int],
-    keys: BinaryLike,
-    values: BinaryLike,
-    lineage: list[dict] | None = None,
-) -> bytes:
-    """A whole changelog (before the codec stream) as Spark's writer of that version makes it.
-
-    ``ops`` are OP_*; DELETE values are ignored; DELETE_RANGE records carry the end key as the
-    value. v1/v3 only know puts and deletes.
-    """
-    head = changelog_header(version, lineage)
-    ops = np.asarray(ops, dtype=np.uint8)
-    if len(ops) != len(keys):
-        raise ValueError(f"{len(ops)} ops but {len(keys)} keys")
-    if (ops > OP_DELETE_RANGE).any():
-        raise ValueError("unknown op (use OP_PUT, OP_DELETE, OP_MERGE, OP_DELETE_RANGE)")
-    if version in (1, 3):
-        if ((ops == OP_MERGE) | (ops == OP_DELETE_RANGE)).any():
-            raise UnsupportedError(
-                f"changelog v{version} has no merge or delete-range records (use v2 or v4)"
-            )
-        return head + write_state_records(keys, values, deletes=ops == OP_DELETE)
-    keys, values, deleted = _prepare(keys, values, ops == OP_DELETE)
-    if (deleted & (ops != OP_DELETE)).any():
-        raise ValueError("a put, merge or delete-range record has a null value")
-    n = len(keys)
-    if n == 0:
-        return head + b"\x00"
-    vlen = np.where(deleted, -1, _lengths(values))
-    heads = np.empty((n, 5), dtype=np.uint8)
-    heads[:, 0] = _OP_TO_TYPE[ops]
-    heads[:, 1:] = _be32_rows(_lengths(keys))
-    ar = np.arange(n, dtype=np.int64)
-    vals = pa.concat_arrays([values.fill_null(b""), pa.array([b""], pa.large_binary())])
-    pieces = [
-        (_fixed(heads), ar),
-        (keys, ar),
-        (_fixed(_be32_rows(vlen)), ar),
-        (vals, np.where(deleted, n, ar)),
-    ]
-    return head + _interleave(pieces, b"\x00")
-
-
 # -- replay -----------------------------------------------------------------------------------
 def last_writer_wins(
     batches: list[RecordBatch], merge_delimiter: bytes = b"", unique: bool = False
@@ -937,40 +871,3 @@ def _resolve_merges(
         else:
             state[k] = None
     return state
-
-
-def _bench(n: int = 1_000_000, repeat: int = 3) -> dict[str, float]:
-    """Records per second of ``parse_state_records`` on ``n`` records (best of ``repeat``):
-    constant 24-byte keys / 40-byte values, and variable key sizes (8-byte multiples, as
-    UnsafeRows, and arbitrary sizes, as RocksDB keys with a prefix byte)."""
-    import time
-
-    rng = np.random.default_rng(0)
-
-    def stream(klens: np.ndarray, vlens: np.ndarray) -> bytes:
-        def arr(lengths: np.ndarray) -> pa.LargeBinaryArray:
-            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            data = rng.integers(0, 256, int(offsets[-1]), dtype=np.uint8)
-            return pa.LargeBinaryArray.from_buffers(
-                pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-            )
-
-        return write_state_records(arr(klens), arr(vlens))
-
-    cases = {
-        "constant 24B key / 40B value": stream(np.full(n, 24), np.full(n, 40)),
-        "variable key 16-40B (x8) / 40B value": stream(8 * rng.integers(2, 6, n), np.full(n, 40)),
-        "variable key 10-39B / 40B value": stream(rng.integers(10, 40, n), np.full(n, 40)),
-    }
-    result = {}
-    for name, raw in cases.items():
-        best = min(_timed(time.perf_counter, parse_state_records, raw) for _ in range(repeat))
-        result[name] = n / best
-    return result
-
-
-def _timed(clock, fn, *args) -> float:  # type: ignore[no-untyped-def]
-    t0 = clock()
-    fn(*args)
-    return clock() - t0

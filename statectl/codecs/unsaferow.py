@@ -20,7 +20,6 @@ bytes the same way, column by column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,29 +166,6 @@ def _binary_parts(rows: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | 
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     valid = rows.is_valid().to_numpy(zero_copy_only=False) if rows.null_count else None
     return offsets, data, valid
-
-
-def strip_prefix(rows: pa.Array | pa.ChunkedArray, n: int, path: str | None = None) -> pa.Array:
-    """``rows`` without their first ``n`` bytes (RocksDB version byte, column-family id …).
-
-    ``decode_unsafe_rows(rows, schema, skip_prefix=n)`` skips them without a copy.
-    """
-    rows = _as_binary(rows)
-    offsets, data, valid = _binary_parts(rows)
-    short = (offsets[1:] - offsets[:-1]) < n
-    if valid is not None:
-        short &= valid
-    if short.any():
-        i = int(np.flatnonzero(short)[0])
-        raise CorruptFileError(f"state row {i} is shorter than its {n}-byte prefix", path)
-    if n == 0 or len(rows) == 0:
-        return rows.cast(pa.large_binary())
-    starts = offsets[:-1] + n
-    if valid is not None:
-        starts = np.where(valid, starts, offsets[1:])  # null rows stay empty
-    padded = np.zeros(len(data) + _SLACK, dtype=np.uint8)
-    padded[: len(data)] = data
-    return _gather_binary(padded, starts, offsets[1:] - starts, valid, pa.large_binary())
 
 
 # -- decoding ------------------------------------------------------------------------------
@@ -525,37 +501,6 @@ def encode_unsafe_rows(
     )
 
 
-def encode_row(fields: Sequence[dict], values: Sequence[Any] | dict) -> bytes:
-    """One UnsafeRow from Python values (a list by position, or a dict by field name)."""
-    struct = {"type": "struct", "fields": list(fields)}
-    if isinstance(values, dict):
-        values = [values.get(f["name"]) for f in fields]
-    row = _py_struct(struct, values)
-    arr = pa.array([row], type=to_arrow_type(struct))
-    return encode_unsafe_rows(arr, struct)[0].as_py()
-
-
-def _py_struct(t: SparkType, v: Any) -> Any:
-    """Python values in the shape pa.array wants (structs as tuples: names may repeat)."""
-    if v is None:
-        return None
-    k = kind(t)
-    t = physical(t)
-    if k == "struct":
-        fields = nested(t)["fields"]
-        if isinstance(v, dict):
-            v = [v.get(f["name"]) for f in fields]
-        return tuple(_py_struct(f["type"], x) for f, x in zip(fields, v, strict=True))
-    if k == "array":
-        elem = nested(t)["elementType"]
-        return [_py_struct(elem, x) for x in v]
-    if k == "map":
-        items = v.items() if isinstance(v, dict) else v
-        key_t, value_t = nested(t)["keyType"], nested(t)["valueType"]
-        return [(_py_struct(key_t, a), _py_struct(value_t, b)) for a, b in items]
-    return v
-
-
 def _as_struct(data: Any, arrow_t: pa.DataType) -> pa.StructArray:
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in data.columns]  # fmt: skip
@@ -835,36 +780,3 @@ def _scatter(
     if short.any():
         value[short] &= (np.int64(1) << (8 * left[short])) - 1
     out.view("<i8")[(dest[owner] >> 3) + w] = value
-
-
-# -- compatibility with earlier callers ----------------------------------------------------
-_FLAT_KINDS = frozenset(FIXED_KINDS) | {"string", "binary", "void"}
-
-
-def encode_flat_rows(data: pa.StructArray, fields: Sequence[dict]) -> pa.LargeBinaryArray | None:
-    """encode_unsafe_rows for rows of fixed-width, string and binary fields; None otherwise.
-
-    Kept for callers that probe for the flat fast path; encode_unsafe_rows is vectorized for
-    every schema now.
-    """
-    for f in fields:
-        dec = decimal_of(f["type"])
-        if (dec and dec[0] > 18) or (not dec and kind(f["type"]) not in _FLAT_KINDS):
-            return None
-    return encode_unsafe_rows(data, {"type": "struct", "fields": list(fields)})
-
-
-def _pylist(arr: pa.Array) -> list[Any]:
-    """Python values by position (structs as lists, so duplicate field names survive);
-    timestamps, dates and durations as their integer storage. encode_row accepts these."""
-    if pa.types.is_struct(arr.type):
-        children = [_pylist(arr.field(i)) for i in range(arr.type.num_fields)]
-        valid = arr.is_valid().to_pylist()
-        return [[c[r] for c in children] if valid[r] else None for r in range(len(arr))]
-    if pa.types.is_timestamp(arr.type) or pa.types.is_duration(arr.type):
-        return arr.view(pa.int64()).to_pylist()
-    if pa.types.is_date32(arr.type):
-        return arr.view(pa.int32()).to_pylist()
-    if pa.types.is_map(arr.type):
-        return [None if m is None else list(m) for m in arr.to_pylist()]
-    return arr.to_pylist()
