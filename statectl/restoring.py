@@ -63,11 +63,9 @@ from statectl.evolution import (
     Refused,
     TableEvolution,
     aggregation_format_conversion,
-    apply_transform,
     evolve_table,
     group_state_format_conversion,
     grouping_key,
-    load_transform,
     state_variable_value,
 )
 from statectl.in_progress import IN_PROGRESS_TOKEN, describe_in_progress, read_in_progress
@@ -92,6 +90,7 @@ from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.schema_compat import difference, simple_string
 from statectl.source_positions import SourcePositions, plan_positions
 from statectl.state import read_le_int
+from statectl.transforms import apply_transform, load_transform
 from statectl.tws_encode import (
     TTL_INDEX,
     VERSION,

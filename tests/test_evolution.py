@@ -27,7 +27,6 @@ from statectl.evolution import (
     TableEvolution,
     added_fields,
     aggregation_values,
-    apply_transform,
     evolve_table,
     grouping_key,
     state_variable_value,
@@ -39,6 +38,7 @@ from statectl.restoring import plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.spark_engine import SparkEngine
+from statectl.transforms import apply_transform
 from tests.helpers.cli import cli
 from tests.helpers.fixtures import FIXTURES
 from tests.helpers.restore import (
