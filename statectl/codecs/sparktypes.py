@@ -21,6 +21,7 @@ from __future__ import annotations
 import decimal
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Union
 
 import pyarrow as pa
@@ -308,9 +309,15 @@ def from_arrow_type(t: pa.DataType) -> SparkType:
 
 
 def _from_arrow(t: pa.DataType, keep_metadata: bool = False) -> SparkType:
-    types = pa.types
-    if types.is_dictionary(t):
+    if pa.types.is_dictionary(t):
         return _from_arrow(t.value_type, keep_metadata)
+    nested = _nested_from_arrow(t, keep_metadata)
+    return nested if nested is not None else _name_from_arrow(t)
+
+
+def _nested_from_arrow(t: pa.DataType, keep_metadata: bool) -> SparkType | None:
+    """A struct, list or map type as Spark's; None for any other type."""
+    types = pa.types
     if types.is_struct(t):
         fields = [t.field(i) for i in range(t.num_fields)]
         if not keep_metadata:
@@ -335,24 +342,38 @@ def _from_arrow(t: pa.DataType, keep_metadata: bool = False) -> SparkType:
             "valueType": _from_arrow(t.item_type, keep_metadata),
             "valueContainsNull": t.item_field.nullable,
         }
-    if types.is_decimal(t) and t.precision <= 38:
-        return f"decimal({t.precision},{t.scale})"
-    if types.is_timestamp(t):
-        return "timestamp" if t.tz is not None else "timestamp_ntz"
-    if types.is_time(t):
-        return "time(6)"  # TimeType's default precision (microseconds)
-    if types.is_duration(t):
-        return "interval day to second"
-    if types.is_date(t):
-        return "date"
-    if types.is_string(t) or types.is_large_string(t) or types.is_string_view(t):
-        return "string"
-    if types.is_binary(t) or types.is_large_binary(t) or types.is_binary_view(t):
-        return "binary"
-    for name, arrow in _ARROW_SIMPLE.items():
-        if name in _SIMPLE_KINDS and t == arrow:
-            return name
+    return None
+
+
+def _name_from_arrow(t: pa.DataType) -> str:
+    """A non-nested Arrow type's Spark type string."""
+    for matches, name in _ARROW_NAMES:
+        if matches(t):
+            return name(t)
+    for simple, arrow in _ARROW_SIMPLE.items():
+        if simple in _SIMPLE_KINDS and t == arrow:
+            return simple
     raise UnsupportedError(f"Arrow type {t} has no Spark equivalent")
+
+
+def _any_type(*predicates: Callable[[pa.DataType], bool]) -> Callable[[pa.DataType], bool]:
+    return lambda t: any(p(t) for p in predicates)
+
+
+_T = pa.types
+# Arrow types with a Spark type string besides _ARROW_SIMPLE's, in the order tried.
+_ARROW_NAMES: tuple[tuple[Callable[[pa.DataType], bool], Callable[[pa.DataType], str]], ...] = (
+    (
+        lambda t: _T.is_decimal(t) and t.precision <= 38,
+        lambda t: f"decimal({t.precision},{t.scale})",
+    ),
+    (_T.is_timestamp, lambda t: "timestamp" if t.tz is not None else "timestamp_ntz"),
+    (_T.is_time, lambda t: "time(6)"),  # TimeType's default precision (microseconds)
+    (_T.is_duration, lambda t: "interval day to second"),
+    (_T.is_date, lambda t: "date"),
+    (_any_type(_T.is_string, _T.is_large_string, _T.is_string_view), lambda t: "string"),
+    (_any_type(_T.is_binary, _T.is_large_binary, _T.is_binary_view), lambda t: "binary"),
+)
 
 
 def from_arrow_field(f: pa.Field) -> dict:
