@@ -131,24 +131,32 @@ def _check_shape(t: Any, path: str | None) -> None:
         return
     if not isinstance(t, dict) or not isinstance(t.get("type"), str):
         raise CorruptFileError(f"malformed Spark type in schema: {_short(t)}", path)
-    needs = {
-        "struct": ("fields",),
-        "array": ("elementType",),
-        "map": ("keyType", "valueType"),
-        "udt": ("sqlType",),
-    }.get(t["type"], ())
+    needs = _NEEDS.get(t["type"], ())
     if any(k not in t for k in needs):
         raise CorruptFileError(f"malformed Spark {t['type']} type in schema: {_short(t)}", path)
     if t["type"] == "struct":
-        if not isinstance(t["fields"], list):
-            raise CorruptFileError(f"malformed Spark struct in schema: {_short(t)}", path)
-        for f in t["fields"]:
-            if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
-                raise CorruptFileError(f"malformed struct field in schema: {_short(f)}", path)
-            _check_shape(f["type"], path)
+        _check_fields(t, path)
     for k in needs:
         if k != "fields":
             _check_shape(t[k], path)
+
+
+# The members each kind of type object must have.
+_NEEDS = {
+    "struct": ("fields",),
+    "array": ("elementType",),
+    "map": ("keyType", "valueType"),
+    "udt": ("sqlType",),
+}
+
+
+def _check_fields(t: dict, path: str | None) -> None:
+    if not isinstance(t["fields"], list):
+        raise CorruptFileError(f"malformed Spark struct in schema: {_short(t)}", path)
+    for f in t["fields"]:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
+            raise CorruptFileError(f"malformed struct field in schema: {_short(f)}", path)
+        _check_shape(f["type"], path)
 
 
 def _short(t: Any) -> str:
@@ -161,21 +169,7 @@ def kind(t: SparkType) -> str:
     """The physical kind of a Spark type: a key of FIXED_KINDS, or string, binary, void,
     decimal, calendarinterval, struct, array, map. Unknown or unsupported types raise."""
     if isinstance(t, str):
-        name = _ALIASES.get(t, t)
-        if name in _SIMPLE_KINDS:
-            return name
-        if name == "interval":
-            return "calendarinterval"
-        if name == "decimal" or _DECIMAL.fullmatch(name):
-            return "decimal"
-        if _CHAR.fullmatch(name) or name.startswith("string collate "):
-            return "string"  # stored as UTF-8 bytes, like a plain string
-        if _TIME.fullmatch(name):
-            return "time"
-        m = _INTERVAL.fullmatch(name)
-        if m:
-            return "interval_ym" if m.group(1) in _YM_UNITS else "interval_dt"
-        raise UnsupportedError(f"Spark type {t!r} is not supported by statectl")
+        return _kind_of_name(t)
     if isinstance(t, dict):
         k = t.get("type")
         if k in ("struct", "array", "map"):
@@ -183,6 +177,24 @@ def kind(t: SparkType) -> str:
         if k == "udt":
             return kind(t["sqlType"])
     raise UnsupportedError(f"Spark type {_short(t)} is not supported by statectl")
+
+
+def _kind_of_name(t: str) -> str:
+    name = _ALIASES.get(t, t)
+    if name in _SIMPLE_KINDS:
+        return name
+    if name == "interval":
+        return "calendarinterval"
+    if name == "decimal" or _DECIMAL.fullmatch(name):
+        return "decimal"
+    if _CHAR.fullmatch(name) or name.startswith("string collate "):
+        return "string"  # stored as UTF-8 bytes, like a plain string
+    if _TIME.fullmatch(name):
+        return "time"
+    m = _INTERVAL.fullmatch(name)
+    if m:
+        return "interval_ym" if m.group(1) in _YM_UNITS else "interval_dt"
+    raise UnsupportedError(f"Spark type {t!r} is not supported by statectl")
 
 
 def physical(t: SparkType) -> SparkType:
@@ -439,21 +451,28 @@ def _write_type(t: SparkType, out: list[str]) -> None:
         if i:
             out.append(",")
         out.append(_quote(key) + ":")
-        v = t.get(key, True) if key in ("containsNull", "valueContainsNull") else t[key]
-        if key == "fields":
-            out.append("[")
-            for j, f in enumerate(v):
-                if j:
-                    out.append(",")
-                _write_field(f, out)
-            out.append("]")
-        elif key == "type":
-            out.append(_quote(v))
-        elif isinstance(v, bool):
-            out.append("true" if v else "false")
-        else:
-            _write_type(v, out)
+        _write_type_entry(key, t.get(key, True) if key in _NULLABLE_KEYS else t[key], out)
     out.append("}")
+
+
+_NULLABLE_KEYS = ("containsNull", "valueContainsNull")
+
+
+def _write_type_entry(key: str, v: Any, out: list[str]) -> None:
+    """The value of ``key`` in a struct, array or map type's object."""
+    if key == "fields":
+        out.append("[")
+        for j, f in enumerate(v):
+            if j:
+                out.append(",")
+            _write_field(f, out)
+        out.append("]")
+    elif key == "type":
+        out.append(_quote(v))
+    elif isinstance(v, bool):
+        out.append("true" if v else "false")
+    else:
+        _write_type(v, out)
 
 
 def _write_field(f: dict, out: list[str]) -> None:
@@ -471,38 +490,51 @@ def _write_field(f: dict, out: list[str]) -> None:
 
 
 def _write_value(v: Any, out: list[str], types: bool = False) -> None:
-    if v is None:
-        out.append("null")
-    elif v is True or v is False:
-        out.append("true" if v else "false")
-    elif isinstance(v, JsonFloat):
-        out.append(v.text)
-    elif isinstance(v, float):
-        out.append(_java_double(v))
-    elif isinstance(v, int):
-        out.append(str(v))
-    elif isinstance(v, str):
-        out.append(_quote(v))
-    elif isinstance(v, (list, tuple)):
-        out.append("[")
-        for i, x in enumerate(v):
-            if i:
-                out.append(",")
-            _write_value(x, out, types)
-        out.append("]")
+    if isinstance(v, (list, tuple)):
+        _write_array(v, out, types)
     elif isinstance(v, dict):
-        out.append("{")
-        for i, (key, x) in enumerate(v.items()):
-            if i:
-                out.append(",")
-            out.append(_quote(str(key)) + ":")
-            if types and key == "sqlType":
-                _write_type(x, out)
-            else:
-                _write_value(x, out, types)
-        out.append("}")
+        _write_object(v, out, types)
     else:
-        raise TypeError(f"cannot write {type(v).__name__} as JSON")
+        out.append(_scalar_json(v))
+
+
+def _scalar_json(v: Any) -> str:
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, JsonFloat):
+        return v.text
+    if isinstance(v, float):
+        return _java_double(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return _quote(v)
+    raise TypeError(f"cannot write {type(v).__name__} as JSON")
+
+
+def _write_array(v: list | tuple, out: list[str], types: bool) -> None:
+    out.append("[")
+    for i, x in enumerate(v):
+        if i:
+            out.append(",")
+        _write_value(x, out, types)
+    out.append("]")
+
+
+def _write_object(v: dict, out: list[str], types: bool) -> None:
+    """An object in its own key order (``types``: a UDT's, whose ``sqlType`` is a type)."""
+    out.append("{")
+    for i, (key, x) in enumerate(v.items()):
+        if i:
+            out.append(",")
+        out.append(_quote(str(key)) + ":")
+        if types and key == "sqlType":
+            _write_type(x, out)
+        else:
+            _write_value(x, out, types)
+    out.append("}")
 
 
 def _quote(s: str) -> str:
