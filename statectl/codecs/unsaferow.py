@@ -20,6 +20,7 @@ bytes the same way, column by column.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,10 +249,9 @@ def _decode_value(
 ) -> pa.Array:
     """Values of Spark type ``t`` whose slot (or array element) is at ``slot``."""
     k = kind(t)
-    n = len(slot.at)
     arrow_t = to_arrow_type(t)
     if k == "void":
-        return pa.nulls(n)
+        return pa.nulls(len(slot.at))
     dec = decimal_of(t)
     if k in FIXED_KINDS or (dec and dec[0] <= 18):
         return _fixed_array(buf.read(slot), k, arrow_t, valid)
@@ -262,32 +262,77 @@ def _decode_value(
     buf.check(bad if valid is None else bad & valid, slot.at, "value points outside its row", name)
     if valid is not None:  # null slots may hold anything: park them on harmless positions
         start, size = np.where(valid, start, 0), np.where(valid, size, 0)
-    if k == "decimal":
-        wrong = (size < 1) | (size > 16)
-        buf.check(
-            wrong if valid is None else wrong & valid, slot.at, "decimal not 1-16 bytes", name
+    return _VARIABLE[k](_Variable(buf, t, arrow_t, slot, start, size, valid, name))
+
+
+@dataclass(frozen=True)
+class _Variable:
+    """Values stored in a row's variable-length region: ``size`` bytes from ``start`` each
+    (their slots at ``slot``), checked to lie within the row."""
+
+    buf: _Bytes
+    t: SparkType
+    arrow_t: pa.DataType
+    slot: _Pos
+    start: np.ndarray
+    size: np.ndarray
+    valid: Valid
+    name: str
+
+    def check(self, wrong: np.ndarray, what: str) -> None:
+        self.buf.check(
+            wrong if self.valid is None else wrong & self.valid, self.slot.at, what, self.name
         )
-        return _big_decimal(buf, start, size, valid, arrow_t)
-    if k in ("string", "binary"):
-        return _var_bytes(buf, start, size, valid, arrow_t, name)
-    if k == "calendarinterval":
-        wrong = size != 16
-        buf.check(wrong if valid is None else wrong & valid, slot.at, "interval is not 16 bytes", name)  # fmt: skip
-        head, micros = buf.read(_Pos(start)), buf.read(_Pos(start + 8))
-        children = [
-            _fixed_array(head, "integer", pa.int32(), None),
-            _fixed_array(head >> 32, "integer", pa.int32(), None),
-            _fixed_array(micros, "long", pa.int64(), None),
-        ]
-        return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid)], children=children)
-    if k == "struct":
-        return _decode_struct(buf, _Pos(start, _stride(start)), start + size, valid, t, name)
-    if k == "array":
-        elem = nested(t)["elementType"]
-        offsets, values = _decode_elements(buf, start, size, valid, elem, name)
-        offsets32 = pa.py_buffer(_offsets32(offsets, name))
-        return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid), offsets32], children=[values])
-    return _decode_map(buf, start, size, valid, t, arrow_t, name)
+
+
+def _big_decimal_values(v: _Variable) -> pa.Array:
+    v.check((v.size < 1) | (v.size > 16), "decimal not 1-16 bytes")
+    return _big_decimal(v.buf, v.start, v.size, v.valid, v.arrow_t)
+
+
+def _bytes_values(v: _Variable) -> pa.Array:
+    return _var_bytes(v.buf, v.start, v.size, v.valid, v.arrow_t, v.name)
+
+
+def _interval_values(v: _Variable) -> pa.Array:
+    """CalendarInterval: months and days (two ints in one word), then microseconds."""
+    v.check(v.size != 16, "interval is not 16 bytes")
+    head, micros = v.buf.read(_Pos(v.start)), v.buf.read(_Pos(v.start + 8))
+    children = [
+        _fixed_array(head, "integer", pa.int32(), None),
+        _fixed_array(head >> 32, "integer", pa.int32(), None),
+        _fixed_array(micros, "long", pa.int64(), None),
+    ]
+    return pa.Array.from_buffers(v.arrow_t, len(v.slot.at), [_bitmap(v.valid)], children=children)
+
+
+def _struct_values(v: _Variable) -> pa.Array:
+    start = v.start
+    return _decode_struct(v.buf, _Pos(start, _stride(start)), start + v.size, v.valid, v.t, v.name)
+
+
+def _array_values(v: _Variable) -> pa.Array:
+    elem = nested(v.t)["elementType"]
+    offsets, values = _decode_elements(v.buf, v.start, v.size, v.valid, elem, v.name)
+    offsets32 = pa.py_buffer(_offsets32(offsets, v.name))
+    n = len(v.slot.at)
+    return pa.Array.from_buffers(v.arrow_t, n, [_bitmap(v.valid), offsets32], children=[values])
+
+
+def _map_values(v: _Variable) -> pa.Array:
+    return _decode_map(v.buf, v.start, v.size, v.valid, v.t, v.arrow_t, v.name)
+
+
+# The kinds stored in the variable-length region, by kind.
+_VARIABLE: dict[str, Callable[[_Variable], pa.Array]] = {
+    "decimal": _big_decimal_values,
+    "string": _bytes_values,
+    "binary": _bytes_values,
+    "calendarinterval": _interval_values,
+    "struct": _struct_values,
+    "array": _array_values,
+    "map": _map_values,
+}
 
 
 def _fixed_array(word: np.ndarray, k: str, arrow_t: pa.DataType, valid: Valid) -> pa.Array:
