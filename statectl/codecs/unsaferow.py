@@ -574,52 +574,62 @@ def _validity(arr: pa.Array) -> Valid:
 def _encode_struct(arr: pa.Array, struct: SparkType, normalize: bool) -> _Payload:
     """UnsafeRows of a struct array; null structs get no bytes."""
     fields = nested(struct)["fields"]
-    n = len(arr)
     valid = _validity(arr)
-    bitset = _bitset_bytes(len(fields))
-    header = bitset + 8 * len(fields)
-    slots = np.zeros((n, len(fields)), dtype=np.int64)
-    null_words = np.zeros((n, bitset // 8), dtype=np.int64)
-    cursor = np.full(n, header, dtype=np.int64)  # next free byte of each row
-    pieces: list[tuple[np.ndarray, _Payload]] = []
+    rows = _RowWriter(len(arr), len(fields), normalize)
     for i, f in enumerate(fields):
         child = arr.field(i)
-        t = f["type"]
+        rows.put(i, child, f["type"], _and(valid, _validity(child)))
+    return rows.finish(valid)
+
+
+class _RowWriter:
+    """The UnsafeRows of ``n`` rows of ``width`` fields, a field (column) at a time: null bits,
+    fixed-width slots, and the variable-length region each row's ``cursor`` grows."""
+
+    def __init__(self, n: int, width: int, normalize: bool) -> None:
+        self.n, self.width, self.normalize = n, width, normalize
+        self.bitset = _bitset_bytes(width)
+        self.slots = np.zeros((n, width), dtype=np.int64)
+        self.null_words = np.zeros((n, self.bitset // 8), dtype=np.int64)
+        self.cursor = np.full(n, self.bitset + 8 * width, dtype=np.int64)  # next free byte
+        self.pieces: list[tuple[np.ndarray, _Payload]] = []
+
+    def put(self, i: int, child: pa.Array, t: SparkType, valid: Valid) -> None:
+        """Field ``i`` of every row: ``child`` of Spark type ``t`` (``valid``: non-null)."""
         k = kind(t)
-        child_valid = _and(valid, _validity(child))
         if k == "void":
-            null_words[:, i >> 6] |= np.int64(1) << (i & 63)
-            continue
-        if child_valid is not None:
-            null_words[:, i >> 6] |= (~child_valid).astype(np.int64) << (i & 63)
+            self.null_words[:, i >> 6] |= np.int64(1) << (i & 63)
+            return
+        if valid is not None:
+            self.null_words[:, i >> 6] |= (~valid).astype(np.int64) << (i & 63)
         dec = decimal_of(t)
         if k in FIXED_KINDS or (dec and dec[0] <= 18):
-            slots[:, i] = _fixed_words(child, k, 8, normalize, child_valid)
-            continue
-        payload = _payload(child, t, child_valid, normalize)
-        slot_word = (cursor << 32) | payload.size
+            self.slots[:, i] = _fixed_words(child, k, 8, self.normalize, valid)
+            return
+        payload = _payload(child, t, valid, self.normalize)
+        slot_word = (self.cursor << 32) | payload.size
         # A null field's slot is 0, but a null big decimal still points at its 16 bytes.
-        slots[:, i] = (
-            slot_word if dec or child_valid is None else np.where(child_valid, slot_word, 0)
-        )
-        pieces.append((cursor.copy(), payload))
+        self.slots[:, i] = slot_word if dec or valid is None else np.where(valid, slot_word, 0)
+        self.pieces.append((self.cursor.copy(), payload))
         # UnsafeRowWriter always reserves 16 bytes for a big decimal, null or not.
-        cursor += np.full(n, 16, dtype=np.int64) if dec else _pad8(payload.size)
-    if valid is not None:
-        cursor = np.where(valid, cursor, 0)
-    row_off = _exclusive_cumsum(cursor)
-    out = np.zeros(int(row_off[-1]), dtype=np.uint8)
-    words = out.view("<i8")
-    live = np.arange(n) if valid is None else np.flatnonzero(valid)
-    first_word = row_off[:-1][live] >> 3
-    for k_word in range(bitset // 8):
-        words[first_word + k_word] = null_words[live, k_word]
-    for i in range(len(fields)):
-        words[first_word + bitset // 8 + i] = slots[live, i]
-    for rel, payload in pieces:
-        size = payload.size if valid is None else np.where(valid, payload.size, 0)
-        _scatter(out, row_off[:-1] + rel, payload.data, payload.start, size)
-    return _Payload(out, row_off[:-1], cursor)
+        self.cursor += np.full(self.n, 16, dtype=np.int64) if dec else _pad8(payload.size)
+
+    def finish(self, valid: Valid) -> _Payload:
+        """The rows laid out one after another (null rows: no bytes)."""
+        cursor = self.cursor if valid is None else np.where(valid, self.cursor, 0)
+        row_off = _exclusive_cumsum(cursor)
+        out = np.zeros(int(row_off[-1]), dtype=np.uint8)
+        words = out.view("<i8")
+        live = np.arange(self.n) if valid is None else np.flatnonzero(valid)
+        first_word = row_off[:-1][live] >> 3
+        for k_word in range(self.bitset // 8):
+            words[first_word + k_word] = self.null_words[live, k_word]
+        for i in range(self.width):
+            words[first_word + self.bitset // 8 + i] = self.slots[live, i]
+        for rel, payload in self.pieces:
+            size = payload.size if valid is None else np.where(valid, payload.size, 0)
+            _scatter(out, row_off[:-1] + rel, payload.data, payload.start, size)
+        return _Payload(out, row_off[:-1], cursor)
 
 
 def _fixed_words(arr: pa.Array, k: str, width: int, normalize: bool, valid: Valid) -> np.ndarray:
@@ -729,51 +739,85 @@ def _encode_array_data(
     """UnsafeArrayData for arrays of ``count`` elements taken in order from ``values``;
     null arrays (``valid`` False, count 0) get no bytes."""
     n = len(count)
-    m = len(values)
     es = _element_size(elem)
     k = kind(elem)
     first = _exclusive_cumsum(count)
     owner = np.repeat(np.arange(n, dtype=np.int64), count)
-    j = np.arange(m, dtype=np.int64) - first[:-1][owner]
+    j = np.arange(len(values), dtype=np.int64) - first[:-1][owner]
     bitset = _bitset_bytes(count)
     fixed_end = 8 + bitset + _pad8(count * es)
     elem_valid = _validity(values)
     dec = decimal_of(elem)
     fixed = k in FIXED_KINDS or k == "void" or bool(dec and dec[0] <= 18)
-    if fixed:
-        payload = None
-        var_room = np.zeros(n, dtype=np.int64)
-    else:
-        payload = _payload(values, elem, elem_valid, normalize)
-        room_e = _pad8(payload.size)  # no 16-byte reservation for decimals inside arrays
-        cum = _exclusive_cumsum(room_e)
-        var_room = cum[first[1:]] - cum[first[:-1]]
+    payload = None if fixed else _payload(values, elem, elem_valid, normalize)
+    cum, var_room = _variable_room(payload, first)
     length = fixed_end + var_room
     if valid is not None:
         length = np.where(valid, length, 0)
     arr_off = _exclusive_cumsum(length)
     out = np.zeros(int(arr_off[-1]), dtype=np.uint8)
-    words = out.view("<i8")
     live = np.arange(n) if valid is None else np.flatnonzero(valid)
-    words[arr_off[:-1][live] >> 3] = count[live]
+    out.view("<i8")[arr_off[:-1][live] >> 3] = count[live]
     start_e = arr_off[:-1][owner]
-    if elem_valid is not None:
-        null = ~elem_valid
-        # Null bit j of an array lives in byte 8 + j//8 of it.
-        np.bitwise_or.at(out, start_e[null] + 8 + (j[null] >> 3), (1 << (j[null] & 7)).astype(np.uint8))  # fmt: skip
+    _set_element_null_bits(out, start_e, j, elem_valid)
     slot = start_e + 8 + bitset[owner] + j * es
-    if fixed:
-        if k != "void" and m:
-            vals = _fixed_words(values, k, es, normalize, elem_valid)
-            out.view(vals.dtype)[slot // es] = vals
+    if payload is None or cum is None:
+        _write_fixed_elements(out, slot, values, k, es, normalize, elem_valid)
     else:
-        assert payload is not None
         rel = fixed_end[owner] + (cum[:-1] - cum[first[:-1]][owner])
-        size = payload.size
-        slot_word = (rel << 32) | size
-        words[slot >> 3] = slot_word if elem_valid is None else np.where(elem_valid, slot_word, 0)
-        _scatter(out, start_e + rel, payload.data, payload.start, size)
+        _write_variable(out, slot, start_e + rel, rel, payload, elem_valid)
     return _Payload(out, arr_off[:-1], length)
+
+
+def _variable_room(
+    payload: _Payload | None, first: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """Where each element's variable-length bytes start, counted from the first element's of
+    all arrays (``cum``; None for fixed-width elements), and each array's total of them (no
+    16-byte reservation for decimals inside arrays)."""
+    if payload is None:
+        return None, np.zeros(len(first) - 1, dtype=np.int64)
+    cum = _exclusive_cumsum(_pad8(payload.size))
+    return cum, cum[first[1:]] - cum[first[:-1]]
+
+
+def _set_element_null_bits(
+    out: np.ndarray, start_e: np.ndarray, j: np.ndarray, valid: Valid
+) -> None:
+    """Null bit j of an array lives in byte 8 + j//8 of it (the array starts at ``start_e``)."""
+    if valid is None:
+        return
+    null = ~valid
+    np.bitwise_or.at(out, start_e[null] + 8 + (j[null] >> 3), (1 << (j[null] & 7)).astype(np.uint8))  # fmt: skip
+
+
+def _write_fixed_elements(
+    out: np.ndarray,
+    slot: np.ndarray,
+    values: pa.Array,
+    k: str,
+    es: int,
+    normalize: bool,
+    valid: Valid,
+) -> None:
+    if k != "void" and len(values):
+        vals = _fixed_words(values, k, es, normalize, valid)
+        out.view(vals.dtype)[slot // es] = vals
+
+
+def _write_variable(
+    out: np.ndarray,
+    slot: np.ndarray,
+    at: np.ndarray,
+    rel: np.ndarray,
+    payload: _Payload,
+    valid: Valid,
+) -> None:
+    """Values in the variable-length region: each slot gets (offset ``rel`` << 32 | size), 0
+    when null; the bytes go to ``at``."""
+    slot_word = (rel << 32) | payload.size
+    out.view("<i8")[slot >> 3] = slot_word if valid is None else np.where(valid, slot_word, 0)
+    _scatter(out, at, payload.data, payload.start, payload.size)
 
 
 def _encode_map(arr: pa.Array, t: SparkType, normalize: bool) -> _Payload:
