@@ -579,24 +579,30 @@ def _read_java_utf(raw: bytes | memoryview, pos: int) -> tuple[str, int] | None:
     units: list[int] = []
     i = 0
     while i < n:  # only header strings: short
-        c = data[i]
-        if c < 0x80:
-            units.append(c)
-            i += 1
-        elif c >> 5 == 0b110:
-            if i + 2 > n or data[i + 1] & 0xC0 != 0x80:
-                return None
-            units.append(((c & 0x1F) << 6) | (data[i + 1] & 0x3F))
-            i += 2
-        elif c >> 4 == 0b1110:
-            if i + 3 > n or data[i + 1] & 0xC0 != 0x80 or data[i + 2] & 0xC0 != 0x80:
-                return None
-            units.append(((c & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F))
-            i += 3
-        else:
+        unit, size = _utf_unit(data, i)
+        if not size:
             return None
+        units.append(unit)
+        i += size
     text = struct.pack(f"<{len(units)}H", *units).decode("utf-16-le", "surrogatepass")
     return text, pos + 2 + n
+
+
+def _utf_unit(data: bytes, i: int) -> tuple[int, int]:
+    """The UTF-16 unit whose modified UTF-8 form starts at ``data[i]`` and that form's length;
+    length 0 where ``readUTF`` throws UTFDataFormatException."""
+    c = data[i]
+    if c < 0x80:
+        return c, 1
+    if c >> 5 == 0b110:
+        if i + 2 > len(data) or data[i + 1] & 0xC0 != 0x80:
+            return 0, 0
+        return ((c & 0x1F) << 6) | (data[i + 1] & 0x3F), 2
+    if c >> 4 == 0b1110:
+        if i + 3 > len(data) or data[i + 1] & 0xC0 != 0x80 or data[i + 2] & 0xC0 != 0x80:
+            return 0, 0
+        return ((c & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F), 3
+    return 0, 0
 
 
 def _java_short(text: str) -> int | None:
@@ -631,6 +637,14 @@ def changelog_version(
         raise CorruptFileError(f"changelog header {tag!r} is not 'v{version}'", path)
     if version == 2:
         return 2, pos, None
+    lineage, start = _read_lineage(raw, pos, version, path)
+    return version, start, lineage
+
+
+def _read_lineage(
+    raw: bytes | memoryview, pos: int, version: int, path: str | None
+) -> tuple[list[dict], int]:
+    """The lineage JSON of a v3/v4 changelog header at ``pos``, and where the body starts."""
     text = _read_java_utf(raw, pos)
     if text is None:
         raise CorruptFileError(f"changelog v{version}: truncated or malformed lineage", path)
@@ -642,7 +656,7 @@ def changelog_version(
         raise CorruptFileError(
             f"changelog v{version}: lineage is not a JSON array of objects", path
         )
-    return version, text[1], lineage
+    return lineage, text[1]
 
 
 def parse_changelog(raw: bytes | memoryview, path: str | None = None) -> RecordBatch:
