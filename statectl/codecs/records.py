@@ -118,17 +118,13 @@ def _constant_stride(
     size = len(arr)
     head = _HEAD[typed]
     tail = 1 if typed else 4  # end record: type byte 0 / int32 -1
-    if size - start < head + 4 + tail or (typed and arr[start] == TYPE_EOF):
+    lengths = _first_lengths(raw, arr, start, typed, tail)
+    if lengths is None:
         return None
-    (klen,) = _INT.unpack_from(raw, start + _KOFF[typed])
-    if klen < 0 or start + head + klen + 4 > size:
-        return None
-    (vlen,) = _INT.unpack_from(raw, start + head + klen)
+    klen, vlen = lengths
     stride = head + klen + 4 + vlen
     body = size - start - tail
-    if vlen < 0 or body % stride:
-        return None
-    if (arr[size - 1] != TYPE_EOF) if typed else (_INT.unpack_from(raw, size - 4)[0] != -1):
+    if body % stride or not _ends_with_marker(raw, arr, typed):
         return None
     rs = start + stride * np.arange(body // stride, dtype=np.int64)
     if not (_be32_at(arr, rs + _KOFF[typed]) == klen).all():
@@ -136,6 +132,28 @@ def _constant_stride(
     if not (_be32_at(arr, rs + head + klen) == vlen).all():
         return None
     return rs
+
+
+def _first_lengths(
+    raw: bytes | memoryview, arr: np.ndarray, start: int, typed: bool, tail: int
+) -> tuple[int, int] | None:
+    """(key length, value length) of the record at ``start`` when it is a complete put,
+    followed by at least the end marker's ``tail`` bytes; else None."""
+    size, head = len(arr), _HEAD[typed]
+    if size - start < head + 4 + tail or (typed and arr[start] == TYPE_EOF):
+        return None
+    (klen,) = _INT.unpack_from(raw, start + _KOFF[typed])
+    if klen < 0 or start + head + klen + 4 > size:
+        return None
+    (vlen,) = _INT.unpack_from(raw, start + head + klen)
+    return None if vlen < 0 else (klen, vlen)
+
+
+def _ends_with_marker(raw: bytes | memoryview, arr: np.ndarray, typed: bool) -> bool:
+    """The stream's last bytes are the end marker: type byte 0, or int32 -1 (v1)."""
+    if typed:
+        return bool(arr[len(arr) - 1] == TYPE_EOF)
+    return bool(_INT.unpack_from(raw, len(arr) - 4)[0] == -1)
 
 
 def _scan(
