@@ -451,34 +451,12 @@ def iter_record_stream(
     done = False
     window = max(64 << 10, max_bytes)
     while True:
-        parts = [buf]
-        size = len(buf)
-        while not done and size < window:
-            piece = next(source, None)
-            if piece is None:
-                done = True
-            else:
-                parts.append(bytes(piece))
-                size += len(piece)
-        buf = b"".join(parts)
-        del parts
+        buf, done = _fill(buf, source, window, done)
         skip = min(start, len(buf))
         start -= skip
         rs, pos, ended = _window_v1(buf, skip, base, path)
         if len(rs):
-            arr = np.frombuffer(buf, dtype=np.uint8)
-            klen = _be32_at(arr, rs)
-            vlen = _be32_at(arr, rs + 4 + klen)
-            deleted = vlen < 0
-            if not allow_deletes and deleted.any():
-                at = base + int(rs[np.argmax(deleted)])
-                raise CorruptFileError(
-                    f"removal record at byte {at} in a snapshot (Spark rejects snapshots with "
-                    "removals)",
-                    path,
-                )
-            keys, values = _extract(buf, rs, rs + 4, klen, vlen, pos, deleted)
-            yield RecordBatch(deleted.astype(np.uint8), keys, values)
+            yield _v1_batch(buf, rs, pos, base, allow_deletes, path)
         if ended:
             extra = len(buf) - pos - 4 + sum(len(p) for p in source)
             if extra:
@@ -492,6 +470,40 @@ def iter_record_stream(
             window *= 2  # a record larger than the window: read more
         buf = buf[pos:]
         base += pos
+
+
+def _fill(
+    buf: bytes, source: Iterator[bytes | memoryview], window: int, done: bool
+) -> tuple[bytes, bool]:
+    """``buf`` and the next pieces of ``source`` until ``window`` bytes (or its end: done)."""
+    parts = [buf]
+    size = len(buf)
+    while not done and size < window:
+        piece = next(source, None)
+        if piece is None:
+            done = True
+        else:
+            parts.append(bytes(piece))
+            size += len(piece)
+    return b"".join(parts), done
+
+
+def _v1_batch(
+    buf: bytes, rs: np.ndarray, end: int, base: int, allow_deletes: bool, path: str | None
+) -> RecordBatch:
+    """The v1 records starting at ``rs`` in ``buf`` (``base``: its stream offset)."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    klen = _be32_at(arr, rs)
+    vlen = _be32_at(arr, rs + 4 + klen)
+    deleted = vlen < 0
+    if not allow_deletes and deleted.any():
+        at = base + int(rs[np.argmax(deleted)])
+        raise CorruptFileError(
+            f"removal record at byte {at} in a snapshot (Spark rejects snapshots with removals)",
+            path,
+        )
+    keys, values = _extract(buf, rs, rs + 4, klen, vlen, end, deleted)
+    return RecordBatch(deleted.astype(np.uint8), keys, values)
 
 
 def _window_v1(raw: bytes, pos: int, base: int, path: str | None) -> tuple[np.ndarray, int, bool]:
