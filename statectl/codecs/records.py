@@ -823,27 +823,67 @@ def replay(
         return _EMPTY, _EMPTY, np.zeros(0, dtype=np.int64)
     if unique and len(batches) == 1 and not batches[0].ops.any():
         return batches[0].keys, batches[0].values, np.arange(len(batches[0]), dtype=np.int64)
+    keys, values, ops = _concat_batches(batches)
+    uniq, ev = _key_events(keys, values, ops)
+    final = _last_events(ev, len(uniq))
+    merge_kids = np.unique(ev.kid[ev.op == OP_MERGE])
+    if len(merge_kids) == 0:
+        final = final[ev.op[final] == OP_PUT]
+        rows = pa.array(ev.row[final])
+        return keys.take(rows), values.take(rows), ev.row[final]
+    return _replay_merges(ev, final, merge_kids, uniq, values, merge_delimiter)
+
+
+def _concat_batches(
+    batches: list[RecordBatch],
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray, np.ndarray]:
     keys = _concat([b.keys for b in batches])
     values = _concat([b.values for b in batches])
-    ops = np.concatenate([b.ops for b in batches]).astype(np.uint8, copy=False)
+    return keys, values, np.concatenate([b.ops for b in batches]).astype(np.uint8, copy=False)
+
+
+def _last_events(ev: _Events, n_keys: int) -> np.ndarray:
+    """The last event of every key, in event order."""
+    last = np.full(n_keys, -1, dtype=np.int64)
+    np.maximum.at(last, ev.kid, np.arange(len(ev.row), dtype=np.int64))
+    return np.sort(last[last >= 0])
+
+
+def _key_events(
+    keys: pa.LargeBinaryArray, values: pa.LargeBinaryArray, ops: np.ndarray
+) -> tuple[pa.Array, _Events]:
+    """The distinct keys, and the records as events on their ids. Delete-range rows turn into
+    deletes of the keys they cover."""
     encoded = pc.dictionary_encode(keys)
     uniq = encoded.dictionary
     kid = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    # Events: (row, key id, op). Delete-range rows turn into deletes of the keys they cover.
-    ev_row = np.arange(len(ops), dtype=np.int64)
-    ev_kid = kid
-    ev_op = ops
+    ev_row, ev_kid, ev_op = np.arange(len(ops), dtype=np.int64), kid, ops
     ranges = np.flatnonzero(ops == OP_DELETE_RANGE)
     if len(ranges):
         ev_row, ev_kid, ev_op = _expand_ranges(ranges, keys, values, uniq, ev_row, kid, ops)
-    last = np.full(len(uniq), -1, dtype=np.int64)
-    np.maximum.at(last, ev_kid, np.arange(len(ev_row), dtype=np.int64))
-    final = np.sort(last[last >= 0])  # the last event of every key, in event order
-    merge_kids = np.unique(ev_kid[ev_op == OP_MERGE])
-    if len(merge_kids) == 0:
-        final = final[ev_op[final] == OP_PUT]
-        rows = pa.array(ev_row[final])
-        return keys.take(rows), values.take(rows), ev_row[final]
+    return uniq, _Events(ev_row, ev_kid, ev_op)
+
+
+@dataclass(frozen=True)
+class _Events:
+    """The replayed records: (row in the concatenated batches, key id, op) per event."""
+
+    row: np.ndarray
+    kid: np.ndarray
+    op: np.ndarray
+
+
+def _replay_merges(
+    ev: _Events,
+    final: np.ndarray,
+    merge_kids: np.ndarray,
+    uniq: pa.Array,
+    values: pa.LargeBinaryArray,
+    merge_delimiter: bytes,
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray, np.ndarray]:
+    """:func:`replay`'s result when some keys have merge records: their values are combined
+    from their records (``_resolve_merges``), the other keys' are their last put."""
+    ev_row, ev_kid, ev_op = ev.row, ev.kid, ev.op
     merged = _resolve_merges(merge_kids, ev_row, ev_kid, ev_op, values, merge_delimiter)
     is_merge_key = np.zeros(len(uniq), dtype=bool)
     is_merge_key[merge_kids] = True
