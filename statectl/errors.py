@@ -80,25 +80,57 @@ def describe_failure(exc: BaseException) -> tuple[str, int]:
     Exit 2: bad input, storage, or Spark errors (something the user can act on). Exit 3: a bug in
     statectl (an exception nobody anticipated): still one line, with the way to get the traceback.
     """
-    if isinstance(exc, StatectlError):
-        return f"error: {exc}", 2
-    module = _module_of(exc)
-    chain = [exc, *(_causes(exc))]
-    if any(_module_of(e).startswith(_STORAGE_MODULES) for e in chain):
-        return f"error: storage: {_storage_message(exc)}", 2
-    if isinstance(exc, OSError):
-        where = f"{display_path(str(exc.filename))}: " if getattr(exc, "filename", None) else ""
-        return f"error: {where}{exc.strerror or _first_line(str(exc)) or type(exc).__name__}", 2
-    if module.startswith(_SPARK_MODULES):
-        return f"error: Spark: {_first_line(str(exc)) or type(exc).__name__}", 2
-    if isinstance(exc, MemoryError):
-        return "error: out of memory (try a machine with more memory, or fewer workers)", 2
+    for describe in _USER_FAILURES:
+        line = describe(exc)
+        if line is not None:
+            return line, 2
     detail = _first_line(str(exc))
     return (
         f"internal error: {type(exc).__name__}{': ' + detail if detail else ''} "
         "(a bug in statectl; rerun with --debug for the traceback and report it)",
         3,
     )
+
+
+def _statectl_failure(exc: BaseException) -> str | None:
+    return f"error: {exc}" if isinstance(exc, StatectlError) else None
+
+
+def _storage_failure(exc: BaseException) -> str | None:
+    """An error of the storage libraries, raised directly or somewhere in the cause chain."""
+    if any(_module_of(e).startswith(_STORAGE_MODULES) for e in [exc, *_causes(exc)]):
+        return f"error: storage: {_storage_message(exc)}"
+    return None
+
+
+def _os_failure(exc: BaseException) -> str | None:
+    if not isinstance(exc, OSError):
+        return None
+    where = f"{display_path(str(exc.filename))}: " if getattr(exc, "filename", None) else ""
+    return f"error: {where}{exc.strerror or _first_line(str(exc)) or type(exc).__name__}"
+
+
+def _spark_failure(exc: BaseException) -> str | None:
+    if not _module_of(exc).startswith(_SPARK_MODULES):
+        return None
+    return f"error: Spark: {_first_line(str(exc)) or type(exc).__name__}"
+
+
+def _memory_failure(exc: BaseException) -> str | None:
+    if not isinstance(exc, MemoryError):
+        return None
+    return "error: out of memory (try a machine with more memory, or fewer workers)"
+
+
+# The failures a user can act on (exit 2), in the order they are recognized: a storage error
+# wrapped in an OSError is a storage error.
+_USER_FAILURES: tuple[Callable[[BaseException], str | None], ...] = (
+    _statectl_failure,
+    _storage_failure,
+    _os_failure,
+    _spark_failure,
+    _memory_failure,
+)
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

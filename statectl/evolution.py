@@ -35,16 +35,13 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from statectl.codecs.sparktypes import canonical, decimal_of, physical, to_arrow_field
-from statectl.errors import StatectlError
 from statectl.schema_compat import difference, simple_string
-from statectl.user_code import load_query_function, user_errors
 
 # Integral types in widening order: each may be read as any later one.
 INTEGRAL = ("byte", "short", "integer", "long")
@@ -91,27 +88,35 @@ class PartEvolution:
 
     def convert(self, arr: pa.StructArray, key: pa.StructArray | None = None) -> pa.StructArray:
         fields = [to_arrow_field(f) for f in json.loads(self.new_schema)["fields"]]
-        children = []
-        for f, src in zip(fields, self.sources, strict=True):
-            if src.from_key:
-                if key is None:
-                    raise ValueError("a value built from its key needs the key")
-                children.append(retyped(key.field(src.index), f.type))
-            elif src.index is None and src.nested is not None:
-                children.append(src.nested.convert(arr, key))
-            elif src.member is not None:
-                children.append(retyped(arr.field(src.index).field(src.member), f.type))
-            elif src.index is None:
-                value = src.value
-                if value is not None and pa.types.is_decimal(f.type):
-                    value = decimal.Decimal(str(value))
-                children.append(pa.array([value] * len(arr), f.type))
-            elif src.nested is not None:
-                children.append(src.nested.convert(arr.field(src.index)))
-            else:
-                children.append(retyped(arr.field(src.index), f.type))
+        children = [
+            _source_column(src, f.type, arr, key)
+            for f, src in zip(fields, self.sources, strict=True)
+        ]
         mask = arr.is_null() if arr.null_count else None
         return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+
+
+def _source_column(
+    src: Source, t: pa.DataType, arr: pa.StructArray, key: pa.StructArray | None
+) -> pa.Array:
+    """The query's column of Arrow type ``t`` that ``src`` says how to build from the stored
+    struct array ``arr`` (and its ``key``, for a value built from the key)."""
+    if src.from_key:
+        if key is None:
+            raise ValueError("a value built from its key needs the key")
+        return retyped(key.field(src.index), t)
+    if src.index is None:
+        if src.nested is not None:  # a struct the query nests, made of stored fields
+            return src.nested.convert(arr, key)
+        value = src.value  # a constant: the new field's default
+        if value is not None and pa.types.is_decimal(t):
+            value = decimal.Decimal(str(value))
+        return pa.array([value] * len(arr), t)
+    if src.member is not None:
+        return retyped(arr.field(src.index).field(src.member), t)
+    if src.nested is not None:
+        return src.nested.convert(arr.field(src.index))
+    return retyped(arr.field(src.index), t)
 
 
 def retyped(arr: pa.Array, t: pa.DataType) -> pa.Array:
@@ -260,10 +265,19 @@ def aggregation_values(
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     # Spark's own rule ignores names, but here the names say which aggregate owns a buffer:
     # (count, sum) -> (max, count) has the same types and another meaning.
-    if difference(json.loads(stored), json.loads(new)) is None and [f["name"] for f in a] == [
-        f["name"] for f in b
-    ]:
+    same_names = [f["name"] for f in a] == [f["name"] for f in b]
+    if same_names and difference(json.loads(stored), json.loads(new)) is None:
         return None, []
+    matching = _BufferMatching(a, b, offset)
+    for buf in _planned_buffers(buffers, b):
+        matching.add(buf)
+    return PartEvolution(new, matching.sources), matching.notes + matching.dropped()
+
+
+def _planned_buffers(
+    buffers: list[AggregateBuffer] | None, value: list[dict]
+) -> list[AggregateBuffer]:
+    """The planned aggregates' buffers, checked to be the state value's fields ``value``."""
     if buffers is None:
         raise Refused(
             "value: Spark's planned aggregation did not say which aggregate owns which buffer, "
@@ -272,57 +286,84 @@ def aggregation_values(
     planned = [f for buf in buffers for f in buf.fields]
     # Spark's state schema marks every buffer nullable; the attributes may not be.
     if [(f["name"], canonical(f["type"])) for f in planned] != [
-        (f["name"], canonical(f["type"])) for f in b
+        (f["name"], canonical(f["type"])) for f in value
     ]:
         raise Refused("value: the planned aggregates' buffers are not the state value schema")
-    sources: list[Source] = []
-    notes: list[str] = []
-    used: dict[int, str] = {}
-    for buf in buffers:
+    return buffers
+
+
+@dataclass
+class _BufferMatching:
+    """The query's aggregation buffers matched, one aggregate at a time, to the stored fields
+    ``stored`` (the query's value fields: ``new``); what each new field comes from, and notes."""
+
+    stored: list[dict]
+    new: list[dict]
+    offset: int
+    sources: list[Source] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    used: dict[int, str] = field(default_factory=dict)  # stored field -> its aggregate
+
+    def add(self, buf: AggregateBuffer) -> None:
         names = ", ".join(f["name"] for f in buf.fields)
-        found = [i for i in range(len(a)) if _run_matches(a, buf, i)]
+        found = [i for i in range(len(self.stored)) if _run_matches(self.stored, buf, i)]
         if len(found) > 1:
             raise Refused(
                 f"value: the buffer ({names}) of {buf.expression} matches stored buffers at "
-                f"fields {', '.join(str(i + offset) for i in found)}; which one it was is ambiguous"
+                f"fields {', '.join(str(i + self.offset) for i in found)}; which one it was is "
+                "ambiguous"
             )
-        if not found:
-            if buf.initial is None:
+        if found:
+            self._kept(buf, found[0])
+        else:
+            self._added(buf, names)
+
+    def _added(self, buf: AggregateBuffer, names: str) -> None:
+        """An aggregate the savepoint does not have: its buffer starts at Spark's initial
+        values."""
+        if buf.initial is None:
+            raise Refused(
+                f"value: {buf.expression} is added, and Spark gives its buffer ({names}) no "
+                "declarative initial value to start from"
+            )
+        self.sources += [Source(None, v) for v in buf.initial]
+        shown = ", ".join("null" if v is None else json.dumps(v, default=str) for v in buf.initial)
+        self.notes.append(
+            f"value: {buf.expression} added, starts at {shown} (Spark's initial value)"
+        )
+
+    def _kept(self, buf: AggregateBuffer, at: int) -> None:
+        """An aggregate whose buffer is the stored fields from ``at``: they are its, alone."""
+        a, width = self.stored, len(buf.fields)
+        for i in range(at, at + width):
+            if i in self.used:
                 raise Refused(
-                    f"value: {buf.expression} is added, and Spark gives its buffer ({names}) no "
-                    "declarative initial value to start from"
+                    f"value: stored field {i + self.offset} ({a[i]['name']}) matches both "
+                    f"{self.used[i]} and {buf.expression}; which one owns it is ambiguous"
                 )
-            sources += [Source(None, v) for v in buf.initial]
-            shown = ", ".join(
-                "null" if v is None else json.dumps(v, default=str) for v in buf.initial
-            )
-            notes.append(
-                f"value: {buf.expression} added, starts at {shown} (Spark's initial value)"
-            )
-            continue
-        at = found[0]
-        for i in range(at, at + len(buf.fields)):
-            if i in used:
-                raise Refused(
-                    f"value: stored field {i + offset} ({a[i]['name']}) matches both {used[i]} and "
-                    f"{buf.expression}; which one owns it is ambiguous"
-                )
-            used[i] = buf.expression
+            self.used[i] = buf.expression
         # Nullability as the state schema records it (buffer attributes may say not null).
-        for j, f in enumerate(b[len(sources) : len(sources) + len(buf.fields)]):
-            notes += _field_change(
+        start = len(self.sources)
+        for j, f in enumerate(self.new[start : start + width]):
+            self.notes += _field_change(
                 a[at + j], f, f"value field {a[at + j]['name']} of {buf.expression}"
             )
-        sources += [Source(at + j) for j in range(len(buf.fields))]
-        if at != len(sources) - len(buf.fields):
-            notes.append(f"value: {buf.expression} kept, moved from field {at + offset}")
-    dropped = [f"{i + offset} ({a[i]['name']})" for i in range(len(a)) if i not in used]
-    if dropped:
-        notes.append(
+        self.sources += [Source(at + j) for j in range(width)]
+        if at != start:
+            self.notes.append(f"value: {buf.expression} kept, moved from field {at + self.offset}")
+
+    def dropped(self) -> list[str]:
+        """The note on stored buffer fields no aggregate of the query owns, if any."""
+        a = self.stored
+        dropped = [
+            f"{i + self.offset} ({a[i]['name']})" for i in range(len(a)) if i not in self.used
+        ]
+        if not dropped:
+            return []
+        return [
             f"value: stored buffer field {', '.join(dropped)} dropped (no aggregate of the "
             "query owns it)"
-        )
-    return PartEvolution(new, sources), notes
+        ]
 
 
 def aggregation_format_conversion(
@@ -391,6 +432,21 @@ def grouped_values(
     by the positional rule, then the buffers matched by owning aggregate as
     :func:`aggregation_values` does."""
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    n = _grouping_columns(stored_key, stored, new_key, new)
+    head, head_notes = positional(_struct(a[:n]), _struct(b[:n]), "value")
+    tail, tail_notes = aggregation_values(_struct(a[n:]), _struct(b[n:]), buffers, n)
+    notes = head_notes + tail_notes
+    if head is None and tail is None:
+        return None, notes
+    sources = head.sources if head else [Source(i) for i in range(n)]
+    rest = tail.sources if tail else [Source(i) for i in range(len(a) - n)]
+    shifted = [s if s.index is None else dataclasses.replace(s, index=s.index + n) for s in rest]
+    return PartEvolution(new, sources + shifted), notes
+
+
+def _grouping_columns(stored_key: str, stored: str, new_key: str, new: str) -> int:
+    """How many grouping columns both values start with (as many as the keys have)."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     na, nb = len(json.loads(stored_key)["fields"]), len(json.loads(new_key)["fields"])
     if na != nb or len(a) < na or len(b) < nb:
         raise Refused(
@@ -398,14 +454,7 @@ def grouped_values(
             f"{simple_string(json.loads(new))} in the query do not both start with the "
             "grouping columns of the key"
         )
-    head, head_notes = positional(_struct(a[:na]), _struct(b[:nb]), "value")
-    tail, tail_notes = aggregation_values(_struct(a[na:]), _struct(b[nb:]), buffers, na)
-    if head is None and tail is None:
-        return None, head_notes + tail_notes
-    sources = head.sources if head else [Source(i) for i in range(na)]
-    rest = tail.sources if tail else [Source(i) for i in range(len(a) - na)]
-    sources += [s if s.index is None else dataclasses.replace(s, index=s.index + na) for s in rest]
-    return PartEvolution(new, sources), head_notes + tail_notes
+    return na
 
 
 def _struct(fields: list[dict]) -> str:
@@ -503,9 +552,7 @@ def _by_name(a: list[dict], b: list[dict], part: str) -> list[int] | None:
     unique), else None (matched by position); Refused when the names are in another order."""
     names = [f["name"] for f in b]
     stored = [f["name"] for f in a]
-    if len(set(names)) != len(names) or len(set(stored)) != len(stored):
-        return None
-    if not all(n in names for n in stored):
+    if not _unique(names) or not _unique(stored) or not set(stored) <= set(names):
         return None
     at = [names.index(n) for n in stored]
     if at != sorted(at):
@@ -516,6 +563,10 @@ def _by_name(a: list[dict], b: list[dict], part: str) -> list[int] | None:
             "stored ones"
         )
     return at
+
+
+def _unique(names: list[str]) -> bool:
+    return len(set(names)) == len(names)
 
 
 def _grouping_at(family: str, kinds: dict[str, str]) -> tuple[int, ...] | None:
@@ -569,44 +620,72 @@ def grouping_key(
     column family's key schema (JSON) in the savepoint and in the query; ``kinds``: the state
     variables' kinds. None when the bytes stay (renamed or nullability widened only): Spark
     reads those keys as they are. Refused: the reason, with the family and field."""
-    olds, news = [], []
-    for name, schema in stored.items():
-        at = _grouping_at(name, kinds)
-        if at is None or name not in new:
-            continue
-        for part, text in ((olds, schema), (news, new[name])):
-            s = json.loads(text)
-            try:
-                part.append(_grouping_part(s, at))
-            except (IndexError, KeyError, TypeError):
-                raise Refused(
-                    f"column family {name}: key {simple_string(s)} has no grouping key"
-                ) from None
-    if not olds:
+    old, want = _grouping_keys(stored, new, kinds)
+    if old is None or want is None:
         return None, []
-    old, want = olds[0], news[0]
-    if any(o != old for o in olds) or any(n != want for n in news):
-        raise Refused("the column families do not agree on the grouping key")
     evo, notes = positional(json.dumps(old), json.dumps(want), "grouping key")
     # The rest of each family's key (a map's user key, a timer's expiry) stays as Spark's rule
     # wants it.
     for name, schema in stored.items():
-        at = _grouping_at(name, kinds)
-        if name not in new:
-            if evo is None:
-                continue  # written as the savepoint has it
-            raise Refused(f"column family {name} is not in the query, so cannot be re-keyed")
-        if at is None and evo is not None:
-            raise Refused(
-                f"column family {name}: restore does not know where its key holds the grouping "
-                "key, so cannot re-key it"
-            )
-        stored_key = json.loads(schema)
-        rekeyed = stored_key if at is None else _with_grouping(stored_key, at, want)
-        diff = difference(rekeyed, json.loads(new[name]))
-        if diff:
-            raise Refused(f"column family {name}: key {diff}")
+        _check_rekeyed(name, schema, new.get(name), _grouping_at(name, kinds), want, evo)
     return evo, notes
+
+
+def _grouping_keys(
+    stored: dict[str, str], new: dict[str, str], kinds: dict[str, str]
+) -> tuple[dict | None, dict | None]:
+    """The grouping key's type in the savepoint and in the query, the same in every column
+    family that holds it (None, None: no family of both holds one)."""
+    olds: list[dict] = []
+    news: list[dict] = []
+    for name, schema in stored.items():
+        at = _grouping_at(name, kinds)
+        if at is None or name not in new:
+            continue
+        olds.append(_family_grouping(name, schema, at))
+        news.append(_family_grouping(name, new[name], at))
+    if not olds:
+        return None, None
+    if any(o != olds[0] for o in olds) or any(n != news[0] for n in news):
+        raise Refused("the column families do not agree on the grouping key")
+    return olds[0], news[0]
+
+
+def _family_grouping(name: str, key_schema: str, at: tuple[int, ...]) -> dict:
+    """The grouping key's type in column family ``name``'s key schema, at ``at``."""
+    schema = json.loads(key_schema)
+    try:
+        return _grouping_part(schema, at)
+    except (IndexError, KeyError, TypeError):
+        raise Refused(
+            f"column family {name}: key {simple_string(schema)} has no grouping key"
+        ) from None
+
+
+def _check_rekeyed(
+    name: str,
+    schema: str,
+    new_schema: str | None,
+    at: tuple[int, ...] | None,
+    want: dict,
+    evo: PartEvolution | None,
+) -> None:
+    """Refused unless column family ``name``'s stored key, its grouping key re-typed to
+    ``want``, is the query's key of the family (``new_schema``; None: not in the query)."""
+    if new_schema is None:
+        if evo is None:
+            return  # written as the savepoint has it
+        raise Refused(f"column family {name} is not in the query, so cannot be re-keyed")
+    if at is None and evo is not None:
+        raise Refused(
+            f"column family {name}: restore does not know where its key holds the grouping "
+            "key, so cannot re-key it"
+        )
+    stored_key = json.loads(schema)
+    rekeyed = stored_key if at is None else _with_grouping(stored_key, at, want)
+    diff = difference(rekeyed, json.loads(new_schema))
+    if diff:
+        raise Refused(f"column family {name}: key {diff}")
 
 
 def evolve_table(
@@ -629,55 +708,3 @@ def evolve_table(
     else:
         value, value_notes = positional(stored_value, new_value, "value")
     return TableEvolution(key, value, key_notes + value_notes)
-
-
-_TRANSFORMS: dict[str, Callable[..., Any]] = {}
-
-
-def load_transform(spec: str) -> Callable[..., Any]:
-    """The user's function of ``--transform UID=FILE.py:FUNCTION`` (loaded once per process)."""
-    if spec not in _TRANSFORMS:
-        try:
-            _TRANSFORMS[spec] = load_query_function(spec)
-        except StatectlError as e:
-            raise StatectlError(str(e).replace("--query", "--transform")) from None
-    return _TRANSFORMS[spec]
-
-
-def apply_transform(evo: TableEvolution, store: str, rows: pa.Table) -> pa.Table:
-    """``fn(batch: pa.RecordBatch, store: str) -> RecordBatch | Table`` with columns key and
-    value; checked against the query's schemas (a lossy or mistyped column is refused)."""
-    assert evo.transform and evo.key and evo.value
-    fn = load_transform(evo.transform)
-    batch = pa.RecordBatch.from_arrays(
-        [rows.column("key").combine_chunks(), rows.column("value").combine_chunks()],
-        ["key", "value"],
-    )
-    with user_errors(evo.transform, None):
-        out = fn(batch, store)
-    if not isinstance(out, (pa.RecordBatch, pa.Table)) or out.schema.names != ["key", "value"]:
-        raise StatectlError(
-            f"--transform {evo.transform} must return a pyarrow RecordBatch or Table with "
-            f"columns key and value, got {type(out).__name__}"
-        )
-    columns = []
-    for name, part in (("key", evo.key), ("value", evo.value)):
-        want = pa.struct([to_arrow_field(f) for f in json.loads(part.new_schema)["fields"]])
-        col = out.column(name)
-        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-        if (
-            [f.name for f in col.type] != [f.name for f in want]
-            if pa.types.is_struct(col.type)
-            else True
-        ):
-            raise StatectlError(
-                f"--transform {evo.transform} returned {name} {col.type}, the query plans {want}"
-            )
-        try:
-            columns.append(col.cast(want))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise StatectlError(
-                f"--transform {evo.transform} returned {name} {col.type}, the query plans "
-                f"{want}: {e}"
-            ) from None
-    return pa.table({"key": columns[0], "value": columns[1]})

@@ -12,10 +12,14 @@ docs/guide.md documents the language.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
 
 from statectl.errors import StatectlError
 
@@ -32,10 +36,6 @@ class ExpressionError(StatectlError):
 def parse(text: str, schema: pa.Schema) -> pc.Expression:
     """``text`` as a boolean pyarrow.compute expression over ``schema``'s columns (nulls stay
     null: SQL's three-valued logic; :func:`keep_where`/:func:`delete_where` decide)."""
-    import sqlglot
-    from sqlglot import exp
-    from sqlglot.errors import ParseError, TokenError
-
     if not text.strip():
         raise ExpressionError("the expression is empty")
     try:
@@ -93,48 +93,69 @@ class _Translator:
             raise self.refuse(node, f"{', '.join(extra)} is not supported")
 
     def boolean(self, node: Any) -> pc.Expression:
-        from sqlglot import exp
-
-        if isinstance(node, exp.Paren):
-            return self.boolean(node.this)
-        if isinstance(node, exp.And | exp.Or):
-            self._only(node, {"this", "expression"})
-            f = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
-            return f(self.boolean(node.this), self.boolean(node.expression))
-        if isinstance(node, exp.Not):
-            return pc.invert(self.boolean(node.this))
         name = type(node).__name__
         if name in _COMPARE:
             self._only(node, {"this", "expression"})
             return getattr(pc, _COMPARE[name])(self.value(node.this), self.value(node.expression))
-        if isinstance(node, exp.Is):
-            self._only(node, {"this", "expression"})
-            if not isinstance(node.expression, exp.Null):
-                raise self.refuse(node, "only IS NULL / IS NOT NULL")
-            return pc.is_null(self.value(node.this))
-        if isinstance(node, exp.In):
-            self._only(node, {"this", "expressions"})
-            values = [self.literal(v) for v in node.expressions]
-            if not values:
-                raise self.refuse(node, "IN needs at least one value")
-            return self._in(self.value(node.this), values)
-        if isinstance(node, exp.Between):
-            self._only(node, {"this", "low", "high"})
-            v = self.value(node.this)
-            return pc.and_kleene(
-                pc.greater_equal(v, self.value(node.args["low"])),
-                pc.less_equal(v, self.value(node.args["high"])),
-            )
-        if isinstance(node, exp.Like):
-            self._only(node, {"this", "expression", "negate"})
-            pattern = self.literal(node.expression)
-            if not isinstance(pattern, str):
-                raise self.refuse(node, "the LIKE pattern must be a string literal")
-            e = pc.match_like(self.value(node.this), pattern)
-            return pc.invert(e) if node.args.get("negate") else e
-        if isinstance(node, exp.Column | exp.Dot | exp.Boolean):
-            return self.value(node)  # a boolean column or TRUE / FALSE
+        for kinds, translate in self._BOOLEAN:
+            if isinstance(node, kinds):
+                return translate(self, node)
         raise self.refuse(node)
+
+    def _paren(self, node: Any) -> pc.Expression:
+        return self.boolean(node.this)
+
+    def _and_or(self, node: Any) -> pc.Expression:
+        self._only(node, {"this", "expression"})
+        f = pc.and_kleene if isinstance(node, exp.And) else pc.or_kleene
+        return f(self.boolean(node.this), self.boolean(node.expression))
+
+    def _not(self, node: Any) -> pc.Expression:
+        return pc.invert(self.boolean(node.this))
+
+    def _is_null(self, node: Any) -> pc.Expression:
+        self._only(node, {"this", "expression"})
+        if not isinstance(node.expression, exp.Null):
+            raise self.refuse(node, "only IS NULL / IS NOT NULL")
+        return pc.is_null(self.value(node.this))
+
+    def _in_list(self, node: Any) -> pc.Expression:
+        self._only(node, {"this", "expressions"})
+        values = [self.literal(v) for v in node.expressions]
+        if not values:
+            raise self.refuse(node, "IN needs at least one value")
+        return self._in(self.value(node.this), values)
+
+    def _between(self, node: Any) -> pc.Expression:
+        self._only(node, {"this", "low", "high"})
+        v = self.value(node.this)
+        return pc.and_kleene(
+            pc.greater_equal(v, self.value(node.args["low"])),
+            pc.less_equal(v, self.value(node.args["high"])),
+        )
+
+    def _like(self, node: Any) -> pc.Expression:
+        self._only(node, {"this", "expression", "negate"})
+        pattern = self.literal(node.expression)
+        if not isinstance(pattern, str):
+            raise self.refuse(node, "the LIKE pattern must be a string literal")
+        e = pc.match_like(self.value(node.this), pattern)
+        return pc.invert(e) if node.args.get("negate") else e
+
+    def _boolean_value(self, node: Any) -> pc.Expression:
+        return self.value(node)  # a boolean column or TRUE / FALSE
+
+    # The boolean constructs besides comparisons, by sqlglot node class: the whitelist.
+    _BOOLEAN: tuple[tuple[Any, Callable[..., pc.Expression]], ...] = (
+        (exp.Paren, _paren),
+        ((exp.And, exp.Or), _and_or),
+        (exp.Not, _not),
+        (exp.Is, _is_null),
+        (exp.In, _in_list),
+        (exp.Between, _between),
+        (exp.Like, _like),
+        ((exp.Column, exp.Dot, exp.Boolean), _boolean_value),
+    )
 
     def _in(self, v: pc.Expression, values: list[Any]) -> pc.Expression:
         # SQL: x IN (a, NULL) is true on a match, else NULL; without NULL, false.
@@ -145,8 +166,6 @@ class _Translator:
         return pc.if_else(pc.is_null(v), pa.scalar(None, pa.bool_()), matched)
 
     def value(self, node: Any) -> pc.Expression:
-        from sqlglot import exp
-
         if isinstance(node, exp.Paren):
             return self.value(node.this)
         if isinstance(node, exp.Column | exp.Dot):
@@ -170,8 +189,6 @@ class _Translator:
         raise self.refuse(node)
 
     def literal(self, node: Any) -> Any:
-        from sqlglot import exp
-
         if isinstance(node, exp.Neg):
             v = self.literal(node.this)
             if isinstance(v, int | float) and not isinstance(v, bool):
@@ -195,8 +212,6 @@ class _Translator:
         raise self.refuse(node, "a literal is expected here")
 
     def column(self, node: Any) -> pc.Expression:
-        from sqlglot import exp
-
         parts: list[str] = []
         while isinstance(node, exp.Dot):
             if not isinstance(node.expression, exp.Identifier):

@@ -15,6 +15,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -148,6 +149,23 @@ def _render_inspect(console: Console, info: dict[str, Any], *, wide: bool) -> No
         Text(f"{info['kind'].capitalize()} ", style="bold") + Text(display_path(info["path"])),
         soft_wrap=True,
     )
+    _pairs(console, _inspect_rows(info), wide=wide)
+    confs = info.get("pinned_confs") or {}
+    if confs:
+        console.print()
+        console.print(Text("Pinned confs", style="bold"))
+        _pairs(
+            console,
+            [(k, str(v) if wide else short_class(str(v))) for k, v in confs.items()],
+            wide=wide,
+            style="",
+        )
+    for op in info.get("operators", []):
+        _render_operator(console, op, wide=wide)
+
+
+def _inspect_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
+    """The label/value lines under an inspect's title: batch, watermarks, backend, sources."""
     rows = [
         ("query id", info.get("query_id") or "-"),
         ("batch", f"{info['batch']} (latest committed: {info.get('latest_committed_batch')})"),
@@ -165,20 +183,7 @@ def _render_inspect(console: Console, info: dict[str, Any], *, wide: bool) -> No
         rows.append((f"source {source}", json_text(offset)))
     if info.get("storage_options"):
         rows.append(("storage", json_text(info["storage_options"])))
-    _pairs(console, [(k, str(v)) for k, v in rows], wide=wide)
-
-    confs = info.get("pinned_confs") or {}
-    if confs:
-        console.print()
-        console.print(Text("Pinned confs", style="bold"))
-        _pairs(
-            console,
-            [(k, str(v) if wide else short_class(str(v))) for k, v in confs.items()],
-            wide=wide,
-            style="",
-        )
-    for op in info.get("operators", []):
-        _render_operator(console, op, wide=wide)
+    return [(k, str(v)) for k, v in rows]
 
 
 def _render_operator(console: Console, op: dict[str, Any], *, wide: bool) -> None:
@@ -190,32 +195,42 @@ def _render_operator(console: Console, op: dict[str, Any], *, wide: bool) -> Non
     if op.get("uid"):
         console.print(Text("  uid ", style="dim") + Text(op["uid"]), soft_wrap=True)
     if op.get("kind"):
-        kind = op["kind"]
-        if op.get("state_format") is not None and "state format" not in kind:
-            kind += f", state format {op['state_format']}"
-        if op.get("restorable") is False:
-            kind += " (restore refuses it)"
-        console.print(Text("  kind ", style="dim") + Text(kind), soft_wrap=True)
+        console.print(Text("  kind ", style="dim") + Text(_operator_kind(op)), soft_wrap=True)
         if op.get("refusal"):
             console.print(Text("  why  ", style="dim") + Text(op["refusal"]), soft_wrap=True)
     # One block per store / state variable: its schemas get the whole line, not a squeezed
     # table column.
     budget = None if wide else max(console.width - len(INDENT) - len("value  "), 20)
     for s in op["stores"]:
-        head = Text("  " + s["name"], style="cyan")
-        if s.get("kind"):
-            head.append(f"  {s['kind']}", style="dim")
-        rows = "-" if s.get("rows") is None else f"{s['rows']:,}"
-        head.append(f"  {rows} rows")
-        console.print(head, soft_wrap=True)
-        for label in ("key", "value"):
-            text = compact_schema(s.get(f"{label}_schema") or "", budget)
-            console.print(
-                Text(f"{INDENT}{label:<5}  ", style="dim") + Text(text),
-                soft_wrap=wide,
-                no_wrap=not wide,
-                overflow="ellipsis",
-            )
+        _render_store(console, s, budget, wide=wide)
+
+
+def _operator_kind(op: dict[str, Any]) -> str:
+    """The operator's kind, with its state format and whether restore refuses it."""
+    kind = str(op["kind"])
+    if op.get("state_format") is not None and "state format" not in kind:
+        kind += f", state format {op['state_format']}"
+    if op.get("restorable") is False:
+        kind += " (restore refuses it)"
+    return kind
+
+
+def _render_store(console: Console, s: dict[str, Any], budget: int | None, *, wide: bool) -> None:
+    """A store or state variable: its name, kind and rows, then its key and value schemas."""
+    head = Text("  " + s["name"], style="cyan")
+    if s.get("kind"):
+        head.append(f"  {s['kind']}", style="dim")
+    rows = "-" if s.get("rows") is None else f"{s['rows']:,}"
+    head.append(f"  {rows} rows")
+    console.print(head, soft_wrap=True)
+    for label in ("key", "value"):
+        text = compact_schema(s.get(f"{label}_schema") or "", budget)
+        console.print(
+            Text(f"{INDENT}{label:<5}  ", style="dim") + Text(text),
+            soft_wrap=wide,
+            no_wrap=not wide,
+            overflow="ellipsis",
+        )
 
 
 # -- list ----------------------------------------------------------------------------------
@@ -242,6 +257,22 @@ def render_list(console: Console, entries: list[dict[str, Any]], *, wide: bool =
     parent = "" if wide else common_parent([e["path"] for e in entries])
     if parent:
         console.print(Text("Under ", style="dim") + Text(display_path(parent)), soft_wrap=True)
+    t = _list_table(wide)
+    for e in entries:
+        t.add_row(*_list_row(e, parent, wide))
+    if wide:
+        _print_unwrapped(console, t)
+    else:
+        console.print(t)
+    for e in entries:
+        for p in e.get("problems", []):
+            # Problems name whole files: word-wrapped at the terminal width, or not at all (--wide).
+            console.print(
+                Text(_entry_name(e, parent), style="dim") + Text(f": {p}"), soft_wrap=wide
+            )
+
+
+def _list_table(wide: bool) -> Table:
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     t.add_column("path" if wide else "name / operators", no_wrap=wide, overflow="fold")
     t.add_column("kind", no_wrap=True)
@@ -250,38 +281,49 @@ def render_list(console: Console, entries: list[dict[str, Any]], *, wide: bool =
         t.add_column("operators", no_wrap=True)
     t.add_column("size", justify="right", no_wrap=True)
     t.add_column("health", no_wrap=True)
-    for e in entries:
-        health = e.get("health", "?")
-        style = {"ok": "green", "uncommitted": "yellow", "incomplete": "yellow"}.get(health, "red")
-        name = e["path"][len(parent) + 1 :] if parent else display_path(e["path"])
-        kind = e.get("backend") or "-"
-        if e.get("kind") == "savepoint":
-            kind = "savepoint" if e.get("type", "canonical") == "canonical" else "savepoint*"
-        batch = e.get("latest_committed_batch")
-        ops = ", ".join(e.get("operators", []))
-        cells: list[Any] = [Text(name), kind, "-" if batch is None else str(batch)]
-        if wide:
-            cells.append(ops or "-")
-        elif ops:
-            cells[0] = Text(name) + Text("\n  " + ops, style="dim")
-        cells += [human_bytes(e.get("bytes")), Text(health, style=style)]
-        t.add_row(*cells)
-    if wide:
-        from rich.measure import Measurement
+    return t
 
-        natural = Measurement.get(console, console.options.update(width=100_000), t).maximum
-        width, console.width = console.width, max(natural, console.width)
-        try:
-            console.print(t, crop=False)
-        finally:
-            console.width = width
-    else:
-        console.print(t)
-    for e in entries:
-        name = e["path"][len(parent) + 1 :] if parent else display_path(e["path"])
-        for p in e.get("problems", []):
-            # Problems name whole files: word-wrapped at the terminal width, or not at all (--wide).
-            console.print(Text(name, style="dim") + Text(f": {p}"), soft_wrap=wide)
+
+_HEALTH_STYLES = {"ok": "green", "uncommitted": "yellow", "incomplete": "yellow"}
+
+
+def _list_row(e: dict[str, Any], parent: str, wide: bool) -> list[Any]:
+    """The cells of one listed checkpoint or savepoint (see :func:`_list_table`)."""
+    name = _entry_name(e, parent)
+    batch = e.get("latest_committed_batch")
+    ops = ", ".join(e.get("operators", []))
+    cells: list[Any] = [Text(name), _entry_kind(e), "-" if batch is None else str(batch)]
+    if wide:
+        cells.append(ops or "-")
+    elif ops:
+        cells[0] = Text(name) + Text("\n  " + ops, style="dim")
+    health = e.get("health", "?")
+    return [
+        *cells,
+        human_bytes(e.get("bytes")),
+        Text(health, style=_HEALTH_STYLES.get(health, "red")),
+    ]
+
+
+def _entry_name(e: dict[str, Any], parent: str) -> str:
+    return e["path"][len(parent) + 1 :] if parent else display_path(e["path"])
+
+
+def _entry_kind(e: dict[str, Any]) -> str:
+    """A checkpoint's backend; ``savepoint``, or ``savepoint*`` for a native one."""
+    if e.get("kind") == "savepoint":
+        return "savepoint" if e.get("type", "canonical") == "canonical" else "savepoint*"
+    return e.get("backend") or "-"
+
+
+def _print_unwrapped(console: Console, t: Table) -> None:
+    """``t`` at its natural width, however wide (the console widened for the print)."""
+    natural = Measurement.get(console, console.options.update(width=100_000), t).maximum
+    width, console.width = console.width, max(natural, console.width)
+    try:
+        console.print(t, crop=False)
+    finally:
+        console.width = width
 
 
 def render_source(src: dict[str, Any]) -> str:

@@ -32,8 +32,8 @@ secondary indexes that are derived from them here:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -279,57 +279,78 @@ class TableEncoder:
 
     def encode(self, name: str, kind: str, table: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
         """The entries of one table (or chunk) ``name`` of kind ``kind``."""
-        by_name, avro, put = self.by_name, self.avro, self._put
         if kind == "timers":
-            prefix = "$eventTimers" if self.time_mode == "EventTime" else "$procTimers"
-            key = table.column("key").combine_chunks()
-            ts = table.column("expiration_timestamp_ms").combine_chunks()
-            out = []
-            for suffix in TIMER_SUFFIXES:
-                fam = by_name[prefix + suffix]
-                fields = _fields(fam.key_schema)
-                cols = {"key": key, "expiryTimestampMs": ts}
-                data = _struct([cols[f["name"]] for f in fields], fields)
-                out.append(
-                    put(fam.name, encode_key(data, fam, avro), _dummy(len(table), fam, avro))
-                )
-            return out
-        fam = by_name[name]
-        vid = fam.value_schema_id
-        key = table.column("key").combine_chunks()
-        value_fields = _fields(fam.value_schema)
-        if kind == "MapState":
+            return self._timers(table)
+        encode_variable = self._VARIABLES.get(kind)
+        if encode_variable is None:
+            raise UnsupportedError(f"state variable {name!r} of kind {kind} cannot be restored yet")
+        return encode_variable(self, name, table)
+
+    def _timers(self, table: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
+        """A timers table: one entry in each of the time mode's two timer families."""
+        prefix = "$eventTimers" if self.time_mode == "EventTime" else "$procTimers"
+        cols = {
+            "key": table.column("key").combine_chunks(),
+            "expiryTimestampMs": table.column("expiration_timestamp_ms").combine_chunks(),
+        }
+        out = []
+        for suffix in TIMER_SUFFIXES:
+            fam = self.by_name[prefix + suffix]
             fields = _fields(fam.key_schema)
-            data = _struct([key, table.column("user_map_key").combine_chunks()], fields)
-            user_map_value = table.column("user_map_value").combine_chunks()
-            out = [
-                put(
-                    name, encode_key(data, fam, avro), _row(user_map_value, value_fields, avro, vid)
-                )
-            ]
-            if name in self.ttl:
-                out.append(
-                    put(*_ttl_index(by_name, name, _expiry(user_map_value, name), data, avro))
-                )
-            return out
-        if kind == "ListState":
-            enc_keys = encode_key(key, fam, avro)
-            element = table.column("list_element").combine_chunks()
-            elements = _row(element, value_fields, avro, vid)
-            keys, merged, counts = _merge_lists(enc_keys, elements, self.merge_delimiter)
-            out = [put(name, keys, merged)]
-            if name in self.ttl:
-                out += [put(*e) for e in _list_ttl(by_name, name, key, enc_keys, element, avro)]
-            else:
-                self.list_counts.setdefault(name, []).append((keys, counts))
-            return out
-        if kind == "ValueState":
-            value = table.column("value").combine_chunks()
-            out = [put(name, encode_key(key, fam, avro), _row(value, value_fields, avro, vid))]
-            if name in self.ttl:
-                out.append(put(*_ttl_index(by_name, name, _expiry(value, name), key, avro)))
-            return out
-        raise UnsupportedError(f"state variable {name!r} of kind {kind} cannot be restored yet")
+            data = _struct([cols[f["name"]] for f in fields], fields)
+            dummy = _dummy(len(table), fam, self.avro)
+            out.append(self._put(fam.name, encode_key(data, fam, self.avro), dummy))
+        return out
+
+    def _map_state(self, name: str, table: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
+        """Map state: keyed by (grouping key, user key); a TTL index entry per entry."""
+        fam, avro = self.by_name[name], self.avro
+        data = _struct(
+            [table.column("key").combine_chunks(), table.column("user_map_key").combine_chunks()],
+            _fields(fam.key_schema),
+        )
+        user_map_value = table.column("user_map_value").combine_chunks()
+        row = _row(user_map_value, _fields(fam.value_schema), avro, fam.value_schema_id)
+        out = [self._put(name, encode_key(data, fam, avro), row)]
+        if name in self.ttl:
+            ttl = _ttl_index(self.by_name, name, _expiry(user_map_value, name), data, avro)
+            out.append(self._put(*ttl))
+        return out
+
+    def _list_state(self, name: str, table: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
+        """List state: one merged entry per key; with TTL its indexes, else its row count
+        (written by :meth:`row_counters`)."""
+        fam, avro = self.by_name[name], self.avro
+        key = table.column("key").combine_chunks()
+        enc_keys = encode_key(key, fam, avro)
+        element = table.column("list_element").combine_chunks()
+        elements = _row(element, _fields(fam.value_schema), avro, fam.value_schema_id)
+        keys, merged, counts = _merge_lists(enc_keys, elements, self.merge_delimiter)
+        out = [self._put(name, keys, merged)]
+        if name in self.ttl:
+            ttl = _list_ttl(self.by_name, name, key, enc_keys, element, avro)
+            out += [self._put(*e) for e in ttl]
+        else:
+            self.list_counts.setdefault(name, []).append((keys, counts))
+        return out
+
+    def _value_state(self, name: str, table: pa.Table) -> list[tuple[pa.Array, pa.Array]]:
+        """Value state: one entry per key; a TTL index entry per entry."""
+        fam, avro = self.by_name[name], self.avro
+        key = table.column("key").combine_chunks()
+        value = table.column("value").combine_chunks()
+        row = _row(value, _fields(fam.value_schema), avro, fam.value_schema_id)
+        out = [self._put(name, encode_key(key, fam, avro), row)]
+        if name in self.ttl:
+            out.append(self._put(*_ttl_index(self.by_name, name, _expiry(value, name), key, avro)))
+        return out
+
+    # The state variable kinds restore writes, by the kind a savepoint table records.
+    _VARIABLES: ClassVar[dict[str, Callable[..., list[tuple[pa.Array, pa.Array]]]]] = {
+        "MapState": _map_state,
+        "ListState": _list_state,
+        "ValueState": _value_state,
+    }
 
     def list_key(self, name: str, table: pa.Table) -> pa.Array:
         """A list state chunk's encoded keys (what groups its elements)."""

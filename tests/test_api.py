@@ -17,18 +17,9 @@ from statectl.cli import json_requested, render_error
 from statectl.errors import MissingFileError, NotACheckpointError
 from statectl.state import Selection
 from statectl.state import read_state as raw_read_state
-from tests.conftest import FIXTURES, arrow_rows
-
-
-def cli_json(*args: str, rc: int = 0) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "statectl.cli", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == rc, proc.stderr + proc.stdout
-    return json.loads(proc.stdout)
+from tests.helpers.cli import cli_json
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.rows import arrow_rows
 
 
 def without(doc: dict, *keys: str) -> dict:

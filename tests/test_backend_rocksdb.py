@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.backend_conformance import BackendTests
+from tests.helpers.backend_conformance import BackendTests
 
 
 class TestRocksDBBackend(BackendTests):

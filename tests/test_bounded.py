@@ -32,8 +32,9 @@ from statectl.export import export_state
 from statectl.passthrough import fallback_reason
 from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
-from tests.conftest import FIXTURES
-from tests.test_engine import _synthetic_savepoint, peak_rss_of_cli
+from tests.helpers.cli import peak_rss_of_cli
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import synthetic_savepoint
 
 RNG = np.random.default_rng(11)
 
@@ -210,7 +211,7 @@ def _checkpoint(tmp_path: Path, keys: int) -> str:
     """A RocksDB checkpoint (changelog files, 2 partitions) of ``keys`` wide keys: its state is
     one large changelog per partition, replayed by every read."""
     tmp_path.mkdir()
-    sp = _synthetic_savepoint(tmp_path / "sp", keys)
+    sp = synthetic_savepoint(tmp_path / "sp", keys)
     target = tmp_path / "ckpt"
     restore(
         sp, str(target), backend="rocksdb", partitions=2, changelog=True, memory=1 << 34, workers=1

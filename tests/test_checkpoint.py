@@ -13,7 +13,8 @@ from statectl.checkpoint.state_metadata import (
     write_schema_file_v3,
 )
 from statectl.errors import CorruptFileError, NotACheckpointError, StatectlError, UnsupportedError
-from tests.conftest import FIXTURES
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.rows import arrow_rows
 
 
 def test_agg_checkpoint_model():
@@ -137,7 +138,6 @@ def test_memory_filesystem_url():
     import fsspec
 
     from statectl.state import Selection, read_state
-    from tests.conftest import arrow_rows
 
     fs = fsspec.filesystem("memory")
     fs.put(str(FIXTURES / "join-rocksdb"), "/statectl-test/join-rocksdb", recursive=True)

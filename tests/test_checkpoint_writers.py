@@ -23,7 +23,7 @@ from statectl.checkpoint.writers import (
     operator_metadata_bytes,
     stream_metadata_bytes,
 )
-from tests.conftest import FIXTURES
+from tests.helpers.fixtures import FIXTURES
 
 CHECKPOINTS = sorted(p for p in FIXTURES.iterdir() if (p / "offsets").is_dir())
 

@@ -9,26 +9,8 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import FIXTURES, drop_crc
-
-
-def run(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "statectl.cli", *args], capture_output=True, text=True, timeout=120
-    )
-    if check_rc is not None:
-        assert proc.returncode == check_rc, proc.stderr + proc.stdout
-    return proc
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("statectl: error: ")
-    assert "Traceback" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
+from tests.helpers.cli import assert_one_line_error, run
+from tests.helpers.fixtures import FIXTURES, drop_crc
 
 
 def test_help_lists_commands():

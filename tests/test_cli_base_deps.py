@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
+from tests.helpers.fixtures import FIXTURES, ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -21,11 +21,13 @@ from statectl.codecs.records import (
     last_writer_wins,
     parse_changelog,
     parse_state_records,
-    write_changelog,
     write_state_records,
 )
-from statectl.codecs.unsaferow import decode_unsafe_rows, encode_row, encode_unsafe_rows
+from statectl.codecs.unsaferow import decode_unsafe_rows, encode_unsafe_rows
 from statectl.errors import CorruptFileError, UnsupportedError
+from tests.helpers.changelog import write_changelog
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.unsaferow import encode_row, positional
 
 # Spark 4.3.0 test vectors (shared/docs/spark-state-format.md §13.1, §8)
 ONE_RECORD_DELTA = bytes.fromhex(
@@ -309,7 +311,6 @@ def test_short_row_is_reported():
 def _hdfs_fixture_rows():
     from statectl.checkpoint.model import Checkpoint
     from statectl.state import StoreEncoding, load_raw
-    from tests.conftest import FIXTURES
 
     for name in [
         "agg-hdfs",
@@ -336,23 +337,13 @@ def _hdfs_fixture_rows():
 def test_encoder_reproduces_spark_bytes_for_every_fixture_row():
     """decode then encode gives back exactly the bytes Spark wrote (vectorized and reference paths)."""
     from statectl.codecs.sparktypes import parse_schema
-    from statectl.codecs.unsaferow import encode_flat_rows
 
     checked = 0
     for name, rows, schema in _hdfs_fixture_rows():
         decoded = decode_unsafe_rows(rows, schema)
         assert encode_unsafe_rows(decoded, schema).to_pylist() == rows.to_pylist(), name
         fields = parse_schema(schema)["fields"]
-        reference = [encode_row(fields, r) for r in _positional(decoded)]
+        reference = [encode_row(fields, r) for r in positional(decoded)]
         assert reference == rows.to_pylist(), name
-        flat = encode_flat_rows(decoded, fields)
-        if flat is not None:
-            assert flat.to_pylist() == rows.to_pylist(), name
         checked += len(rows)
     assert checked > 500
-
-
-def _positional(arr):
-    from statectl.codecs.unsaferow import _pylist
-
-    return _pylist(arr)

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
-from tests.test_s3 import s3_endpoint  # noqa: F401  (the moto server, for s3:// commands)
+from tests.helpers.fixtures import FIXTURES, ROOT
 
 DOC_FILES = ("README.md", "docs/guide.md")
 # Shell commands the docs show beside statectl's; shown, not run here.

@@ -4,16 +4,13 @@ worker; the budget bounds the peak memory of a restore, not the state size."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from statectl.backends.streamed import CodecStream as _CodecStream
@@ -22,7 +19,9 @@ from statectl.engine import Engine, parse_memory
 from statectl.errors import StatectlError
 from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
-from tests.conftest import FIXTURES
+from tests.helpers.cli import peak_rss_of_cli
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import assert_same_checkpoint, synthetic_savepoint
 
 ROOT = Path(__file__).resolve().parent.parent
 UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -53,70 +52,6 @@ def test_codec_stream_reads_back_and_matches_one_shot_framing(tmp_path, codec):
     data = (tmp_path / "out").read_bytes()
     assert decompress_stream(codec, data) == raw
     assert data == compress_stream(codec, raw)
-
-
-def _rocksdb_entries(zip_path: Path, tmp: Path) -> list[tuple[bytes, bytes]]:
-    """Every entry of a RocksDB snapshot (zip + SSTs) as Spark would load it."""
-    from rocksdict import AccessType, Options, Rdict
-
-    db = tmp / f"db-{len(list(tmp.iterdir()))}"
-    db.mkdir()
-    with zipfile.ZipFile(zip_path) as z:
-        z.extractall(db)
-        meta = json.loads(z.read("metadata").decode().split("\n", 1)[1])
-    for f in meta["sstFiles"]:
-        (db / f["localFileName"]).write_bytes(
-            (zip_path.parent / "SSTs" / f["dfsSstFileName"]).read_bytes()
-        )
-    (db / "metadata").unlink()
-    d = Rdict(str(db), Options(raw_mode=True), access_type=AccessType.read_only())
-    try:
-        return list(d.items())
-    finally:
-        d.close()
-
-
-def assert_same_checkpoint(a: Path, b: Path, tmp: Path) -> None:
-    """The same files with the same contents; names and contents compared with unique ids
-    (uuids) masked, RocksDB snapshots by their entries (SSTs record creation times)."""
-
-    def files(root: Path) -> dict[str, Path]:
-        return {
-            UUID.sub(b"U", str(p.relative_to(root)).encode()).decode(): p
-            for p in root.rglob("*")
-            if p.is_file() and not p.name.endswith(".sst") and not p.name.startswith(".")
-        }
-
-    fa, fb = files(a), files(b)
-    assert sorted(fa) == sorted(fb)
-    for rel, pa_ in fa.items():
-        pb = fb[rel]
-        if rel.endswith(".zip"):
-            assert _rocksdb_entries(pa_, tmp) == _rocksdb_entries(pb, tmp), rel
-            ma, mb = (
-                json.loads(zipfile.ZipFile(p).read("metadata").decode().split("\n", 1)[1])
-                for p in (pa_, pb)
-            )
-            for m in (ma, mb):
-                for f in m.pop("sstFiles"):
-                    assert f["sizeBytes"] > 0
-            assert ma == mb, rel
-        elif rel.endswith(".zip.crc"):
-            # Spark's JSON CRC32C of a zip (checkpoint format 2): each side's matches its zip,
-            # whose bytes differ by the SSTs' creation times.
-            import google_crc32c
-
-            for crc, zip_path in ((pa_, fa[rel[:-4]]), (pb, fb[rel[:-4]])):
-                data = zip_path.read_bytes()
-                digest = google_crc32c.value(data)
-                recorded = json.loads(crc.read_text())
-                assert recorded["value"] % (1 << 32) == digest, rel  # Java's signed int
-                assert recorded["mainFileSize"] == len(data), rel
-        elif rel != "metadata":  # the finished checkpoint's metadata: the same query id
-            # operator metadata names its schema file by its absolute path
-            ca = UUID.sub(b"U", pa_.read_bytes().replace(str(a).encode(), b"ROOT"))
-            cb = UUID.sub(b"U", pb.read_bytes().replace(str(b).encode(), b"ROOT"))
-            assert ca == cb, rel
 
 
 CASES = [
@@ -178,52 +113,6 @@ def test_spill_files_are_removed_and_stay_private(tmp_path, monkeypatch):
     assert not list(spills.iterdir())
 
 
-def _synthetic_savepoint(tmp_path: Path, keys: int) -> str:
-    """The agg-hdfs fixture's savepoint with ``keys`` keys (wide values) instead of its own."""
-    import pyarrow.parquet as pq
-
-    from statectl.io import FileIO
-    from statectl.savepoints.format import seal
-    from statectl.savepoints.layout import write_table
-
-    tmp_path.mkdir(exist_ok=True)
-    url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path / "sp"))
-    root = Path(url.removeprefix("file://"))
-    doc = json.loads((root / "_metadata").read_text())
-    table = doc["operators"][0]["tables"][0]
-    old = pq.read_table(root / table["files"][0]["path"])
-    key_t, value_t = old.schema.field("key").type, old.schema.field("value").type
-    files = []
-    per_file = keys // 2
-    for part in range(2):
-        ids = np.arange(part * per_file, (part + 1) * per_file)
-        key_cols = [pa.array([f"key-{i:012d}-{'x' * 150}" for i in ids])]
-        if key_t.num_fields > 1:
-            key_cols += [
-                pa.nulls(len(ids), key_t.field(i).type) for i in range(1, key_t.num_fields)
-            ]
-        value_cols = [
-            pa.array(ids, value_t.field(i).type)
-            if pa.types.is_integer(value_t.field(i).type)
-            else pa.nulls(len(ids), value_t.field(i).type)
-            for i in range(value_t.num_fields)
-        ]
-        t = pa.table(
-            {
-                "key": pa.StructArray.from_arrays(key_cols, fields=list(key_t)),
-                "value": pa.StructArray.from_arrays(value_cols, fields=list(value_t)),
-                "partition_id": pa.array(np.full(len(ids), part), pa.int32()),
-            }
-        )
-        rel = f"operators/big/default/part-{part:05d}.parquet"
-        f = write_table(FileIO.for_url(str(root))[0], str(root), rel, t)  # as savepoints do
-        files.append({"path": f.path, "rows": f.rows, "bytes": f.bytes, "sha256": f.sha256})
-    table["files"] = files
-    table["rows"] = keys
-    (root / "_metadata").write_text(json.dumps(seal(doc)))  # crafted: sealed again
-    return url
-
-
 def _peak_rss_mb(url: str, target: Path, memory: str) -> float:
     """Peak RSS of a restore in a fresh process (one worker: the process is the tree)."""
     return peak_rss_of_cli(
@@ -242,31 +131,12 @@ def _peak_rss_mb(url: str, target: Path, memory: str) -> float:
     )
 
 
-def peak_rss_of_cli(args: list[str]) -> float:
-    """Peak RSS (MB) of ``statectl ARGS`` in a fresh process (with ``--workers 1`` the process
-    is the tree)."""
-    script = (
-        "import json, resource, subprocess, sys\n"
-        "subprocess.run([sys.executable, '-m', 'statectl.cli', *sys.argv[1:]], check=True,"
-        " stdout=subprocess.DEVNULL)\n"
-        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=True,
-    )
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 def test_memory_budget_bounds_peak_rss(tmp_path):
     """Under a 32M budget the peak RSS of a restore does not grow with the state (200,000 vs
     600,000 wide keys), and stays far below the in-memory restore's (8G budget)."""
-    small = _synthetic_savepoint(tmp_path / "a", 200_000)
-    large = _synthetic_savepoint(tmp_path / "b", 600_000)
+    small = synthetic_savepoint(tmp_path / "a", 200_000)
+    large = synthetic_savepoint(tmp_path / "b", 600_000)
     baseline = _peak_rss_mb(
         take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path / "c"))[0], tmp_path / "t0", "32M"
     )
@@ -294,7 +164,7 @@ def test_sigterm_removes_spill_files(tmp_path):
     import signal
     import time
 
-    url = _synthetic_savepoint(tmp_path / "sp", 300_000)
+    url = synthetic_savepoint(tmp_path / "sp", 300_000)
     spills = tmp_path / "spills"
     spills.mkdir()
     proc = subprocess.Popen(

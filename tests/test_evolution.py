@@ -27,7 +27,6 @@ from statectl.evolution import (
     TableEvolution,
     added_fields,
     aggregation_values,
-    apply_transform,
     evolve_table,
     grouping_key,
     state_variable_value,
@@ -39,16 +38,16 @@ from statectl.restoration import RestoreOptions, plan_restore, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.spark_engine import SparkEngine
-from tests.conftest import FIXTURES, QUERY_SOURCE, arrow_rows, spark_rows
-from tests.test_restore import (  # the continuation helpers
-    PROVIDERS,
+from statectl.transforms import apply_transform
+from tests.helpers.cli import cli
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import (
     assert_exactly_once,
-    run,
+    entries_by_family,
     session_merged_across_restore,
-    write_input,
 )
-from tests.test_restore_plan import cli
-from tests.test_tws_encode import _entries_by_family
+from tests.helpers.rows import arrow_rows, spark_rows
+from tests.helpers.spark import PROVIDERS, QUERY_SOURCE, run, write_input
 
 
 def struct(*fields: tuple[str, str] | tuple[str, str, bool]) -> str:
@@ -598,7 +597,7 @@ def test_ttl_and_avro_values_gain_a_field_with_their_bytes_and_expiry_kept(tmp_p
     ]
     assert not restore(url, str(tmp_path / "plain"), partitions=n).problems
     evolved, plain = (
-        _entries_by_family(Checkpoint.open(str(tmp_path / name))) for name in ("evolved", "plain")
+        entries_by_family(Checkpoint.open(str(tmp_path / name))) for name in ("evolved", "plain")
     )
 
     def others(entries: list[set]) -> list[set]:
@@ -1113,7 +1112,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
     + '''
 
 class Processor(StatefulProcessor):
-    """Value, list and map state and event-time timers (tests/test_restore.py's tws processor):
+    """Value, list and map state and event-time timers (tests/helpers/spark.py's tws processor):
     the output depends on every kind of restored state."""
 
     def init(self, handle):
@@ -1889,8 +1888,8 @@ def test_transform_with_state_ttl_value_gains_a_field_and_continues(spark, tmp_p
             partitions=3,
             engine=SparkEngine(spark),
         )
-        assert _entries_by_family(Checkpoint.open(str(tmp_path / "ck-engine"))) == (
-            _entries_by_family(Checkpoint.open(str(tmp_path / "ck2")))
+        assert entries_by_family(Checkpoint.open(str(tmp_path / "ck-engine"))) == (
+            entries_by_family(Checkpoint.open(str(tmp_path / "ck2")))
         )
     # Spark's reader sees each restored value as the query keeps it: the tag null, the expiry
     # the one Spark gave it in the first run (its batch time + the TTL).

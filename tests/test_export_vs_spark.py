@@ -12,21 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
-from statectl.export import export_state
-from statectl.state import Selection, read_state
-from tests.conftest import (
-    FIXTURES,
-    arrow_names,
-    arrow_rows,
-    fixture_generator,
-    load_manifest,
-    spark_names,
-    spark_rows,
-)
+from statectl.state import read_state
+from tests.helpers.fixtures import FIXTURES, fixture_generator, load_manifest, recorded_read
+from tests.helpers.reads import export_rows, selection
+from tests.helpers.rows import arrow_names, spark_names, spark_rows
 
 READS = [
     pytest.param(
@@ -40,48 +32,10 @@ READS = [
 ]
 
 
-def recorded_read(fx: dict[str, Any], read: dict[str, Any]) -> dict[str, Any]:
-    """What Spark 4.3's reader returned for ``read`` when ``fx`` was generated: names, rows."""
-    data = json.loads((FIXTURES.parent / fx["spark_rows"]).read_text())
-
-    def key(r: dict[str, Any]) -> str:
-        return json.dumps([r["operatorId"], r.get("options", {})], sort_keys=True)
-
-    return {key(r): r for r in data["reads"]}[key(read)]
-
-
 def _without_event_time(rows: list) -> list:
     """Spark 4.3's joinSide read of join state format 4 shows ``__event_time`` wrong (the
     key's string bytes read as a long); statectl shows the real one (test_join_formats.py)."""
     return sorted(([k[:-1], *rest] for k, *rest in rows), key=repr)
-
-
-def selection(read: dict[str, Any]) -> Selection:
-    opts = read.get("options", {})
-    return Selection(
-        operator_id=int(read["operatorId"]),
-        store=opts.get("storeName"),
-        join_side=opts.get("joinSide"),
-        state_var=opts.get("stateVarName"),
-        registered_timers=str(opts.get("readRegisteredTimers", "false")).lower() == "true",
-    )
-
-
-def export_rows(path: str, read: dict[str, Any], tmp_path) -> list:
-    """``statectl export`` of ``read`` to Parquet, read back as rows."""
-    out = tmp_path / "state.parquet"
-    sel = selection(read)
-    export_state(
-        path,
-        sel.operator_id,
-        sel.store,
-        sel.join_side,
-        sel.state_var,
-        sel.registered_timers,
-        None,
-        str(out),
-    )
-    return arrow_rows(pq.read_table(out))
 
 
 @pytest.mark.parametrize(("fx", "read"), READS)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from statectl.codecs.murmur3 import hash_bytes, partition_ids, spark_hash
 from statectl.errors import UnsupportedError
 from statectl.operators import whole_key
-from tests.conftest import FIXTURES, load_manifest
+from tests.helpers.fixtures import FIXTURES, load_manifest
 
 UTC = dt.timezone.utc
 # shared/docs/spark-state-format.md §3.1 and §13.1, plus vectors from Spark 4.3.0's hash()

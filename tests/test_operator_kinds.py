@@ -4,7 +4,7 @@ Every fixture marked ``pending`` in fixtures/manifest.json is a kind or state fo
 writes and statectl has no spec for. None is left today: streaming limit and session windows
 have specs (their placement is pinned below), and join state formats 3 and 4 left this list
 with theirs (tests/test_join_formats.py). The generic tests skip pending fixtures
-(tests/conftest.py ``load_manifest``). This file pins the current behaviour, so that a change
+(tests/helpers/fixtures.py ``load_manifest``). This file pins the current behaviour, so that a change
 to it is noticed:
 
 * ``statectl inspect --json`` exits 0, or exits 2 with one ``statectl: error:`` line; never a
@@ -35,8 +35,9 @@ from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
 from statectl.operators import GLOBAL_LIMIT, SESSION_WINDOW
 from statectl.state import read_state
-from tests.conftest import FIXTURES, ROOT, arrow_names, load_manifest
-from tests.test_export_vs_spark import export_rows, recorded_read, selection
+from tests.helpers.fixtures import FIXTURES, ROOT, load_manifest, recorded_read
+from tests.helpers.reads import export_rows, selection
+from tests.helpers.rows import arrow_names
 
 PENDING = [fx for fx in load_manifest(include_pending=True) if fx.get("pending")]
 KIND_FIXTURES = [fx for fx in load_manifest(include_pending=True) if fx.get("spark_rows")]

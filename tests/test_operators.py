@@ -12,7 +12,8 @@ from statectl.checkpoint.model import Checkpoint
 from statectl.errors import UnsupportedError
 from statectl.operators import JOIN_STORES, classify, join_key
 from statectl.savepoints.format import seal
-from tests.conftest import FIXTURES, load_manifest
+from tests.helpers.cli import run_cli
+from tests.helpers.fixtures import FIXTURES, load_manifest
 
 EXPECTED = {
     "agg": "aggregation",
@@ -164,7 +165,6 @@ def test_restore_refuses_an_unmodelled_kind_at_plan_time(tmp_path, name):
     """A savepoint operator whose kind has no spec fails the plan (dry run and real run alike),
     and nothing is written."""
     from statectl.savepoints.create import take_savepoint
-    from tests.test_trust import run_cli
 
     url, _ = take_savepoint(str(FIXTURES / "agg-hdfs"), str(tmp_path / "sps"))
     sp = url.removeprefix("file://")

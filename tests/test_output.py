@@ -28,7 +28,7 @@ from statectl.io import (
     storage_options_for,
 )
 from statectl.render import compact_schema, render_inspect, render_list
-from tests.conftest import FIXTURES, ROOT
+from tests.helpers.fixtures import FIXTURES, ROOT
 
 
 def run(*args: str, columns: int = 80, check_rc: int | None = 0, cwd=None):

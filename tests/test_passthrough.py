@@ -17,7 +17,9 @@ from statectl.errors import MissingFileError, StatectlError
 from statectl.restoration import migrate
 from statectl.savepoints.create import table_tasks, take_savepoint
 from statectl.state import StoreEncoding, load_raw, read_state
-from tests.conftest import FIXTURES
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import assert_exactly_once
+from tests.helpers.spark import run, write_input
 
 INLINE = Engine.of(workers=1)  # tasks run in this process: quick, and monkeypatchable
 
@@ -283,7 +285,6 @@ def test_passed_through_operators_continue_like_an_uninterrupted_run(spark, tmp_
     operators): the real query continues, and with the first run it emits what one
     uninterrupted run emits. (Joins and every other kind: their targets are the savepoint
     path's, byte for byte, above; that path's continuations are tests/test_restore.py's.)"""
-    from tests.test_restore import assert_exactly_once, run, write_input
 
     d = tmp_path / "input"
     write_input(d, 0, 3)

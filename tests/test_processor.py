@@ -12,7 +12,9 @@ from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
 from statectl.processor.reading import CheckpointHandle, SavepointHandle
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, arrow_rows
+from tests.helpers.cli import cli_json
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.rows import arrow_rows
 
 ORDERS = FIXTURES / "multi-hdfs"  # op 0: count per k, op 1: dedupe (id, k)
 UIDS = {0: "totals", 1: "dedup"}
@@ -269,7 +271,6 @@ def test_writer_refuses_join_stores_and_unplaceable_kinds(tmp_path):
 
 # -- statectl edit ---------------------------------------------------------------------------
 def test_cli_edit_deletes_a_key_from_every_table_of_a_tws_operator(tmp_path):
-    from tests.test_api import cli_json
 
     src = FIXTURES / "tws-rocksdb"
     dry = cli_json("edit", str(src), "--operator", "0", "--delete-where", "key.k = 'k1'",
@@ -297,8 +298,6 @@ def test_cli_edit_deletes_a_key_from_every_table_of_a_tws_operator(tmp_path):
 
 
 def test_cli_edit_keep_where_table_and_drop(orders_sp, tmp_path):
-    from tests.test_api import cli_json
-
     doc = cli_json("edit", orders_sp.path, str(tmp_path / "a"), "--operator", "dedup",
                    "--keep-where", "key.id IN (0, 1)")  # fmt: skip
     ids = {r["id"] for r in statectl.open(tmp_path / "a").read("dedup").column("key").to_pylist()}
@@ -350,7 +349,6 @@ def test_diff_between_batches_equals_a_python_reference(fixture):
 
 
 def test_diff_of_an_edit_and_across_partition_counts(orders_sp, tmp_path):
-    from tests.test_api import cli_json
 
     edited = statectl.edit(orders_sp, tmp_path / "e", "totals", delete_where="key.k = 'k1'")
     doc = cli_json("diff", orders_sp.path, edited.target, "--samples", "1")
@@ -378,7 +376,6 @@ def test_diff_of_an_edit_and_across_partition_counts(orders_sp, tmp_path):
 
 
 def test_inspect_stats_per_partition_skew_and_largest_keys(orders_sp):
-    from tests.test_api import cli_json
 
     doc = cli_json("inspect", orders_sp.path, "--stats", "--top", "2")
     t = doc["operators"]["dedup"]["default"]

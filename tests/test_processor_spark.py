@@ -11,8 +11,9 @@ import pytest
 import statectl
 from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
-from tests.conftest import FIXTURES, arrow_rows, spark_rows
-from tests.test_restore import run, write_input
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.rows import arrow_rows, spark_rows
+from tests.helpers.spark import run, write_input
 
 pytestmark = pytest.mark.spark
 
@@ -103,7 +104,6 @@ def test_diff_equals_a_diff_from_sparks_statestore_reader(spark, tmp_path):
 
 
 def test_to_spark_reads_what_read_returns(spark, tmp_path):
-    from tests.conftest import FIXTURES
 
     sp = statectl.open(statectl.savepoint(FIXTURES / "join-hdfs", tmp_path / "sp"))
     ck = statectl.open(FIXTURES / "join-hdfs")

@@ -21,7 +21,8 @@ from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.state import Selection, read_state
-from tests.conftest import ROOT, arrow_rows, spark_rows
+from tests.helpers.fixtures import ROOT
+from tests.helpers.rows import arrow_rows, spark_rows
 
 RUNNER = ROOT / "fixtures" / "realtime.py"
 _spec = importlib.util.spec_from_file_location("fixture_realtime", RUNNER)

@@ -5,9 +5,12 @@ by Spark's own ``StateStoreChangelogReader``/``Writer`` classes."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import struct
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -21,15 +24,22 @@ from statectl.codecs.records import (
     OP_MERGE,
     OP_PUT,
     RecordBatch,
-    _bench,
     changelog_version,
     last_writer_wins,
     parse_changelog,
     parse_state_records,
-    write_changelog,
     write_state_records,
 )
 from statectl.errors import CorruptFileError, UnsupportedError
+from tests.helpers.changelog import write_changelog
+
+_spec = importlib.util.spec_from_file_location(
+    "statectl_bench_records", Path(__file__).resolve().parent.parent / "bench" / "records.py"
+)
+assert _spec and _spec.loader
+bench_records = importlib.util.module_from_spec(_spec)
+sys.modules["statectl_bench_records"] = bench_records
+_spec.loader.exec_module(bench_records)
 
 PATH = "state/0/1/7.delta"
 # shared/docs/spark-state-format.md §13.1: the decoded 1.delta of an aggregation (key "a" ->
@@ -482,7 +492,7 @@ def test_merges_follow_string_append_semantics() -> None:
 
 
 def test_bench_runs() -> None:
-    rates = _bench(n=20_000, repeat=1)
+    rates = bench_records.rates(n=20_000, repeat=1)
     assert len(rates) == 3 and all(r > 0 for r in rates.values())
 
 

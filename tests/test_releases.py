@@ -30,16 +30,9 @@ from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import table_selection
 from statectl.state import read_state
-from tests.conftest import (
-    FIXTURES,
-    ROOT,
-    arrow_rows,
-    fixture_generator,
-    load_manifest,
-    normalize,
-    restore_target,
-)
-from tests.test_restore import PROVIDERS, run
+from tests.helpers.fixtures import FIXTURES, ROOT, fixture_generator, load_manifest, restore_target
+from tests.helpers.rows import arrow_rows, normalize
+from tests.helpers.spark import PROVIDERS, run
 
 generate = fixture_generator()
 
@@ -177,7 +170,7 @@ def write_events(fx: dict[str, Any], d: Path, batches: int) -> list[Path]:
 
 
 def run_files(spark, fx, d: Path, ckpt: Path, files: list[Path], provider=None, confs=None):
-    """Like :func:`tests.test_restore.run`, for queries that always have another batch
+    """Like :func:`tests.helpers.spark.run`, for queries that always have another batch
     (transformWithState in ProcessingTime mode, TTL's): one trigger(once) run per file of
     ``files``, each put in place just before its run (fixtures/generate.py writes them so)."""
     staged = d.parent / f"{d.name}-staged"

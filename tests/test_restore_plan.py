@@ -24,20 +24,13 @@ from statectl.restoration import (
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.format import seal
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, arrow_rows
-from tests.test_restore import assert_exactly_once, run, write_input
+from tests.helpers.cli import cli
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import assert_exactly_once
+from tests.helpers.rows import arrow_rows
+from tests.helpers.spark import run, write_input
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "statectl.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        cwd=str(ROOT),
-    )
 
 
 def files_under(d: Path) -> set[str]:

@@ -20,9 +20,9 @@ from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.state import Selection
-from tests.conftest import arrow_rows, normalize, spark_rows
-from tests.test_restore import write_input
-from tests.test_tws_encode import _entries_by_family
+from tests.helpers.restore import entries_by_family
+from tests.helpers.rows import arrow_rows, normalize, spark_rows
+from tests.helpers.spark import write_input
 
 SHORT_TTL_MS = 180_000  # list and map values: longer than 4 query starts on a busy machine
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -168,7 +168,7 @@ def test_restored_ttl_state_expires_at_its_original_expiry(spark, tmp_path):
         cf["name"] for cf in meta.operators[0].column_families
     }
     assert not restore(sp_url, str(tmp_path / "same")).problems
-    assert _entries_by_family(Checkpoint.open(str(tmp_path / "same"))) == _entries_by_family(
+    assert entries_by_family(Checkpoint.open(str(tmp_path / "same"))) == entries_by_family(
         Checkpoint.open(str(src))
     )
     # Another partition count, read back by Spark: each value with its original expiry.
@@ -220,15 +220,15 @@ def test_avro_ttl_state_restores_byte_for_byte(spark, tmp_path):
     for b in (0, 1):
         write_input(d, b, 1)
         run_once(spark, d, src, confs=avro)
-    spark_entries = _entries_by_family(Checkpoint.open(str(src)))
+    spark_entries = entries_by_family(Checkpoint.open(str(src)))
     assert {"$ttl_cnt", "$ttl_lst", "$ttl_mp", "$min_lst", "$count_lst"} <= {
         f for entries in spark_entries for f, _, _ in entries
     }
     sp_url, meta = take_savepoint(str(src), str(tmp_path / "sp"))
     assert meta.pinned_confs["spark.sql.streaming.stateStore.encodingFormat"] == "avro"
     assert not restore(sp_url, str(tmp_path / "same")).problems
-    assert _entries_by_family(Checkpoint.open(str(tmp_path / "same"))) == spark_entries
+    assert entries_by_family(Checkpoint.open(str(tmp_path / "same"))) == spark_entries
     assert not restore(sp_url, str(tmp_path / "three"), partitions=3).problems
     sp3, _ = take_savepoint(str(tmp_path / "three"), str(tmp_path / "sp3"))
     assert not restore(sp3, str(tmp_path / "two"), partitions=2).problems
-    assert _entries_by_family(Checkpoint.open(str(tmp_path / "two"))) == spark_entries
+    assert entries_by_family(Checkpoint.open(str(tmp_path / "two"))) == spark_entries

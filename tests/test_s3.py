@@ -4,59 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, arrow_rows
-from tests.test_spark_engine import CLUSTER as SPARK_ENGINE_CLUSTER
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    moto_server = pytest.importorskip("moto.server")
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    # moto keeps its buckets in process-wide state, which outlives a stopped server: when the
-    # test order sets this module's fixtures up a second time on a worker, start empty.
-    urllib.request.urlopen(
-        urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
-    ).close()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-    }
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import s3fs
-
-    # fsspec caches filesystems by their arguments, not by the endpoint in the environment:
-    # a cached one would still point at another module's (stopped) server.
-    s3fs.S3FileSystem.clear_instance_cache()
-    try:
-        yield env
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+from tests.helpers.fixtures import FIXTURES, ROOT, drop_crc
+from tests.helpers.restore import assert_same_checkpoint, savepoint_contents
+from tests.helpers.rows import arrow_rows
+from tests.helpers.spark import CLUSTER as SPARK_ENGINE_CLUSTER
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +117,6 @@ def test_restore_from_and_to_s3(bucket, tmp_path, name, backend):
 # -- storage options: --storage-option and statectl.toml, without AWS_* in the environment ----
 def _clean_env() -> dict[str, str]:
     """The environment of a user who configured nothing for AWS: no AWS_*, no FSSPEC_*."""
-    from tests.conftest import ROOT
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_"))}
     env["PYTHONPATH"] = str(ROOT)
@@ -329,7 +286,6 @@ def test_restore_on_s3_with_parallel_transfers(bucket, tmp_path, monkeypatch):
     from statectl.io import FileIO
     from statectl.restoration import restore
     from statectl.savepoints.create import take_savepoint
-    from tests.test_engine import assert_same_checkpoint
 
     local_sp, _ = take_savepoint(str(FIXTURES / "join-hdfs"), str(tmp_path / "sp"))
     expected = tmp_path / "expected"
@@ -376,11 +332,10 @@ def _download_savepoint(url: str, local) -> tuple[dict, dict[str, str]]:
     """An S3 savepoint's _metadata (without what differs between runs) and its data files'
     sha256, from a local copy."""
     from statectl.io import FileIO
-    from tests.test_spark_engine import _contents
 
     io, root = FileIO.for_url(url)
     io.fs.get(root, str(local), recursive=True)
-    return _contents(str(local))
+    return savepoint_contents(str(local))
 
 
 @pytest.fixture(scope="module")
@@ -441,7 +396,6 @@ def test_spark_engine_restore_on_s3_equals_local(s3_endpoint, cluster_savepoint,
     from statectl.io import FileIO
     from statectl.restoration import restore
     from statectl.savepoints.store import Savepoint, table_selection
-    from tests.test_engine import assert_same_checkpoint
 
     (tmp_path / "statectl.toml").write_text(
         '[storage."s3://statectl-test/"]\n'
@@ -496,7 +450,6 @@ def test_spark_engine_errors_name_the_s3_url(bucket, s3_endpoint, spark, fixture
     from statectl.errors import CorruptFileError
     from statectl.io import storage_options
     from statectl.savepoints.store import Savepoint
-    from tests.conftest import drop_crc
 
     endpoint = s3_endpoint["AWS_ENDPOINT_URL"]
     fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint})

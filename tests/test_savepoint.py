@@ -20,8 +20,9 @@ from statectl.errors import StatectlError
 from statectl.savepoints.create import default_uid, take_savepoint
 from statectl.savepoints.store import Savepoint
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, arrow_rows, load_manifest, spark_rows
-from tests.test_export_vs_spark import selection
+from tests.helpers.fixtures import FIXTURES, load_manifest
+from tests.helpers.reads import selection
+from tests.helpers.rows import arrow_rows, spark_rows
 
 FIXTURE_NAMES = sorted({fx["name"] for fx in load_manifest() if fx.get("reads")})
 

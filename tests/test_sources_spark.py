@@ -15,7 +15,7 @@ from statectl.api import restore
 from statectl.cli import app
 from statectl.query_plan import load_query_function
 from statectl.savepoints.create import take_savepoint
-from tests.test_restore import run, write_input
+from tests.helpers.spark import run, write_input
 
 pytestmark = pytest.mark.spark
 

@@ -8,7 +8,6 @@ cannot import statectl is one clean line, exit 2.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,12 +15,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
 
 import statectl
 from statectl.engine import Engine
 from statectl.errors import MissingFileError, StatectlError
 from statectl.spark_engine import _guarded, _unwrap, engine_for, parse_spark_confs
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import (
+    assert_exactly_once,
+    assert_same_checkpoint,
+    savepoint_contents,
+    synthetic_savepoint,
+)
+from tests.helpers.spark import CLUSTER, run, write_input
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,19 +43,6 @@ def _cli(
         env={**os.environ, **(env or {})},
         cwd=cwd,
     )
-
-
-def _contents(sp: str) -> tuple[dict, dict[str, str]]:
-    """A savepoint's _metadata without what differs between two runs, and its files' sha256."""
-    root = Path(sp.removeprefix("file://"))
-    meta = json.loads((root / "_metadata").read_text())
-    for volatile in ("created_at", "metadata_sha256"):
-        meta.pop(volatile)
-    files = {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*.parquet"))
-    }
-    return meta, files
 
 
 # -- fast: the engine plumbing ---------------------------------------------------------------
@@ -164,7 +157,7 @@ def test_cli_refuses_spark_conf_without_the_spark_engine(tmp_path: Path) -> None
 def test_spark_engine_savepoint_equals_local(spark, tmp_path: Path, name: str) -> None:
     local = statectl.savepoint(str(FIXTURES / name), str(tmp_path / "local"))
     on_spark = statectl.savepoint(str(FIXTURES / name), str(tmp_path / "spark"), spark=spark)
-    assert _contents(on_spark.path) == _contents(local.path)
+    assert savepoint_contents(on_spark.path) == savepoint_contents(local.path)
     assert on_spark.operators == local.operators and sum(local.operators.values()) > 0
     # --memory is each Spark task's budget: 2000 bytes streams every partition in chunks and
     # spills in the executor's own temporary directory, with the same result.
@@ -174,7 +167,7 @@ def test_spark_engine_savepoint_equals_local(spark, tmp_path: Path, name: str) -
     local_tiny = statectl.savepoint(
         str(FIXTURES / name), str(tmp_path / "local-tiny"), memory=2000, workers=1
     )
-    assert _contents(tiny.path) == _contents(local_tiny.path)
+    assert savepoint_contents(tiny.path) == savepoint_contents(local_tiny.path)
     assert tiny.operators == local.operators
     assert tiny.to_dict()["engine"] == "spark"
 
@@ -200,7 +193,9 @@ def test_spark_engine_on_a_local_cluster_equals_local(tmp_path: Path) -> None:
     )
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""  # the JVM's start-up noise and progress bars stay out of the terminal
-    assert _contents(json.loads(p.stdout)["path"]) == _contents(json.loads(local.stdout)["path"])
+    assert savepoint_contents(json.loads(p.stdout)["path"]) == savepoint_contents(
+        json.loads(local.stdout)["path"]
+    )
 
 
 @pytest.mark.spark
@@ -280,13 +275,6 @@ def test_cli_auto_without_a_session_runs_locally_and_says_so(tmp_path: Path) -> 
 
 # -- Spark: restore, migrate and export equal the local engine's -----------------------------------
 
-CLUSTER = [
-    "--spark-conf",
-    "spark.master=local-cluster[2,1,1024]",
-    "--spark-conf",
-    "spark.ui.enabled=false",
-]
-
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
@@ -306,7 +294,6 @@ CLUSTER = [
 def test_spark_engine_restore_equals_local(
     spark, tmp_path, name, backend, changelog, partitions, memory
 ):
-    from tests.test_engine import assert_same_checkpoint
 
     sp = statectl.savepoint(str(FIXTURES / name), str(tmp_path / "sp"))
     args = {"backend": backend, "partitions": partitions, "changelog": changelog}
@@ -341,8 +328,6 @@ def test_spark_engine_restore_on_a_local_cluster_continues_exactly(spark, tmp_pa
     """Separate executors spill, shuffle and build the stores (HDFS -> RocksDB, 2 -> 3
     partitions); the checkpoint equals the local engine's, and the query continues on it as
     if never stopped. Migrate runs its savepoint and restore on the cluster too."""
-    from tests.test_engine import assert_same_checkpoint
-    from tests.test_restore import assert_exactly_once, run, write_input
 
     d = tmp_path / "input"
     write_input(d, 0, 3)
@@ -375,9 +360,8 @@ def test_killed_spark_engine_restore_leaves_nothing_complete(tmp_path: Path) -> 
     import time
 
     from statectl.in_progress import read_in_progress
-    from tests.test_engine import _synthetic_savepoint, assert_same_checkpoint
 
-    sp = _synthetic_savepoint(tmp_path / "src", 200_000)
+    sp = synthetic_savepoint(tmp_path / "src", 200_000)
     target = tmp_path / "ck"
     argv = ["restore", str(target), "-s", sp, "--backend", "rocksdb", "--partitions", "4"]
     proc = subprocess.Popen(

@@ -26,8 +26,10 @@ from statectl.operators import AGG_FORMAT_CONF, GROUP_STATE_FORMAT_CONF
 from statectl.restoration import migrate, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, arrow_rows
-from tests.test_restore import assert_exactly_once, run, write_input
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import assert_exactly_once
+from tests.helpers.rows import arrow_rows
+from tests.helpers.spark import run, write_input
 
 KEY = json.dumps({"type": "struct", "fields": [{"name": "k", "type": "string", "nullable": True}]})
 BUFFERS = [

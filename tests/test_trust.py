@@ -18,22 +18,8 @@ import pytest
 
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.format import seal
-from tests.conftest import FIXTURES
-from tests.test_s3 import s3_endpoint  # noqa: F401 (a pytest fixture)
-
-
-def run_cli(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess:
-    root = Path(__file__).resolve().parent.parent
-    return subprocess.run(
-        [sys.executable, "-m", "statectl.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env={**(os.environ if env is None else env), "PYTHONPATH": str(root)},
-    )
+from tests.helpers.cli import run_cli
+from tests.helpers.fixtures import FIXTURES
 
 
 def assert_refused(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -329,13 +315,13 @@ def test_unreachable_endpoint_is_one_line(tmp_path):
     assert_refused(run_cli("inspect", "s3://lake/ckpt", env=env), "storage")
 
 
-def test_missing_credentials_is_one_line(s3_endpoint, tmp_path):  # noqa: F811
+def test_missing_credentials_is_one_line(s3_endpoint, tmp_path):
     env = _cli_env(AWS_ENDPOINT_URL=s3_endpoint["AWS_ENDPOINT_URL"], HOME=str(tmp_path))
     proc = run_cli("inspect", "s3://statectl-test/ckpts/agg-hdfs", env=env)
     assert_refused(proc, "credentials")
 
 
-def test_dispose_refuses_a_bucket_root(s3_endpoint):  # noqa: F811
+def test_dispose_refuses_a_bucket_root(s3_endpoint):
     import s3fs
 
     s3fs.S3FileSystem.clear_instance_cache()  # earlier modules cached other endpoints

@@ -16,9 +16,10 @@ from statectl.checkpoint.state_metadata import ColumnFamilySchema
 from statectl.io import FileIO
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
-from statectl.state import StoreEncoding, _split_list_blob, load_raw
+from statectl.state import StoreEncoding, load_raw
 from statectl.tws_encode import assign_cf_ids, encode_operator_partition
-from tests.conftest import FIXTURES
+from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import entries_by_family
 
 
 @pytest.mark.parametrize(
@@ -91,34 +92,6 @@ def test_snapshot_zip_layout(tmp_path):
         assert f["dfsSstFileName"].startswith(f["localFileName"][:-4] + "-")
 
 
-def _entries_by_family(ckpt: Checkpoint) -> list[set[tuple[str, bytes, bytes]]]:
-    """Per partition: every live RocksDB entry as (column family name, key, value), a list
-    value as Spark's RocksDB returns it. (A list put by one batch and appended to by a later one
-    is two records in two SST files; the RocksDB binding we read them with joins them with ",",
-    where Spark's merge operator with mergeOperatorVersion 2 joins them with nothing.)"""
-    batch = ckpt.latest_committed_batch
-    op = ckpt.operators(batch)[0]
-    enc = StoreEncoding.of(ckpt, batch)
-    lists = {
-        v["stateName"]
-        for v in op.properties.get("stateVariables", [])
-        if v.get("stateVariableType") == "ListState"
-    }
-    out = []
-    for p in range(op.num_partitions):
-        raw = load_raw(ckpt, op, "default", p, batch, enc)
-        names = {i: n for n, i in raw.cf_ids.items()}
-        entries = set()
-        for k, v in zip(raw.keys.to_pylist(), raw.values.to_pylist(), strict=True):
-            name = names[int.from_bytes(k[:2], "little")]
-            if name in lists:
-                elements = _split_list_blob(v, name)
-                v = enc.merge_delimiter.join(len(e).to_bytes(4, "little") + e for e in elements)
-            entries.add((name, k[2:], v))
-        out.append(entries)
-    return out
-
-
 @pytest.mark.parametrize("name", ["tws-ttl-rocksdb", "tws-rocksdb", "tws-rows-rocksdb"])
 def test_restore_through_another_partition_count_rewrites_sparks_entries(tmp_path, name):
     """Restored to 3 partitions, then from there back to Spark's 2: every entry of every
@@ -126,15 +99,15 @@ def test_restore_through_another_partition_count_rewrites_sparks_entries(tmp_pat
     partition Spark wrote it to; values keep their original ttlExpirationMs."""
     from statectl.restoration import restore
 
-    spark = _entries_by_family(Checkpoint.open(str(FIXTURES / name)))
+    spark = entries_by_family(Checkpoint.open(str(FIXTURES / name)))
     sp1, _ = take_savepoint(str(FIXTURES / name), str(tmp_path / "sp1"))
     plan = restore(sp1, str(tmp_path / "three"), partitions=3)
     assert not plan.problems
-    three = _entries_by_family(Checkpoint.open(str(tmp_path / "three")))
+    three = entries_by_family(Checkpoint.open(str(tmp_path / "three")))
     assert len(three) == 3 and set().union(*three) == set().union(*spark)
     sp2, _ = take_savepoint(str(tmp_path / "three"), str(tmp_path / "sp2"))
     assert not restore(sp2, str(tmp_path / "two"), partitions=2).problems
-    assert _entries_by_family(Checkpoint.open(str(tmp_path / "two"))) == spark
+    assert entries_by_family(Checkpoint.open(str(tmp_path / "two"))) == spark
     families = {f for entries in spark for f, _, _ in entries}
     if name == "tws-ttl-rocksdb":
         assert {"$ttl_cnt", "$ttl_lst", "$min_lst", "$count_lst"} <= families

@@ -15,13 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statectl.codecs.sparktypes import decimal_of, kind, parse_schema, physical, to_arrow_type
-from statectl.codecs.unsaferow import (
-    decode_unsafe_rows,
-    encode_row,
-    encode_unsafe_rows,
-    strip_prefix,
-)
+from statectl.codecs.unsaferow import decode_unsafe_rows, encode_unsafe_rows
 from statectl.errors import CorruptFileError, UnsupportedError
+from tests.helpers.unsaferow import encode_row
 
 
 def field(name: str, t: Any, nullable: bool = True) -> dict:
@@ -61,7 +57,7 @@ def test_doc_vectors_key_and_value():
     rocks_value = "00 0000000000000000 0300000000000000 1000000000000000"
     got = decode_unsafe_rows(rows_of(rocks_value), VALUE, skip_prefix=1)
     assert got.to_pylist() == [{"count": 3, "sum": 16}]
-    assert strip_prefix(rows_of(rocks_value), 1).to_pylist() == [bytes.fromhex(rocks_value[3:].replace(" ", ""))]  # fmt: skip
+    assert got == decode_unsafe_rows(rows_of(rocks_value[3:]), VALUE)  # the prefix, skipped
 
 
 # §8.3, one field at a time: (type, value, the slot and variable bytes Spark wrote)
@@ -484,8 +480,10 @@ def test_corruption():
     null_field[0] = 1
     null_field[8:16] = b"\xff" * 8
     assert decode_unsafe_rows(pa.array([bytes(null_field), None]), KEY).to_pylist() == [{"key": None}, None]  # fmt: skip
-    with pytest.raises(CorruptFileError, match="shorter than its 2-byte prefix"):
-        strip_prefix(pa.array([b"\x00"]), 2, "x")
+    with pytest.raises(
+        CorruptFileError, match="state row 0 has -1 bytes, the schema needs at least 16"
+    ):
+        decode_unsafe_rows(pa.array([b"\x00"]), KEY, "x", skip_prefix=2)
     with pytest.raises(UnsupportedError, match="UTF-8"):
         decode_unsafe_rows(rows_of("0000000000000000 0100000010000000 ff00000000000000"), KEY)
 

@@ -18,8 +18,8 @@ from statectl.checksums import check_hadoop_crc, check_spark_checksum, crc32c, h
 from statectl.errors import CorruptFileError, StatectlError
 from statectl.inspection import inspect_checkpoint
 from statectl.state import Selection, read_state
-from tests.conftest import FIXTURES, drop_crc, load_manifest
-from tests.test_cli import assert_one_line_error, run
+from tests.helpers.cli import assert_one_line_error, run
+from tests.helpers.fixtures import FIXTURES, drop_crc, load_manifest
 
 
 def read(ck, *, verify: bool = True, **sel):

@@ -100,17 +100,7 @@ def parse_offset_seq(text: str, batch_id: int, path: str) -> OffsetSeq:
     meta = Fields(
         _parse_json(meta_line, path) if meta_line.strip() else {}, path, "offset metadata"
     )
-    offsets: dict[str, str | None] = {}
-    for i, line in enumerate(lines[2:]):
-        if version == 1:
-            offsets[str(i)] = None if line == "-" else line
-        else:
-            source_id, sep, offset = line.partition(":")
-            if not sep:
-                raise CorruptFileError(
-                    f"v2 offset line without 'sourceId:' prefix: {line[:40]!r}", path
-                )
-            offsets[source_id] = None if offset == "-" else offset
+    offsets = _source_offsets(lines[2:], version, path)
     known = {"batchWatermarkMs", "batchTimestampMs", "conf"}
     return OffsetSeq(
         batch_id=batch_id,
@@ -122,6 +112,23 @@ def parse_offset_seq(text: str, batch_id: int, path: str) -> OffsetSeq:
         metadata_extra={k: v for k, v in meta.obj.items() if k not in known},
         raw=text,
     )
+
+
+def _source_offsets(lines: list[str], version: int, path: str) -> dict[str, str | None]:
+    """Each source's offset (None: ``-``, no data yet): by position in v1, ``sourceId:offset``
+    in v2."""
+    offsets: dict[str, str | None] = {}
+    for i, line in enumerate(lines):
+        if version == 1:
+            offsets[str(i)] = None if line == "-" else line
+            continue
+        source_id, sep, offset = line.partition(":")
+        if not sep:
+            raise CorruptFileError(
+                f"v2 offset line without 'sourceId:' prefix: {line[:40]!r}", path
+            )
+        offsets[source_id] = None if offset == "-" else offset
+    return offsets
 
 
 @dataclass
@@ -144,27 +151,35 @@ def parse_commit(text: str, batch_id: int, path: str) -> CommitMetadata:
     version = parse_version_line(lines[0], MAX_COMMIT_LOG_VERSION, path)
     body = lines[1] if len(lines) > 1 and lines[1].strip() else "{}"
     obj = Fields(_parse_json(body, path), path, "commit metadata")
-    ids = obj.fields("stateUniqueIds", None)
-    if ids is not None:
-        # operator id -> one entry per partition -> one unique id per store (or null)
-        for op, parts in ids.obj.items():
-            if not isinstance(parts, list) or not all(
-                isinstance(p, list) and all(u is None or isinstance(u, str) for u in p)
-                for p in parts
-            ):
-                raise CorruptFileError(
-                    f"stateUniqueIds of operator {op} is not an array of arrays of ids", path
-                )
+    ids = _state_unique_ids(obj, path)
     return CommitMetadata(
         batch_id=batch_id,
         version=version,
         next_batch_watermark_ms=obj.int("nextBatchWatermarkMs", 0),
-        state_unique_ids=ids.obj if ids is not None else None,
+        state_unique_ids=ids,
         extra={
             k: v for k, v in obj.obj.items() if k not in {"nextBatchWatermarkMs", "stateUniqueIds"}
         },
         raw=text,
     )
+
+
+def _state_unique_ids(obj: Fields, path: str) -> dict[str, list[list[str]]] | None:
+    """``stateUniqueIds`` (checkpoint format v2): operator id -> one entry per partition ->
+    one unique id per store (or null); None when the commit has none."""
+    ids = obj.fields("stateUniqueIds", None)
+    if ids is None:
+        return None
+    for op, parts in ids.obj.items():
+        if not isinstance(parts, list) or not all(_ids_of_a_partition(p) for p in parts):
+            raise CorruptFileError(
+                f"stateUniqueIds of operator {op} is not an array of arrays of ids", path
+            )
+    return ids.obj
+
+
+def _ids_of_a_partition(p: Any) -> bool:
+    return isinstance(p, list) and all(u is None or isinstance(u, str) for u in p)
 
 
 def parse_source_log(text: str, path: str) -> list[dict[str, Any]]:

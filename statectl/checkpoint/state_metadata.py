@@ -97,38 +97,39 @@ def parse_schema_file(data: bytes, path: str) -> tuple[int, list[ColumnFamilySch
         return 1, [ColumnFamilySchema("default", r.read_utf(), r.read_utf())]
     if version == 2:
         return 2, [ColumnFamilySchema("default", _read_chunked(r), _read_chunked(r))]
-    families = []
     count = r.read_int()
     if count < 1 or count > 100_000:
         raise CorruptFileError(f"invalid column family count {count} in schema file", path)
-    for _ in range(count):
-        name = r.read_utf()
-        key_id = r.read_short()
-        key = _read_chunked(r)
-        value_id = r.read_short()
-        value = _read_chunked(r)
-        spec_text = _read_chunked(r)
-        user_key = _read_chunked(r)
-        spec = Fields(
-            loads(spec_text, path, f"key encoder spec of {name!r}"), path, "keyStateEncoderSpec"
-        )
-        spec.int("numColsPrefixKey", 0, minimum=0)  # the fields readers use, typed
-        spec.str("keyStateEncoderType", "")
-        ordinals = spec.list("orderingOrdinals", [])
-        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ordinals):
-            raise CorruptFileError(f"orderingOrdinals of {name!r} are not column numbers", path)
-        families.append(
-            ColumnFamilySchema(
-                name,
-                key,
-                value,
-                key_id,
-                value_id,
-                spec.obj,
-                None if "".join(user_key.split()) in ("", "{}") else user_key,
-            )
-        )
-    return 3, families
+    return 3, [_read_family(r, path) for _ in range(count)]
+
+
+def _read_family(r: DataReader, path: str) -> ColumnFamilySchema:
+    """One column family of a v3 schema file: name, key and value schemas with their ids, the
+    key encoder spec (its fields typed here, where the file is named) and the user key."""
+    name = r.read_utf()
+    key_id = r.read_short()
+    key = _read_chunked(r)
+    value_id = r.read_short()
+    value = _read_chunked(r)
+    spec_text = _read_chunked(r)
+    user_key = _read_chunked(r)
+    spec = Fields(
+        loads(spec_text, path, f"key encoder spec of {name!r}"), path, "keyStateEncoderSpec"
+    )
+    spec.int("numColsPrefixKey", 0, minimum=0)  # the fields readers use, typed
+    spec.str("keyStateEncoderType", "")
+    ordinals = spec.list("orderingOrdinals", [])
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ordinals):
+        raise CorruptFileError(f"orderingOrdinals of {name!r} are not column numbers", path)
+    return ColumnFamilySchema(
+        name,
+        key,
+        value,
+        key_id,
+        value_id,
+        spec.obj,
+        None if "".join(user_key.split()) in ("", "{}") else user_key,
+    )
 
 
 def _write_chunked(w: DataWriter, text: str) -> None:

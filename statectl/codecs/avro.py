@@ -29,7 +29,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from statectl.codecs.sparktypes import decimal_of, kind, parse_schema, physical, to_arrow_type
+from statectl.codecs.sparktypes import (
+    decimal_of,
+    kind,
+    nested,
+    parse_schema,
+    physical,
+    to_arrow_type,
+)
 from statectl.errors import CorruptFileError, UnsupportedError
 
 _ATOMIC: dict[str, Any] = {
@@ -64,36 +71,53 @@ def avro_schema(schema: str | bytes | dict) -> dict:
 
 def _avro(t: Any, name: str, level: int) -> Any:
     k = kind(t)
-    t = physical(t)
     if k == "struct":
-        fields = []
-        for f in t["fields"]:
-            inner = _avro(f["type"], f["name"], level + 1)
-            if inner != "null" and not isinstance(inner, list):
-                inner = ["null", inner]
-            fields.append({"name": f["name"], "type": inner, "default": None})
-        record = {"type": "record", "name": name, "fields": fields}
-        return ["null", record] if level > 0 else record
+        return _avro_record(nested(t), name, level)
     if k == "array":
-        return ["null", {"type": "array", "items": _avro(t["elementType"], name, level + 1)}]
+        items = _avro(nested(t)["elementType"], name, level + 1)
+        return ["null", {"type": "array", "items": items}]
     if k == "map":
-        if kind(t["keyType"]) != "string":
-            raise UnsupportedError(f"Avro state encoding needs string map keys, not {t['keyType']!r}")  # fmt: skip
-        return ["null", {"type": "map", "values": _avro(t["valueType"], name, level + 1)}]
+        return _avro_map(nested(t), name, level)
     if k == "decimal":
-        precision, scale = decimal_of(t)  # type: ignore[misc]
-        return {
-            "type": "fixed",
-            "name": "fixed",
-            "namespace": name,
-            "size": min_bytes_for_precision(precision),
-            "logicalType": "decimal",
-            "precision": precision,
-            "scale": scale,
-        }
+        return _avro_decimal(t, name)
     if k in _ATOMIC:
         return _ATOMIC[k]
-    raise UnsupportedError(f"Spark type {t!r} cannot be stored in Avro-encoded state")
+    raise UnsupportedError(f"Spark type {physical(t)!r} cannot be stored in Avro-encoded state")
+
+
+def _avro_record(t: dict, name: str, level: int) -> Any:
+    """A struct: a record of nullable fields (itself nullable when nested)."""
+    fields = []
+    for f in t["fields"]:
+        inner = _avro(f["type"], f["name"], level + 1)
+        if inner != "null" and not isinstance(inner, list):
+            inner = ["null", inner]
+        fields.append({"name": f["name"], "type": inner, "default": None})
+    record = {"type": "record", "name": name, "fields": fields}
+    return ["null", record] if level > 0 else record
+
+
+def _avro_map(t: dict, name: str, level: int) -> Any:
+    if kind(t["keyType"]) != "string":
+        raise UnsupportedError(f"Avro state encoding needs string map keys, not {t['keyType']!r}")
+    return ["null", {"type": "map", "values": _avro(t["valueType"], name, level + 1)}]
+
+
+def _avro_decimal(t: Any, name: str) -> dict[str, Any]:
+    """A decimal: fixed bytes of the unscaled value, as Spark's Avro schema converter makes."""
+    dec = decimal_of(t)
+    if dec is None:
+        raise UnsupportedError(f"Spark type {t!r} is not a decimal")
+    precision, scale = dec
+    return {
+        "type": "fixed",
+        "name": "fixed",
+        "namespace": name,
+        "size": min_bytes_for_precision(precision),
+        "logicalType": "decimal",
+        "precision": precision,
+        "scale": scale,
+    }
 
 
 def _plain(avro: Any, names: list[int]) -> Any:
@@ -137,7 +161,7 @@ def decode_avro_rows(
     struct = parse_schema(schema, path)
     parsed = _parsed(struct)
     has_maps = _has_maps(struct)
-    out: list[dict | None] = []
+    out: list[Any] = []  # fastavro types a datum as any Avro value; of a record schema, a dict
     for i, blob in enumerate(rows.to_pylist()):
         if blob is None:
             out.append(None)

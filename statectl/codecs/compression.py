@@ -174,14 +174,8 @@ def _snappy_pieces(data: Bytes | Iterable[Bytes] | ByteSource, path: str | None)
     if src.available(len(SNAPPY_HEADER)) < len(SNAPPY_HEADER) or bytes(src.peek(8)) != SNAPPY_MAGIC:
         # SnappyInputStream reads a stream without the magic as one raw block (data written by
         # Snappy.compress); Spark itself always writes the header.
-        try:
-            yield bytes(cramjam.snappy.decompress_raw(src.rest()))
-            return
-        except cramjam.DecompressionError:
-            raise CorruptFileError(
-                "not a snappy-java stream: no 82 'SNAPPY' 00 header, and not a raw snappy block",
-                path,
-            ) from None
+        yield _raw_snappy_block(src, path)
+        return
     while not src.at_end():
         pos = src.pos
         if src.available(4) < 4:
@@ -189,29 +183,51 @@ def _snappy_pieces(data: Bytes | Iterable[Bytes] | ByteSource, path: str | None)
                 f"truncated: stream ends inside a snappy chunk length at byte {pos}", path
             )
         if bytes(src.peek(8)) == SNAPPY_MAGIC:  # a header: first one, or concatenated
-            if src.available(len(SNAPPY_HEADER)) < len(SNAPPY_HEADER):
-                raise CorruptFileError(f"truncated snappy-java header at byte {pos}", path)
-            (version,) = _BE_INT.unpack_from(src.take(len(SNAPPY_HEADER)), 8)
-            if version < 1:  # SnappyInputStream.isValidHeader
-                raise CorruptFileError(
-                    f"snappy-java header at byte {pos}: incompatible version {version}", path
-                )
-            continue
-        (size,) = _BE_INT.unpack_from(src.take(4))
-        if size < 0:
-            raise CorruptFileError(f"snappy chunk at byte {pos}: negative length {size}", path)
-        have = src.available(size)
-        if have < size:
-            raise CorruptFileError(
-                f"truncated: snappy chunk at byte {pos} needs {size} bytes, only {have} remain",
-                path,
-            )
-        try:
-            yield bytes(cramjam.snappy.decompress_raw(src.take(size)))
-        except cramjam.DecompressionError as e:
-            raise CorruptFileError(
-                f"snappy chunk at byte {pos} does not decompress ({e})", path
-            ) from None
+            _skip_snappy_header(src, path)
+        else:
+            yield _snappy_chunk(src, path)
+
+
+def _raw_snappy_block(src: ByteSource, path: str | None) -> bytes:
+    try:
+        return bytes(cramjam.snappy.decompress_raw(src.rest()))
+    except cramjam.DecompressionError:
+        raise CorruptFileError(
+            "not a snappy-java stream: no 82 'SNAPPY' 00 header, and not a raw snappy block",
+            path,
+        ) from None
+
+
+def _skip_snappy_header(src: ByteSource, path: str | None) -> None:
+    """A snappy-java header (magic and version), checked."""
+    pos = src.pos
+    if src.available(len(SNAPPY_HEADER)) < len(SNAPPY_HEADER):
+        raise CorruptFileError(f"truncated snappy-java header at byte {pos}", path)
+    (version,) = _BE_INT.unpack_from(src.take(len(SNAPPY_HEADER)), 8)
+    if version < 1:  # SnappyInputStream.isValidHeader
+        raise CorruptFileError(
+            f"snappy-java header at byte {pos}: incompatible version {version}", path
+        )
+
+
+def _snappy_chunk(src: ByteSource, path: str | None) -> bytes:
+    """A length-prefixed snappy chunk, decompressed."""
+    pos = src.pos
+    (size,) = _BE_INT.unpack_from(src.take(4))
+    if size < 0:
+        raise CorruptFileError(f"snappy chunk at byte {pos}: negative length {size}", path)
+    have = src.available(size)
+    if have < size:
+        raise CorruptFileError(
+            f"truncated: snappy chunk at byte {pos} needs {size} bytes, only {have} remain",
+            path,
+        )
+    try:
+        return bytes(cramjam.snappy.decompress_raw(src.take(size)))
+    except cramjam.DecompressionError as e:
+        raise CorruptFileError(
+            f"snappy chunk at byte {pos} does not decompress ({e})", path
+        ) from None
 
 
 def _snappy_compress(raw: bytes | memoryview, block: int = SNAPPY_BLOCK_SIZE) -> bytes:

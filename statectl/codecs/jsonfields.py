@@ -9,6 +9,7 @@ traceback from the first ``int()`` or ``.get()`` that meets them. :func:`loads` 
 
 from __future__ import annotations
 
+import builtins
 import json
 from typing import Any
 
@@ -89,7 +90,9 @@ class Fields:
             )
         return value
 
-    def str(self, key: str, default: Any = _MISSING) -> Any:
+    # From here on ``str`` and ``list`` in this class body name the getters, not the builtins:
+    # annotations spell the builtins out.
+    def str(self, key: builtins.str, default: Any = _MISSING) -> Any:
         value = self._get(key, default, "a string")
         if value is default and default is not _MISSING:
             return value
@@ -97,7 +100,7 @@ class Fields:
             raise self._bad(key, value, "a string")
         return value
 
-    def list(self, key: str, default: Any = _MISSING) -> Any:
+    def list(self, key: builtins.str, default: Any = _MISSING) -> Any:
         value = self._get(key, default, "an array")
         if value is default and default is not _MISSING:
             return value
@@ -105,7 +108,7 @@ class Fields:
             raise self._bad(key, value, "an array")
         return value
 
-    def str_list(self, key: str, default: Any = _MISSING) -> Any:
+    def str_list(self, key: builtins.str, default: Any = _MISSING) -> Any:
         value = self.list(key, default)
         if value is default and default is not _MISSING:
             return value
@@ -113,19 +116,19 @@ class Fields:
             raise self._bad(key, value, "an array of strings")
         return value
 
-    def obj_list(self, key: str, default: Any = _MISSING) -> list[Fields]:
+    def obj_list(self, key: builtins.str, default: Any = _MISSING) -> builtins.list[Fields]:
         value = self.list(key, default)
         if value is default and default is not _MISSING:
             return value
         return [Fields(v, self.path, f"{self._name(key)}[{i}]") for i, v in enumerate(value)]
 
-    def fields(self, key: str, default: Any = _MISSING) -> Any:
+    def fields(self, key: builtins.str, default: Any = _MISSING) -> Any:
         value = self._get(key, default, "an object")
         if value is default and default is not _MISSING:
             return value
         return Fields(value, self.path, self._name(key))
 
-    def str_map(self, key: str, default: Any = _MISSING) -> Any:
+    def str_map(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """An object whose values are all strings (Spark's conf maps)."""
         f = self.fields(key, default)
         if f is default and default is not _MISSING:
@@ -135,7 +138,7 @@ class Fields:
                 raise f._bad(k, v, "a string")
         return dict(f.obj)
 
-    def int_map(self, key: str, default: Any = _MISSING) -> Any:
+    def int_map(self, key: builtins.str, default: Any = _MISSING) -> Any:
         f = self.fields(key, default)
         if f is default and default is not _MISSING:
             return f

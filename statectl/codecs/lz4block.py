@@ -61,61 +61,15 @@ def iter_lz4_block_stream(
     """:func:`decode_lz4_block_stream` a block at a time (a bounded read's pieces); ``data`` is
     the whole stream or its bytes in pieces (:class:`~statectl.codecs.bytesource.ByteSource`)."""
     src = ByteSource.of(data)
-    unpack = HEADER.unpack_from
     ended = False
     empty = src.at_end()
     while not src.at_end():
         pos = src.pos
-        have = src.available(HEADER_SIZE)
-        if have < HEADER_SIZE:
-            raise CorruptFileError(
-                f"truncated: stream ends inside a block header at byte {pos} "
-                f"({have} of {HEADER_SIZE} bytes)",
-                path,
-            )
-        magic, token, clen, dlen, check = unpack(src.take(HEADER_SIZE))
-        if magic != MAGIC:
-            raise CorruptFileError(
-                f"LZ4 block at byte {pos}: bad magic {bytes(magic)!r} (not an lz4-java LZ4Block "
-                "stream: wrong compression codec?)",
-                path,
-            )
-        _check_header(pos, token, clen, dlen, check, path)
+        token, clen, dlen, check = _read_header(src, path)
         if dlen == 0:
             ended = True  # end mark; Spark's reader keeps going if another stream follows
             continue
-        have = src.available(clen)
-        if have < clen:
-            raise CorruptFileError(
-                f"truncated: LZ4 block at byte {pos} needs {clen} payload bytes, "
-                f"only {have} remain",
-                path,
-            )
-        payload = src.take(clen)
-        if token & 0xF0 == METHOD_RAW:
-            raw: bytes | memoryview = payload
-        else:
-            try:
-                raw = lz4.block.decompress(payload, uncompressed_size=dlen)
-            except lz4.block.LZ4BlockError as e:
-                raise CorruptFileError(
-                    f"LZ4 block at byte {pos}: payload does not decompress to {dlen} bytes ({e})",
-                    path,
-                ) from None
-            if len(raw) != dlen:  # python-lz4 treats uncompressed_size as an upper bound
-                raise CorruptFileError(
-                    f"LZ4 block at byte {pos}: payload decompresses to {len(raw)} bytes, "
-                    f"header says {dlen}",
-                    path,
-                )
-        actual = checksum(raw)
-        if actual != check:
-            raise CorruptFileError(
-                f"LZ4 block at byte {pos}: checksum mismatch "
-                f"(stored 0x{check & 0xFFFFFFFF:08x}, data gives 0x{actual:08x})",
-                path,
-            )
-        yield raw
+        yield _read_block(src, pos, token, clen, dlen, check, path)
         ended = False
     if not ended:
         raise CorruptFileError(
@@ -124,6 +78,65 @@ def iter_lz4_block_stream(
             else "missing LZ4 end mark: the stream stops after a data block (file truncated?)",
             path,
         )
+
+
+def _read_header(src: ByteSource, path: str | None) -> tuple[int, int, int, int]:
+    """The next block header, checked: (token, compressed length, length, checksum)."""
+    pos = src.pos
+    have = src.available(HEADER_SIZE)
+    if have < HEADER_SIZE:
+        raise CorruptFileError(
+            f"truncated: stream ends inside a block header at byte {pos} "
+            f"({have} of {HEADER_SIZE} bytes)",
+            path,
+        )
+    magic, token, clen, dlen, check = HEADER.unpack_from(src.take(HEADER_SIZE))
+    if magic != MAGIC:
+        raise CorruptFileError(
+            f"LZ4 block at byte {pos}: bad magic {bytes(magic)!r} (not an lz4-java LZ4Block "
+            "stream: wrong compression codec?)",
+            path,
+        )
+    _check_header(pos, token, clen, dlen, check, path)
+    return token, clen, dlen, check
+
+
+def _read_block(
+    src: ByteSource, pos: int, token: int, clen: int, dlen: int, check: int, path: str | None
+) -> bytes | memoryview:
+    """The data of the block whose header is at ``pos``: its payload, decompressed unless
+    stored raw, checked against the header's length and checksum."""
+    have = src.available(clen)
+    if have < clen:
+        raise CorruptFileError(
+            f"truncated: LZ4 block at byte {pos} needs {clen} payload bytes, only {have} remain",
+            path,
+        )
+    payload = src.take(clen)
+    raw = payload if token & 0xF0 == METHOD_RAW else _decompress(payload, pos, dlen, path)
+    actual = checksum(raw)
+    if actual != check:
+        raise CorruptFileError(
+            f"LZ4 block at byte {pos}: checksum mismatch "
+            f"(stored 0x{check & 0xFFFFFFFF:08x}, data gives 0x{actual:08x})",
+            path,
+        )
+    return raw
+
+
+def _decompress(payload: bytes | memoryview, pos: int, dlen: int, path: str | None) -> bytes:
+    try:
+        raw = lz4.block.decompress(payload, uncompressed_size=dlen)
+    except lz4.block.LZ4BlockError as e:
+        raise CorruptFileError(
+            f"LZ4 block at byte {pos}: payload does not decompress to {dlen} bytes ({e})", path
+        ) from None
+    if len(raw) != dlen:  # python-lz4 treats uncompressed_size as an upper bound
+        raise CorruptFileError(
+            f"LZ4 block at byte {pos}: payload decompresses to {len(raw)} bytes, header says {dlen}",
+            path,
+        )
+    return raw
 
 
 def _check_header(pos: int, token: int, clen: int, dlen: int, check: int, path: str | None) -> None:

@@ -16,6 +16,9 @@ on a prefix), and so do the elements of arrays and maps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeAlias
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,7 +33,7 @@ MAX_LONG_DIGITS = 18  # Decimal.MAX_LONG_DIGITS: larger declared precisions hash
 _FLOAT_NAN = np.uint32(0x7FC00000)  # Float.floatToIntBits(NaN)
 _DOUBLE_NAN = np.uint64(0x7FF8000000000000)  # Double.doubleToLongBits(NaN)
 
-Columns = pa.StructArray | pa.Table | pa.RecordBatch | list[pa.Array | pa.ChunkedArray]
+Columns: TypeAlias = pa.StructArray | pa.Table | pa.RecordBatch | list[pa.Array | pa.ChunkedArray]
 
 
 # -- the hash primitives (uint32 arrays; numpy wraps on overflow) --------------------------------
@@ -170,61 +173,107 @@ def hash_column(arr: pa.Array | pa.ChunkedArray, seed: np.ndarray) -> np.ndarray
 
 def _hash_values(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     """The hash of every row as if none were null (the caller restores nulls)."""
+    for matches, hash_of in _HASHERS:
+        if matches(arr.type):
+            return hash_of(arr, seed)
+    raise UnsupportedError(f"cannot compute Spark's hash of Arrow type {arr.type}")
+
+
+def _hash_boolean(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    return hash_int(np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False)), seed)
+
+
+def _hash_small_int(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    """byte, short, int: hashed as Spark's int."""
+    return hash_int(_fixed_values(arr, arr.type.to_pandas_dtype()), seed)
+
+
+def _hash_date(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    """Days since the epoch, an int (a date64 is made a date32 first)."""
+    if pa.types.is_date64(arr.type):
+        arr = arr.cast(pa.date32())
+    return hash_int(_fixed_values(arr, np.int32), seed)
+
+
+def _hash_long(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    return hash_long(_fixed_values(arr, np.int64), seed)
+
+
+def _hash_micros(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    """Timestamps (Spark keeps microseconds since the epoch, UTC) and durations
+    (DayTimeIntervalType: microseconds): a long of microseconds."""
     t = arr.type
-    if pa.types.is_boolean(t):
-        return hash_int(np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False)), seed)
-    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
-        return hash_int(_fixed_values(arr, t.to_pandas_dtype()), seed)
-    if pa.types.is_date32(t):
-        return hash_int(_fixed_values(arr, np.int32), seed)
-    if pa.types.is_date64(t):
-        return hash_int(_fixed_values(arr.cast(pa.date32()), np.int32), seed)
-    if pa.types.is_int64(t):
-        return hash_long(_fixed_values(arr, np.int64), seed)
-    if pa.types.is_timestamp(t):  # Spark keeps microseconds since the epoch (UTC)
-        if t.unit != "us":
-            arr = pc.cast(arr, pa.timestamp("us", t.tz), safe=False)
-        return hash_long(_fixed_values(arr, np.int64), seed)
-    if pa.types.is_duration(t):  # DayTimeIntervalType: microseconds
-        if t.unit != "us":
-            arr = pc.cast(arr, pa.duration("us"), safe=False)
-        return hash_long(_fixed_values(arr, np.int64), seed)
-    if pa.types.is_float32(t):
-        bits = _fixed_values(arr, np.float32).copy()
-        bits[bits == 0] = 0.0  # -0.0f hashes as 0.0f
-        bits = bits.view(np.uint32)
-        bits[np.isnan(bits.view(np.float32))] = _FLOAT_NAN  # floatToIntBits canonical NaN
-        return hash_int(bits, seed)
-    if pa.types.is_float64(t):
-        bits = _fixed_values(arr, np.float64).copy()
-        bits[bits == 0] = 0.0
-        bits = bits.view(np.uint64)
-        bits[np.isnan(bits.view(np.float64))] = _DOUBLE_NAN
-        return hash_long(bits.view(np.int64), seed)
-    if (
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_string_view(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or pa.types.is_binary_view(t)
-        or pa.types.is_fixed_size_binary(t)
-    ):
-        return hash_bytes(arr, seed)
-    if pa.types.is_decimal(t):
-        return _hash_decimal(arr, seed)
-    if pa.types.is_struct(t):
-        h = seed.copy()
-        for i in range(t.num_fields):
-            h = hash_column(arr.field(i), h)
-        return h
-    if pa.types.is_map(t):
-        return _hash_nested(arr, [arr.keys, arr.items], seed)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        if pa.types.is_fixed_size_list(t):
-            arr = arr.cast(pa.list_(t.value_field))
-        return _hash_nested(arr, [arr.values], seed)
-    raise UnsupportedError(f"cannot compute Spark's hash of Arrow type {t}")
+    if t.unit != "us":
+        target = pa.timestamp("us", t.tz) if pa.types.is_timestamp(t) else pa.duration("us")
+        arr = pc.cast(arr, target, safe=False)
+    return hash_long(_fixed_values(arr, np.int64), seed)
+
+
+def _hash_float(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    bits = _fixed_values(arr, np.float32).copy()
+    bits[bits == 0] = 0.0  # -0.0f hashes as 0.0f
+    bits = bits.view(np.uint32)
+    bits[np.isnan(bits.view(np.float32))] = _FLOAT_NAN  # floatToIntBits canonical NaN
+    return hash_int(bits, seed)
+
+
+def _hash_double(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    bits = _fixed_values(arr, np.float64).copy()
+    bits[bits == 0] = 0.0
+    bits = bits.view(np.uint64)
+    bits[np.isnan(bits.view(np.float64))] = _DOUBLE_NAN
+    return hash_long(bits.view(np.int64), seed)
+
+
+def _hash_struct(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    """Fields fold left: each field's hash seeds the next one's."""
+    h = seed.copy()
+    for i in range(arr.type.num_fields):
+        h = hash_column(arr.field(i), h)
+    return h
+
+
+def _hash_map(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    return _hash_nested(arr, [arr.keys, arr.items], seed)
+
+
+def _hash_list(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
+    if pa.types.is_fixed_size_list(arr.type):
+        arr = arr.cast(pa.list_(arr.type.value_field))
+    return _hash_nested(arr, [arr.values], seed)
+
+
+def _any_of(*predicates: Callable[[pa.DataType], bool]) -> Callable[[pa.DataType], bool]:
+    return lambda t: any(p(t) for p in predicates)
+
+
+_T = pa.types
+# Arrow types by Spark's hash of the values they hold, in the order tried.
+_HASHERS: tuple[tuple[Callable[[pa.DataType], bool], Callable[..., np.ndarray]], ...] = (
+    (_T.is_boolean, _hash_boolean),
+    (_any_of(_T.is_int8, _T.is_int16, _T.is_int32), _hash_small_int),
+    (_any_of(_T.is_date32, _T.is_date64), _hash_date),
+    (_T.is_int64, _hash_long),
+    (_any_of(_T.is_timestamp, _T.is_duration), _hash_micros),
+    (_T.is_float32, _hash_float),
+    (_T.is_float64, _hash_double),
+    (
+        _any_of(
+            _T.is_string,
+            _T.is_large_string,
+            _T.is_string_view,
+            _T.is_binary,
+            _T.is_large_binary,
+            _T.is_binary_view,
+            _T.is_fixed_size_binary,
+        ),
+        lambda arr, seed: hash_bytes(arr, seed),
+    ),
+    (_T.is_decimal, lambda arr, seed: _hash_decimal(arr, seed)),
+    (_T.is_struct, _hash_struct),
+    (_T.is_map, _hash_map),
+    (_any_of(_T.is_list, _T.is_large_list, _T.is_fixed_size_list), _hash_list),
+)
 
 
 def _hash_decimal(arr: pa.Array, seed: np.ndarray) -> np.ndarray:

@@ -20,13 +20,13 @@ import json
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
-from statectl.codecs.javaio import encode_modified_utf8
 from statectl.errors import CorruptFileError, UnsupportedError
 
 OP_PUT, OP_DELETE, OP_MERGE, OP_DELETE_RANGE = 0, 1, 2, 3
@@ -38,7 +38,6 @@ _TYPE_TO_OP[[TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE]] = [
     OP_MERGE,
     OP_DELETE_RANGE,
 ]
-_OP_TO_TYPE = np.array([TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE], dtype=np.uint8)
 _INT = struct.Struct(">i")
 _EMPTY = pa.array([], type=pa.large_binary())
 CHANGELOG_VERSIONS = (1, 2, 3, 4)
@@ -119,17 +118,13 @@ def _constant_stride(
     size = len(arr)
     head = _HEAD[typed]
     tail = 1 if typed else 4  # end record: type byte 0 / int32 -1
-    if size - start < head + 4 + tail or (typed and arr[start] == TYPE_EOF):
+    lengths = _first_lengths(raw, arr, start, typed, tail)
+    if lengths is None:
         return None
-    (klen,) = _INT.unpack_from(raw, start + _KOFF[typed])
-    if klen < 0 or start + head + klen + 4 > size:
-        return None
-    (vlen,) = _INT.unpack_from(raw, start + head + klen)
+    klen, vlen = lengths
     stride = head + klen + 4 + vlen
     body = size - start - tail
-    if vlen < 0 or body % stride:
-        return None
-    if (arr[size - 1] != TYPE_EOF) if typed else (_INT.unpack_from(raw, size - 4)[0] != -1):
+    if body % stride or not _ends_with_marker(raw, arr, typed):
         return None
     rs = start + stride * np.arange(body // stride, dtype=np.int64)
     if not (_be32_at(arr, rs + _KOFF[typed]) == klen).all():
@@ -137,6 +132,28 @@ def _constant_stride(
     if not (_be32_at(arr, rs + head + klen) == vlen).all():
         return None
     return rs
+
+
+def _first_lengths(
+    raw: bytes | memoryview, arr: np.ndarray, start: int, typed: bool, tail: int
+) -> tuple[int, int] | None:
+    """(key length, value length) of the record at ``start`` when it is a complete put,
+    followed by at least the end marker's ``tail`` bytes; else None."""
+    size, head = len(arr), _HEAD[typed]
+    if size - start < head + 4 + tail or (typed and arr[start] == TYPE_EOF):
+        return None
+    (klen,) = _INT.unpack_from(raw, start + _KOFF[typed])
+    if klen < 0 or start + head + klen + 4 > size:
+        return None
+    (vlen,) = _INT.unpack_from(raw, start + head + klen)
+    return None if vlen < 0 else (klen, vlen)
+
+
+def _ends_with_marker(raw: bytes | memoryview, arr: np.ndarray, typed: bool) -> bool:
+    """The stream's last bytes are the end marker: type byte 0, or int32 -1 (v1)."""
+    if typed:
+        return bool(arr[len(arr) - 1] == TYPE_EOF)
+    return bool(_INT.unpack_from(raw, len(arr) - 4)[0] == -1)
 
 
 def _scan(
@@ -434,34 +451,12 @@ def iter_record_stream(
     done = False
     window = max(64 << 10, max_bytes)
     while True:
-        parts = [buf]
-        size = len(buf)
-        while not done and size < window:
-            piece = next(source, None)
-            if piece is None:
-                done = True
-            else:
-                parts.append(bytes(piece))
-                size += len(piece)
-        buf = b"".join(parts)
-        del parts
+        buf, done = _fill(buf, source, window, done)
         skip = min(start, len(buf))
         start -= skip
         rs, pos, ended = _window_v1(buf, skip, base, path)
         if len(rs):
-            arr = np.frombuffer(buf, dtype=np.uint8)
-            klen = _be32_at(arr, rs)
-            vlen = _be32_at(arr, rs + 4 + klen)
-            deleted = vlen < 0
-            if not allow_deletes and deleted.any():
-                at = base + int(rs[np.argmax(deleted)])
-                raise CorruptFileError(
-                    f"removal record at byte {at} in a snapshot (Spark rejects snapshots with "
-                    "removals)",
-                    path,
-                )
-            keys, values = _extract(buf, rs, rs + 4, klen, vlen, pos, deleted)
-            yield RecordBatch(deleted.astype(np.uint8), keys, values)
+            yield _v1_batch(buf, rs, pos, base, allow_deletes, path)
         if ended:
             extra = len(buf) - pos - 4 + sum(len(p) for p in source)
             if extra:
@@ -475,6 +470,40 @@ def iter_record_stream(
             window *= 2  # a record larger than the window: read more
         buf = buf[pos:]
         base += pos
+
+
+def _fill(
+    buf: bytes, source: Iterator[bytes | memoryview], window: int, done: bool
+) -> tuple[bytes, bool]:
+    """``buf`` and the next pieces of ``source`` until ``window`` bytes (or its end: done)."""
+    parts = [buf]
+    size = len(buf)
+    while not done and size < window:
+        piece = next(source, None)
+        if piece is None:
+            done = True
+        else:
+            parts.append(bytes(piece))
+            size += len(piece)
+    return b"".join(parts), done
+
+
+def _v1_batch(
+    buf: bytes, rs: np.ndarray, end: int, base: int, allow_deletes: bool, path: str | None
+) -> RecordBatch:
+    """The v1 records starting at ``rs`` in ``buf`` (``base``: its stream offset)."""
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    klen = _be32_at(arr, rs)
+    vlen = _be32_at(arr, rs + 4 + klen)
+    deleted = vlen < 0
+    if not allow_deletes and deleted.any():
+        at = base + int(rs[np.argmax(deleted)])
+        raise CorruptFileError(
+            f"removal record at byte {at} in a snapshot (Spark rejects snapshots with removals)",
+            path,
+        )
+    keys, values = _extract(buf, rs, rs + 4, klen, vlen, end, deleted)
+    return RecordBatch(deleted.astype(np.uint8), keys, values)
 
 
 def _window_v1(raw: bytes, pos: int, base: int, path: str | None) -> tuple[np.ndarray, int, bool]:
@@ -580,24 +609,30 @@ def _read_java_utf(raw: bytes | memoryview, pos: int) -> tuple[str, int] | None:
     units: list[int] = []
     i = 0
     while i < n:  # only header strings: short
-        c = data[i]
-        if c < 0x80:
-            units.append(c)
-            i += 1
-        elif c >> 5 == 0b110:
-            if i + 2 > n or data[i + 1] & 0xC0 != 0x80:
-                return None
-            units.append(((c & 0x1F) << 6) | (data[i + 1] & 0x3F))
-            i += 2
-        elif c >> 4 == 0b1110:
-            if i + 3 > n or data[i + 1] & 0xC0 != 0x80 or data[i + 2] & 0xC0 != 0x80:
-                return None
-            units.append(((c & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F))
-            i += 3
-        else:
+        unit, size = _utf_unit(data, i)
+        if not size:
             return None
+        units.append(unit)
+        i += size
     text = struct.pack(f"<{len(units)}H", *units).decode("utf-16-le", "surrogatepass")
     return text, pos + 2 + n
+
+
+def _utf_unit(data: bytes, i: int) -> tuple[int, int]:
+    """The UTF-16 unit whose modified UTF-8 form starts at ``data[i]`` and that form's length;
+    length 0 where ``readUTF`` throws UTFDataFormatException."""
+    c = data[i]
+    if c < 0x80:
+        return c, 1
+    if c >> 5 == 0b110:
+        if i + 2 > len(data) or data[i + 1] & 0xC0 != 0x80:
+            return 0, 0
+        return ((c & 0x1F) << 6) | (data[i + 1] & 0x3F), 2
+    if c >> 4 == 0b1110:
+        if i + 3 > len(data) or data[i + 1] & 0xC0 != 0x80 or data[i + 2] & 0xC0 != 0x80:
+            return 0, 0
+        return ((c & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F), 3
+    return 0, 0
 
 
 def _java_short(text: str) -> int | None:
@@ -632,6 +667,14 @@ def changelog_version(
         raise CorruptFileError(f"changelog header {tag!r} is not 'v{version}'", path)
     if version == 2:
         return 2, pos, None
+    lineage, start = _read_lineage(raw, pos, version, path)
+    return version, start, lineage
+
+
+def _read_lineage(
+    raw: bytes | memoryview, pos: int, version: int, path: str | None
+) -> tuple[list[dict], int]:
+    """The lineage JSON of a v3/v4 changelog header at ``pos``, and where the body starts."""
     text = _read_java_utf(raw, pos)
     if text is None:
         raise CorruptFileError(f"changelog v{version}: truncated or malformed lineage", path)
@@ -643,7 +686,7 @@ def changelog_version(
         raise CorruptFileError(
             f"changelog v{version}: lineage is not a JSON array of objects", path
         )
-    return version, text[1], lineage
+    return lineage, text[1]
 
 
 def parse_changelog(raw: bytes | memoryview, path: str | None = None) -> RecordBatch:
@@ -655,7 +698,7 @@ def parse_changelog(raw: bytes | memoryview, path: str | None = None) -> RecordB
 
 
 # -- writing ----------------------------------------------------------------------------------
-BinaryLike = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
+BinaryLike: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
 
 
 def _large_binary(a: BinaryLike) -> pa.LargeBinaryArray:
@@ -752,70 +795,6 @@ def write_state_records(
     return _interleave(pieces, b"\xff\xff\xff\xff")
 
 
-def _utf(text: str) -> bytes:
-    data = encode_modified_utf8(text)
-    if len(data) > 0xFFFF:
-        raise ValueError("writeUTF string longer than 65535 bytes")
-    return struct.pack(">H", len(data)) + data
-
-
-def changelog_header(version: int, lineage: list[dict] | None = None) -> bytes:
-    """What ``StateStoreChangelogWriterV<n>`` writes before the first record."""
-    if version not in CHANGELOG_VERSIONS:
-        raise UnsupportedError(f"changelog format version {version} (statectl writes v1-v4)")
-    if version == 1:
-        return b""
-    head = _utf(f"v{version}")
-    if version >= 3:  # json4s Serialization.write(Array[LineageItem]): compact
-        head += _utf(json.dumps(lineage or [], separators=(",", ":"), ensure_ascii=False))
-    return head
-
-
-def write_changelog(
-    version: int,
-    ops: np.ndarray | Sequence[int],
-    keys: BinaryLike,
-    values: BinaryLike,
-    lineage: list[dict] | None = None,
-) -> bytes:
-    """A whole changelog (before the codec stream) as Spark's writer of that version makes it.
-
-    ``ops`` are OP_*; DELETE values are ignored; DELETE_RANGE records carry the end key as the
-    value. v1/v3 only know puts and deletes.
-    """
-    head = changelog_header(version, lineage)
-    ops = np.asarray(ops, dtype=np.uint8)
-    if len(ops) != len(keys):
-        raise ValueError(f"{len(ops)} ops but {len(keys)} keys")
-    if (ops > OP_DELETE_RANGE).any():
-        raise ValueError("unknown op (use OP_PUT, OP_DELETE, OP_MERGE, OP_DELETE_RANGE)")
-    if version in (1, 3):
-        if ((ops == OP_MERGE) | (ops == OP_DELETE_RANGE)).any():
-            raise UnsupportedError(
-                f"changelog v{version} has no merge or delete-range records (use v2 or v4)"
-            )
-        return head + write_state_records(keys, values, deletes=ops == OP_DELETE)
-    keys, values, deleted = _prepare(keys, values, ops == OP_DELETE)
-    if (deleted & (ops != OP_DELETE)).any():
-        raise ValueError("a put, merge or delete-range record has a null value")
-    n = len(keys)
-    if n == 0:
-        return head + b"\x00"
-    vlen = np.where(deleted, -1, _lengths(values))
-    heads = np.empty((n, 5), dtype=np.uint8)
-    heads[:, 0] = _OP_TO_TYPE[ops]
-    heads[:, 1:] = _be32_rows(_lengths(keys))
-    ar = np.arange(n, dtype=np.int64)
-    vals = pa.concat_arrays([values.fill_null(b""), pa.array([b""], pa.large_binary())])
-    pieces = [
-        (_fixed(heads), ar),
-        (keys, ar),
-        (_fixed(_be32_rows(vlen)), ar),
-        (vals, np.where(deleted, n, ar)),
-    ]
-    return head + _interleave(pieces, b"\x00")
-
-
 # -- replay -----------------------------------------------------------------------------------
 def last_writer_wins(
     batches: list[RecordBatch], merge_delimiter: bytes = b"", unique: bool = False
@@ -844,27 +823,67 @@ def replay(
         return _EMPTY, _EMPTY, np.zeros(0, dtype=np.int64)
     if unique and len(batches) == 1 and not batches[0].ops.any():
         return batches[0].keys, batches[0].values, np.arange(len(batches[0]), dtype=np.int64)
+    keys, values, ops = _concat_batches(batches)
+    uniq, ev = _key_events(keys, values, ops)
+    final = _last_events(ev, len(uniq))
+    merge_kids = np.unique(ev.kid[ev.op == OP_MERGE])
+    if len(merge_kids) == 0:
+        final = final[ev.op[final] == OP_PUT]
+        rows = pa.array(ev.row[final])
+        return keys.take(rows), values.take(rows), ev.row[final]
+    return _replay_merges(ev, final, merge_kids, uniq, values, merge_delimiter)
+
+
+def _concat_batches(
+    batches: list[RecordBatch],
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray, np.ndarray]:
     keys = _concat([b.keys for b in batches])
     values = _concat([b.values for b in batches])
-    ops = np.concatenate([b.ops for b in batches]).astype(np.uint8, copy=False)
+    return keys, values, np.concatenate([b.ops for b in batches]).astype(np.uint8, copy=False)
+
+
+def _last_events(ev: _Events, n_keys: int) -> np.ndarray:
+    """The last event of every key, in event order."""
+    last = np.full(n_keys, -1, dtype=np.int64)
+    np.maximum.at(last, ev.kid, np.arange(len(ev.row), dtype=np.int64))
+    return np.sort(last[last >= 0])
+
+
+def _key_events(
+    keys: pa.LargeBinaryArray, values: pa.LargeBinaryArray, ops: np.ndarray
+) -> tuple[pa.Array, _Events]:
+    """The distinct keys, and the records as events on their ids. Delete-range rows turn into
+    deletes of the keys they cover."""
     encoded = pc.dictionary_encode(keys)
     uniq = encoded.dictionary
     kid = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    # Events: (row, key id, op). Delete-range rows turn into deletes of the keys they cover.
-    ev_row = np.arange(len(ops), dtype=np.int64)
-    ev_kid = kid
-    ev_op = ops
+    ev_row, ev_kid, ev_op = np.arange(len(ops), dtype=np.int64), kid, ops
     ranges = np.flatnonzero(ops == OP_DELETE_RANGE)
     if len(ranges):
         ev_row, ev_kid, ev_op = _expand_ranges(ranges, keys, values, uniq, ev_row, kid, ops)
-    last = np.full(len(uniq), -1, dtype=np.int64)
-    np.maximum.at(last, ev_kid, np.arange(len(ev_row), dtype=np.int64))
-    final = np.sort(last[last >= 0])  # the last event of every key, in event order
-    merge_kids = np.unique(ev_kid[ev_op == OP_MERGE])
-    if len(merge_kids) == 0:
-        final = final[ev_op[final] == OP_PUT]
-        rows = pa.array(ev_row[final])
-        return keys.take(rows), values.take(rows), ev_row[final]
+    return uniq, _Events(ev_row, ev_kid, ev_op)
+
+
+@dataclass(frozen=True)
+class _Events:
+    """The replayed records: (row in the concatenated batches, key id, op) per event."""
+
+    row: np.ndarray
+    kid: np.ndarray
+    op: np.ndarray
+
+
+def _replay_merges(
+    ev: _Events,
+    final: np.ndarray,
+    merge_kids: np.ndarray,
+    uniq: pa.Array,
+    values: pa.LargeBinaryArray,
+    merge_delimiter: bytes,
+) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray, np.ndarray]:
+    """:func:`replay`'s result when some keys have merge records: their values are combined
+    from their records (``_resolve_merges``), the other keys' are their last put."""
+    ev_row, ev_kid, ev_op = ev.row, ev.kid, ev.op
     merged = _resolve_merges(merge_kids, ev_row, ev_kid, ev_op, values, merge_delimiter)
     is_merge_key = np.zeros(len(uniq), dtype=bool)
     is_merge_key[merge_kids] = True
@@ -936,40 +955,3 @@ def _resolve_merges(
         else:
             state[k] = None
     return state
-
-
-def _bench(n: int = 1_000_000, repeat: int = 3) -> dict[str, float]:
-    """Records per second of ``parse_state_records`` on ``n`` records (best of ``repeat``):
-    constant 24-byte keys / 40-byte values, and variable key sizes (8-byte multiples, as
-    UnsafeRows, and arbitrary sizes, as RocksDB keys with a prefix byte)."""
-    import time
-
-    rng = np.random.default_rng(0)
-
-    def stream(klens: np.ndarray, vlens: np.ndarray) -> bytes:
-        def arr(lengths: np.ndarray) -> pa.LargeBinaryArray:
-            offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            data = rng.integers(0, 256, int(offsets[-1]), dtype=np.uint8)
-            return pa.LargeBinaryArray.from_buffers(
-                pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-            )
-
-        return write_state_records(arr(klens), arr(vlens))
-
-    cases = {
-        "constant 24B key / 40B value": stream(np.full(n, 24), np.full(n, 40)),
-        "variable key 16-40B (x8) / 40B value": stream(8 * rng.integers(2, 6, n), np.full(n, 40)),
-        "variable key 10-39B / 40B value": stream(rng.integers(10, 40, n), np.full(n, 40)),
-    }
-    result = {}
-    for name, raw in cases.items():
-        best = min(_timed(time.perf_counter, parse_state_records, raw) for _ in range(repeat))
-        result[name] = n / best
-    return result
-
-
-def _timed(clock, fn, *args) -> float:  # type: ignore[no-untyped-def]
-    t0 = clock()
-    fn(*args)
-    return clock() - t0

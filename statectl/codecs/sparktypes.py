@@ -21,6 +21,7 @@ from __future__ import annotations
 import decimal
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Union
 
 import pyarrow as pa
@@ -130,24 +131,32 @@ def _check_shape(t: Any, path: str | None) -> None:
         return
     if not isinstance(t, dict) or not isinstance(t.get("type"), str):
         raise CorruptFileError(f"malformed Spark type in schema: {_short(t)}", path)
-    needs = {
-        "struct": ("fields",),
-        "array": ("elementType",),
-        "map": ("keyType", "valueType"),
-        "udt": ("sqlType",),
-    }.get(t["type"], ())
+    needs = _NEEDS.get(t["type"], ())
     if any(k not in t for k in needs):
         raise CorruptFileError(f"malformed Spark {t['type']} type in schema: {_short(t)}", path)
     if t["type"] == "struct":
-        if not isinstance(t["fields"], list):
-            raise CorruptFileError(f"malformed Spark struct in schema: {_short(t)}", path)
-        for f in t["fields"]:
-            if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
-                raise CorruptFileError(f"malformed struct field in schema: {_short(f)}", path)
-            _check_shape(f["type"], path)
+        _check_fields(t, path)
     for k in needs:
         if k != "fields":
             _check_shape(t[k], path)
+
+
+# The members each kind of type object must have.
+_NEEDS = {
+    "struct": ("fields",),
+    "array": ("elementType",),
+    "map": ("keyType", "valueType"),
+    "udt": ("sqlType",),
+}
+
+
+def _check_fields(t: dict, path: str | None) -> None:
+    if not isinstance(t["fields"], list):
+        raise CorruptFileError(f"malformed Spark struct in schema: {_short(t)}", path)
+    for f in t["fields"]:
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or "type" not in f:
+            raise CorruptFileError(f"malformed struct field in schema: {_short(f)}", path)
+        _check_shape(f["type"], path)
 
 
 def _short(t: Any) -> str:
@@ -160,21 +169,7 @@ def kind(t: SparkType) -> str:
     """The physical kind of a Spark type: a key of FIXED_KINDS, or string, binary, void,
     decimal, calendarinterval, struct, array, map. Unknown or unsupported types raise."""
     if isinstance(t, str):
-        name = _ALIASES.get(t, t)
-        if name in _SIMPLE_KINDS:
-            return name
-        if name == "interval":
-            return "calendarinterval"
-        if name == "decimal" or _DECIMAL.fullmatch(name):
-            return "decimal"
-        if _CHAR.fullmatch(name) or name.startswith("string collate "):
-            return "string"  # stored as UTF-8 bytes, like a plain string
-        if _TIME.fullmatch(name):
-            return "time"
-        m = _INTERVAL.fullmatch(name)
-        if m:
-            return "interval_ym" if m.group(1) in _YM_UNITS else "interval_dt"
-        raise UnsupportedError(f"Spark type {t!r} is not supported by statectl")
+        return _kind_of_name(t)
     if isinstance(t, dict):
         k = t.get("type")
         if k in ("struct", "array", "map"):
@@ -184,10 +179,37 @@ def kind(t: SparkType) -> str:
     raise UnsupportedError(f"Spark type {_short(t)} is not supported by statectl")
 
 
+def _kind_of_name(t: str) -> str:
+    name = _ALIASES.get(t, t)
+    if name in _SIMPLE_KINDS:
+        return name
+    if name == "interval":
+        return "calendarinterval"
+    if name == "decimal" or _DECIMAL.fullmatch(name):
+        return "decimal"
+    if _CHAR.fullmatch(name) or name.startswith("string collate "):
+        return "string"  # stored as UTF-8 bytes, like a plain string
+    if _TIME.fullmatch(name):
+        return "time"
+    m = _INTERVAL.fullmatch(name)
+    if m:
+        return "interval_ym" if m.group(1) in _YM_UNITS else "interval_dt"
+    raise UnsupportedError(f"Spark type {t!r} is not supported by statectl")
+
+
 def physical(t: SparkType) -> SparkType:
     """The type a value is stored as: a user-defined type's sqlType, else the type itself."""
     while isinstance(t, dict) and t.get("type") == "udt":
         t = t["sqlType"]
+    return t
+
+
+def nested(t: SparkType) -> dict[str, Any]:
+    """The JSON object of a struct, array or map type (after its user-defined type, if any):
+    the types whose :func:`kind` is struct, array or map are objects, never type strings."""
+    t = physical(t)
+    if isinstance(t, str):
+        raise UnsupportedError(f"type {t!r} has no fields, elements or entries")
     return t
 
 
@@ -201,13 +223,17 @@ def decimal_of(t: SparkType) -> tuple[int, int] | None:
 
 
 def canonical(t: SparkType) -> SparkType:
+    """A type string the way Spark prints it (``decimal`` → ``decimal(10,0)`` …); a nested
+    type as it is."""
+    return canonical_name(t) if isinstance(t, str) else t
+
+
+def canonical_name(name: str) -> str:
     """A type string the way Spark prints it (``decimal`` → ``decimal(10,0)`` …)."""
-    if not isinstance(t, str):
-        return t
-    dec = decimal_of(t)
+    dec = decimal_of(name)
     if dec:
         return f"decimal({dec[0]},{dec[1]})"
-    return _ALIASES.get(t, t)
+    return _ALIASES.get(name, name)
 
 
 # -- Spark → Arrow -------------------------------------------------------------------------
@@ -295,9 +321,15 @@ def from_arrow_type(t: pa.DataType) -> SparkType:
 
 
 def _from_arrow(t: pa.DataType, keep_metadata: bool = False) -> SparkType:
-    types = pa.types
-    if types.is_dictionary(t):
+    if pa.types.is_dictionary(t):
         return _from_arrow(t.value_type, keep_metadata)
+    nested = _nested_from_arrow(t, keep_metadata)
+    return nested if nested is not None else _name_from_arrow(t)
+
+
+def _nested_from_arrow(t: pa.DataType, keep_metadata: bool) -> SparkType | None:
+    """A struct, list or map type as Spark's; None for any other type."""
+    types = pa.types
     if types.is_struct(t):
         fields = [t.field(i) for i in range(t.num_fields)]
         if not keep_metadata:
@@ -322,24 +354,38 @@ def _from_arrow(t: pa.DataType, keep_metadata: bool = False) -> SparkType:
             "valueType": _from_arrow(t.item_type, keep_metadata),
             "valueContainsNull": t.item_field.nullable,
         }
-    if types.is_decimal(t) and t.precision <= 38:
-        return f"decimal({t.precision},{t.scale})"
-    if types.is_timestamp(t):
-        return "timestamp" if t.tz is not None else "timestamp_ntz"
-    if types.is_time(t):
-        return "time(6)"  # TimeType's default precision (microseconds)
-    if types.is_duration(t):
-        return "interval day to second"
-    if types.is_date(t):
-        return "date"
-    if types.is_string(t) or types.is_large_string(t) or types.is_string_view(t):
-        return "string"
-    if types.is_binary(t) or types.is_large_binary(t) or types.is_binary_view(t):
-        return "binary"
-    for name, arrow in _ARROW_SIMPLE.items():
-        if name in _SIMPLE_KINDS and t == arrow:
-            return name
+    return None
+
+
+def _name_from_arrow(t: pa.DataType) -> str:
+    """A non-nested Arrow type's Spark type string."""
+    for matches, name in _ARROW_NAMES:
+        if matches(t):
+            return name(t)
+    for simple, arrow in _ARROW_SIMPLE.items():
+        if simple in _SIMPLE_KINDS and t == arrow:
+            return simple
     raise UnsupportedError(f"Arrow type {t} has no Spark equivalent")
+
+
+def _any_type(*predicates: Callable[[pa.DataType], bool]) -> Callable[[pa.DataType], bool]:
+    return lambda t: any(p(t) for p in predicates)
+
+
+_T = pa.types
+# Arrow types with a Spark type string besides _ARROW_SIMPLE's, in the order tried.
+_ARROW_NAMES: tuple[tuple[Callable[[pa.DataType], bool], Callable[[pa.DataType], str]], ...] = (
+    (
+        lambda t: _T.is_decimal(t) and t.precision <= 38,
+        lambda t: f"decimal({t.precision},{t.scale})",
+    ),
+    (_T.is_timestamp, lambda t: "timestamp" if t.tz is not None else "timestamp_ntz"),
+    (_T.is_time, lambda t: "time(6)"),  # TimeType's default precision (microseconds)
+    (_T.is_duration, lambda t: "interval day to second"),
+    (_T.is_date, lambda t: "date"),
+    (_any_type(_T.is_string, _T.is_large_string, _T.is_string_view), lambda t: "string"),
+    (_any_type(_T.is_binary, _T.is_large_binary, _T.is_binary_view), lambda t: "binary"),
+)
 
 
 def from_arrow_field(f: pa.Field) -> dict:
@@ -394,7 +440,7 @@ def _is_type(v: Any) -> bool:
 
 def _write_type(t: SparkType, out: list[str]) -> None:
     if isinstance(t, str):
-        out.append(_quote(canonical(t)))
+        out.append(_quote(canonical_name(t)))
         return
     k = t.get("type")
     if k not in _KEY_ORDER:  # udt and unknown kinds: as parsed
@@ -405,21 +451,28 @@ def _write_type(t: SparkType, out: list[str]) -> None:
         if i:
             out.append(",")
         out.append(_quote(key) + ":")
-        v = t.get(key, True) if key in ("containsNull", "valueContainsNull") else t[key]
-        if key == "fields":
-            out.append("[")
-            for j, f in enumerate(v):
-                if j:
-                    out.append(",")
-                _write_field(f, out)
-            out.append("]")
-        elif key == "type":
-            out.append(_quote(v))
-        elif isinstance(v, bool):
-            out.append("true" if v else "false")
-        else:
-            _write_type(v, out)
+        _write_type_entry(key, t.get(key, True) if key in _NULLABLE_KEYS else t[key], out)
     out.append("}")
+
+
+_NULLABLE_KEYS = ("containsNull", "valueContainsNull")
+
+
+def _write_type_entry(key: str, v: Any, out: list[str]) -> None:
+    """The value of ``key`` in a struct, array or map type's object."""
+    if key == "fields":
+        out.append("[")
+        for j, f in enumerate(v):
+            if j:
+                out.append(",")
+            _write_field(f, out)
+        out.append("]")
+    elif key == "type":
+        out.append(_quote(v))
+    elif isinstance(v, bool):
+        out.append("true" if v else "false")
+    else:
+        _write_type(v, out)
 
 
 def _write_field(f: dict, out: list[str]) -> None:
@@ -437,38 +490,51 @@ def _write_field(f: dict, out: list[str]) -> None:
 
 
 def _write_value(v: Any, out: list[str], types: bool = False) -> None:
-    if v is None:
-        out.append("null")
-    elif v is True or v is False:
-        out.append("true" if v else "false")
-    elif isinstance(v, JsonFloat):
-        out.append(v.text)
-    elif isinstance(v, float):
-        out.append(_java_double(v))
-    elif isinstance(v, int):
-        out.append(str(v))
-    elif isinstance(v, str):
-        out.append(_quote(v))
-    elif isinstance(v, (list, tuple)):
-        out.append("[")
-        for i, x in enumerate(v):
-            if i:
-                out.append(",")
-            _write_value(x, out, types)
-        out.append("]")
+    if isinstance(v, (list, tuple)):
+        _write_array(v, out, types)
     elif isinstance(v, dict):
-        out.append("{")
-        for i, (key, x) in enumerate(v.items()):
-            if i:
-                out.append(",")
-            out.append(_quote(str(key)) + ":")
-            if types and key == "sqlType":
-                _write_type(x, out)
-            else:
-                _write_value(x, out, types)
-        out.append("}")
+        _write_object(v, out, types)
     else:
-        raise TypeError(f"cannot write {type(v).__name__} as JSON")
+        out.append(_scalar_json(v))
+
+
+def _scalar_json(v: Any) -> str:
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, JsonFloat):
+        return v.text
+    if isinstance(v, float):
+        return _java_double(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return _quote(v)
+    raise TypeError(f"cannot write {type(v).__name__} as JSON")
+
+
+def _write_array(v: list | tuple, out: list[str], types: bool) -> None:
+    out.append("[")
+    for i, x in enumerate(v):
+        if i:
+            out.append(",")
+        _write_value(x, out, types)
+    out.append("]")
+
+
+def _write_object(v: dict, out: list[str], types: bool) -> None:
+    """An object in its own key order (``types``: a UDT's, whose ``sqlType`` is a type)."""
+    out.append("{")
+    for i, (key, x) in enumerate(v.items()):
+        if i:
+            out.append(",")
+        out.append(_quote(str(key)) + ":")
+        if types and key == "sqlType":
+            _write_type(x, out)
+        else:
+            _write_value(x, out, types)
+    out.append("}")
 
 
 def _quote(s: str) -> str:

@@ -20,7 +20,7 @@ bytes the same way, column by column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from statectl.codecs.sparktypes import (
     SparkType,
     decimal_of,
     kind,
+    nested,
     parse_schema,
     physical,
     to_arrow_type,
@@ -168,29 +169,6 @@ def _binary_parts(rows: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | 
     return offsets, data, valid
 
 
-def strip_prefix(rows: pa.Array | pa.ChunkedArray, n: int, path: str | None = None) -> pa.Array:
-    """``rows`` without their first ``n`` bytes (RocksDB version byte, column-family id …).
-
-    ``decode_unsafe_rows(rows, schema, skip_prefix=n)`` skips them without a copy.
-    """
-    rows = _as_binary(rows)
-    offsets, data, valid = _binary_parts(rows)
-    short = (offsets[1:] - offsets[:-1]) < n
-    if valid is not None:
-        short &= valid
-    if short.any():
-        i = int(np.flatnonzero(short)[0])
-        raise CorruptFileError(f"state row {i} is shorter than its {n}-byte prefix", path)
-    if n == 0 or len(rows) == 0:
-        return rows.cast(pa.large_binary())
-    starts = offsets[:-1] + n
-    if valid is not None:
-        starts = np.where(valid, starts, offsets[1:])  # null rows stay empty
-    padded = np.zeros(len(data) + _SLACK, dtype=np.uint8)
-    padded[: len(data)] = data
-    return _gather_binary(padded, starts, offsets[1:] - starts, valid, pa.large_binary())
-
-
 # -- decoding ------------------------------------------------------------------------------
 def decode_unsafe_rows(
     rows: pa.Array | pa.ChunkedArray,
@@ -232,13 +210,13 @@ def _reach(t: SparkType) -> int:
     k = kind(t)
     t = physical(t)
     if k == "struct":
-        fields = t["fields"]  # type: ignore[index]
+        fields = nested(t)["fields"]
         inner = max((_reach(f["type"]) for f in fields), default=0)
         return max(_bitset_bytes(len(fields)) + 8 * len(fields), inner)
     if k == "array":
-        return _reach(t["elementType"])  # type: ignore[index]
+        return _reach(nested(t)["elementType"])
     if k == "map":
-        return max(_reach(t["keyType"]), _reach(t["valueType"]))  # type: ignore[index]
+        return max(_reach(nested(t)["keyType"]), _reach(nested(t)["valueType"]))
     return 0
 
 
@@ -246,7 +224,7 @@ def _decode_struct(
     buf: _Bytes, base: _Pos, end: np.ndarray, valid: Valid, struct: SparkType, name: str
 ) -> pa.Array:
     struct = physical(struct)
-    fields = struct["fields"]  # type: ignore[index]
+    fields = nested(struct)["fields"]
     n = len(base.at)
     bitset = _bitset_bytes(len(fields))
     header = bitset + 8 * len(fields)
@@ -271,10 +249,9 @@ def _decode_value(
 ) -> pa.Array:
     """Values of Spark type ``t`` whose slot (or array element) is at ``slot``."""
     k = kind(t)
-    n = len(slot.at)
     arrow_t = to_arrow_type(t)
     if k == "void":
-        return pa.nulls(n)
+        return pa.nulls(len(slot.at))
     dec = decimal_of(t)
     if k in FIXED_KINDS or (dec and dec[0] <= 18):
         return _fixed_array(buf.read(slot), k, arrow_t, valid)
@@ -285,32 +262,77 @@ def _decode_value(
     buf.check(bad if valid is None else bad & valid, slot.at, "value points outside its row", name)
     if valid is not None:  # null slots may hold anything: park them on harmless positions
         start, size = np.where(valid, start, 0), np.where(valid, size, 0)
-    if k == "decimal":
-        wrong = (size < 1) | (size > 16)
-        buf.check(
-            wrong if valid is None else wrong & valid, slot.at, "decimal not 1-16 bytes", name
+    return _VARIABLE[k](_Variable(buf, t, arrow_t, slot, start, size, valid, name))
+
+
+@dataclass(frozen=True)
+class _Variable:
+    """Values stored in a row's variable-length region: ``size`` bytes from ``start`` each
+    (their slots at ``slot``), checked to lie within the row."""
+
+    buf: _Bytes
+    t: SparkType
+    arrow_t: pa.DataType
+    slot: _Pos
+    start: np.ndarray
+    size: np.ndarray
+    valid: Valid
+    name: str
+
+    def check(self, wrong: np.ndarray, what: str) -> None:
+        self.buf.check(
+            wrong if self.valid is None else wrong & self.valid, self.slot.at, what, self.name
         )
-        return _big_decimal(buf, start, size, valid, arrow_t)
-    if k in ("string", "binary"):
-        return _var_bytes(buf, start, size, valid, arrow_t, name)
-    if k == "calendarinterval":
-        wrong = size != 16
-        buf.check(wrong if valid is None else wrong & valid, slot.at, "interval is not 16 bytes", name)  # fmt: skip
-        head, micros = buf.read(_Pos(start)), buf.read(_Pos(start + 8))
-        children = [
-            _fixed_array(head, "integer", pa.int32(), None),
-            _fixed_array(head >> 32, "integer", pa.int32(), None),
-            _fixed_array(micros, "long", pa.int64(), None),
-        ]
-        return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid)], children=children)
-    if k == "struct":
-        return _decode_struct(buf, _Pos(start, _stride(start)), start + size, valid, t, name)
-    if k == "array":
-        elem = physical(t)["elementType"]  # type: ignore[index]
-        offsets, values = _decode_elements(buf, start, size, valid, elem, name)
-        offsets32 = pa.py_buffer(_offsets32(offsets, name))
-        return pa.Array.from_buffers(arrow_t, n, [_bitmap(valid), offsets32], children=[values])
-    return _decode_map(buf, start, size, valid, t, arrow_t, name)
+
+
+def _big_decimal_values(v: _Variable) -> pa.Array:
+    v.check((v.size < 1) | (v.size > 16), "decimal not 1-16 bytes")
+    return _big_decimal(v.buf, v.start, v.size, v.valid, v.arrow_t)
+
+
+def _bytes_values(v: _Variable) -> pa.Array:
+    return _var_bytes(v.buf, v.start, v.size, v.valid, v.arrow_t, v.name)
+
+
+def _interval_values(v: _Variable) -> pa.Array:
+    """CalendarInterval: months and days (two ints in one word), then microseconds."""
+    v.check(v.size != 16, "interval is not 16 bytes")
+    head, micros = v.buf.read(_Pos(v.start)), v.buf.read(_Pos(v.start + 8))
+    children = [
+        _fixed_array(head, "integer", pa.int32(), None),
+        _fixed_array(head >> 32, "integer", pa.int32(), None),
+        _fixed_array(micros, "long", pa.int64(), None),
+    ]
+    return pa.Array.from_buffers(v.arrow_t, len(v.slot.at), [_bitmap(v.valid)], children=children)
+
+
+def _struct_values(v: _Variable) -> pa.Array:
+    start = v.start
+    return _decode_struct(v.buf, _Pos(start, _stride(start)), start + v.size, v.valid, v.t, v.name)
+
+
+def _array_values(v: _Variable) -> pa.Array:
+    elem = nested(v.t)["elementType"]
+    offsets, values = _decode_elements(v.buf, v.start, v.size, v.valid, elem, v.name)
+    offsets32 = pa.py_buffer(_offsets32(offsets, v.name))
+    n = len(v.slot.at)
+    return pa.Array.from_buffers(v.arrow_t, n, [_bitmap(v.valid), offsets32], children=[values])
+
+
+def _map_values(v: _Variable) -> pa.Array:
+    return _decode_map(v.buf, v.start, v.size, v.valid, v.t, v.arrow_t, v.name)
+
+
+# The kinds stored in the variable-length region, by kind.
+_VARIABLE: dict[str, Callable[[_Variable], pa.Array]] = {
+    "decimal": _big_decimal_values,
+    "string": _bytes_values,
+    "binary": _bytes_values,
+    "calendarinterval": _interval_values,
+    "struct": _struct_values,
+    "array": _array_values,
+    "map": _map_values,
+}
 
 
 def _fixed_array(word: np.ndarray, k: str, arrow_t: pa.DataType, valid: Valid) -> pa.Array:
@@ -473,9 +495,11 @@ def _decode_map(
         key_bytes = np.where(valid, key_bytes, 8)
     bad = (key_bytes < 8) | (key_bytes > size - 16)
     buf.check(bad if valid is None else bad & valid, start, "map key array does not fit", name)
-    k_off, keys = _decode_elements(buf, start + 8, key_bytes, valid, t["keyType"], f"{name}.key")  # type: ignore[index]
+    k_off, keys = _decode_elements(
+        buf, start + 8, key_bytes, valid, nested(t)["keyType"], f"{name}.key"
+    )
     v_start = start + 8 + key_bytes
-    v_off, items = _decode_elements(buf, v_start, size - 8 - key_bytes, valid, t["valueType"], f"{name}.value")  # type: ignore[index]  # fmt: skip
+    v_off, items = _decode_elements(buf, v_start, size - 8 - key_bytes, valid, nested(t)["valueType"], f"{name}.value")  # fmt: skip
     if not np.array_equal(k_off, v_off):
         mismatch = (k_off[1:] - k_off[:-1]) != (v_off[1:] - v_off[:-1])
         buf.check(mismatch, start, "map has different key and value counts", name)
@@ -522,35 +546,6 @@ def encode_unsafe_rows(
     )
 
 
-def encode_row(fields: Sequence[dict], values: Sequence[Any] | dict) -> bytes:
-    """One UnsafeRow from Python values (a list by position, or a dict by field name)."""
-    struct = {"type": "struct", "fields": list(fields)}
-    if isinstance(values, dict):
-        values = [values.get(f["name"]) for f in fields]
-    row = _py_struct(struct, values)
-    arr = pa.array([row], type=to_arrow_type(struct))
-    return encode_unsafe_rows(arr, struct)[0].as_py()
-
-
-def _py_struct(t: SparkType, v: Any) -> Any:
-    """Python values in the shape pa.array wants (structs as tuples: names may repeat)."""
-    if v is None:
-        return None
-    k = kind(t)
-    t = physical(t)
-    if k == "struct":
-        fields = t["fields"]  # type: ignore[index]
-        if isinstance(v, dict):
-            v = [v.get(f["name"]) for f in fields]
-        return tuple(_py_struct(f["type"], x) for f, x in zip(fields, v, strict=True))
-    if k == "array":
-        return [_py_struct(t["elementType"], x) for x in v]  # type: ignore[index]
-    if k == "map":
-        items = v.items() if isinstance(v, dict) else v
-        return [(_py_struct(t["keyType"], a), _py_struct(t["valueType"], b)) for a, b in items]  # type: ignore[index]
-    return v
-
-
 def _as_struct(data: Any, arrow_t: pa.DataType) -> pa.StructArray:
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in data.columns]  # fmt: skip
@@ -578,53 +573,63 @@ def _validity(arr: pa.Array) -> Valid:
 
 def _encode_struct(arr: pa.Array, struct: SparkType, normalize: bool) -> _Payload:
     """UnsafeRows of a struct array; null structs get no bytes."""
-    fields = physical(struct)["fields"]  # type: ignore[index]
-    n = len(arr)
+    fields = nested(struct)["fields"]
     valid = _validity(arr)
-    bitset = _bitset_bytes(len(fields))
-    header = bitset + 8 * len(fields)
-    slots = np.zeros((n, len(fields)), dtype=np.int64)
-    null_words = np.zeros((n, bitset // 8), dtype=np.int64)
-    cursor = np.full(n, header, dtype=np.int64)  # next free byte of each row
-    pieces: list[tuple[np.ndarray, _Payload]] = []
+    rows = _RowWriter(len(arr), len(fields), normalize)
     for i, f in enumerate(fields):
         child = arr.field(i)
-        t = f["type"]
+        rows.put(i, child, f["type"], _and(valid, _validity(child)))
+    return rows.finish(valid)
+
+
+class _RowWriter:
+    """The UnsafeRows of ``n`` rows of ``width`` fields, a field (column) at a time: null bits,
+    fixed-width slots, and the variable-length region each row's ``cursor`` grows."""
+
+    def __init__(self, n: int, width: int, normalize: bool) -> None:
+        self.n, self.width, self.normalize = n, width, normalize
+        self.bitset = _bitset_bytes(width)
+        self.slots = np.zeros((n, width), dtype=np.int64)
+        self.null_words = np.zeros((n, self.bitset // 8), dtype=np.int64)
+        self.cursor = np.full(n, self.bitset + 8 * width, dtype=np.int64)  # next free byte
+        self.pieces: list[tuple[np.ndarray, _Payload]] = []
+
+    def put(self, i: int, child: pa.Array, t: SparkType, valid: Valid) -> None:
+        """Field ``i`` of every row: ``child`` of Spark type ``t`` (``valid``: non-null)."""
         k = kind(t)
-        child_valid = _and(valid, _validity(child))
         if k == "void":
-            null_words[:, i >> 6] |= np.int64(1) << (i & 63)
-            continue
-        if child_valid is not None:
-            null_words[:, i >> 6] |= (~child_valid).astype(np.int64) << (i & 63)
+            self.null_words[:, i >> 6] |= np.int64(1) << (i & 63)
+            return
+        if valid is not None:
+            self.null_words[:, i >> 6] |= (~valid).astype(np.int64) << (i & 63)
         dec = decimal_of(t)
         if k in FIXED_KINDS or (dec and dec[0] <= 18):
-            slots[:, i] = _fixed_words(child, k, 8, normalize, child_valid)
-            continue
-        payload = _payload(child, t, child_valid, normalize)
-        slot_word = (cursor << 32) | payload.size
+            self.slots[:, i] = _fixed_words(child, k, 8, self.normalize, valid)
+            return
+        payload = _payload(child, t, valid, self.normalize)
+        slot_word = (self.cursor << 32) | payload.size
         # A null field's slot is 0, but a null big decimal still points at its 16 bytes.
-        slots[:, i] = (
-            slot_word if dec or child_valid is None else np.where(child_valid, slot_word, 0)
-        )
-        pieces.append((cursor.copy(), payload))
+        self.slots[:, i] = slot_word if dec or valid is None else np.where(valid, slot_word, 0)
+        self.pieces.append((self.cursor.copy(), payload))
         # UnsafeRowWriter always reserves 16 bytes for a big decimal, null or not.
-        cursor += np.full(n, 16, dtype=np.int64) if dec else _pad8(payload.size)
-    if valid is not None:
-        cursor = np.where(valid, cursor, 0)
-    row_off = _exclusive_cumsum(cursor)
-    out = np.zeros(int(row_off[-1]), dtype=np.uint8)
-    words = out.view("<i8")
-    live = np.arange(n) if valid is None else np.flatnonzero(valid)
-    first_word = row_off[:-1][live] >> 3
-    for k_word in range(bitset // 8):
-        words[first_word + k_word] = null_words[live, k_word]
-    for i in range(len(fields)):
-        words[first_word + bitset // 8 + i] = slots[live, i]
-    for rel, payload in pieces:
-        size = payload.size if valid is None else np.where(valid, payload.size, 0)
-        _scatter(out, row_off[:-1] + rel, payload.data, payload.start, size)
-    return _Payload(out, row_off[:-1], cursor)
+        self.cursor += np.full(self.n, 16, dtype=np.int64) if dec else _pad8(payload.size)
+
+    def finish(self, valid: Valid) -> _Payload:
+        """The rows laid out one after another (null rows: no bytes)."""
+        cursor = self.cursor if valid is None else np.where(valid, self.cursor, 0)
+        row_off = _exclusive_cumsum(cursor)
+        out = np.zeros(int(row_off[-1]), dtype=np.uint8)
+        words = out.view("<i8")
+        live = np.arange(self.n) if valid is None else np.flatnonzero(valid)
+        first_word = row_off[:-1][live] >> 3
+        for k_word in range(self.bitset // 8):
+            words[first_word + k_word] = self.null_words[live, k_word]
+        for i in range(self.width):
+            words[first_word + self.bitset // 8 + i] = self.slots[live, i]
+        for rel, payload in self.pieces:
+            size = payload.size if valid is None else np.where(valid, payload.size, 0)
+            _scatter(out, row_off[:-1] + rel, payload.data, payload.start, size)
+        return _Payload(out, row_off[:-1], cursor)
 
 
 def _fixed_words(arr: pa.Array, k: str, width: int, normalize: bool, valid: Valid) -> np.ndarray:
@@ -689,7 +694,7 @@ def _payload(arr: pa.Array, t: SparkType, valid: Valid, normalize: bool) -> _Pay
     if k == "struct":
         return _encode_struct(arr, t, normalize)
     if k == "array":
-        return _encode_array(arr, physical(t)["elementType"], normalize)  # type: ignore[index]
+        return _encode_array(arr, nested(t)["elementType"], normalize)
     return _encode_map(arr, t, normalize)
 
 
@@ -734,51 +739,85 @@ def _encode_array_data(
     """UnsafeArrayData for arrays of ``count`` elements taken in order from ``values``;
     null arrays (``valid`` False, count 0) get no bytes."""
     n = len(count)
-    m = len(values)
     es = _element_size(elem)
     k = kind(elem)
     first = _exclusive_cumsum(count)
     owner = np.repeat(np.arange(n, dtype=np.int64), count)
-    j = np.arange(m, dtype=np.int64) - first[:-1][owner]
+    j = np.arange(len(values), dtype=np.int64) - first[:-1][owner]
     bitset = _bitset_bytes(count)
     fixed_end = 8 + bitset + _pad8(count * es)
     elem_valid = _validity(values)
     dec = decimal_of(elem)
     fixed = k in FIXED_KINDS or k == "void" or bool(dec and dec[0] <= 18)
-    if fixed:
-        payload = None
-        var_room = np.zeros(n, dtype=np.int64)
-    else:
-        payload = _payload(values, elem, elem_valid, normalize)
-        room_e = _pad8(payload.size)  # no 16-byte reservation for decimals inside arrays
-        cum = _exclusive_cumsum(room_e)
-        var_room = cum[first[1:]] - cum[first[:-1]]
+    payload = None if fixed else _payload(values, elem, elem_valid, normalize)
+    cum, var_room = _variable_room(payload, first)
     length = fixed_end + var_room
     if valid is not None:
         length = np.where(valid, length, 0)
     arr_off = _exclusive_cumsum(length)
     out = np.zeros(int(arr_off[-1]), dtype=np.uint8)
-    words = out.view("<i8")
     live = np.arange(n) if valid is None else np.flatnonzero(valid)
-    words[arr_off[:-1][live] >> 3] = count[live]
+    out.view("<i8")[arr_off[:-1][live] >> 3] = count[live]
     start_e = arr_off[:-1][owner]
-    if elem_valid is not None:
-        null = ~elem_valid
-        # Null bit j of an array lives in byte 8 + j//8 of it.
-        np.bitwise_or.at(out, start_e[null] + 8 + (j[null] >> 3), (1 << (j[null] & 7)).astype(np.uint8))  # fmt: skip
+    _set_element_null_bits(out, start_e, j, elem_valid)
     slot = start_e + 8 + bitset[owner] + j * es
-    if fixed:
-        if k != "void" and m:
-            vals = _fixed_words(values, k, es, normalize, elem_valid)
-            out.view(vals.dtype)[slot // es] = vals
+    if payload is None or cum is None:
+        _write_fixed_elements(out, slot, values, k, es, normalize, elem_valid)
     else:
-        assert payload is not None
         rel = fixed_end[owner] + (cum[:-1] - cum[first[:-1]][owner])
-        size = payload.size
-        slot_word = (rel << 32) | size
-        words[slot >> 3] = slot_word if elem_valid is None else np.where(elem_valid, slot_word, 0)
-        _scatter(out, start_e + rel, payload.data, payload.start, size)
+        _write_variable(out, slot, start_e + rel, rel, payload, elem_valid)
     return _Payload(out, arr_off[:-1], length)
+
+
+def _variable_room(
+    payload: _Payload | None, first: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray]:
+    """Where each element's variable-length bytes start, counted from the first element's of
+    all arrays (``cum``; None for fixed-width elements), and each array's total of them (no
+    16-byte reservation for decimals inside arrays)."""
+    if payload is None:
+        return None, np.zeros(len(first) - 1, dtype=np.int64)
+    cum = _exclusive_cumsum(_pad8(payload.size))
+    return cum, cum[first[1:]] - cum[first[:-1]]
+
+
+def _set_element_null_bits(
+    out: np.ndarray, start_e: np.ndarray, j: np.ndarray, valid: Valid
+) -> None:
+    """Null bit j of an array lives in byte 8 + j//8 of it (the array starts at ``start_e``)."""
+    if valid is None:
+        return
+    null = ~valid
+    np.bitwise_or.at(out, start_e[null] + 8 + (j[null] >> 3), (1 << (j[null] & 7)).astype(np.uint8))  # fmt: skip
+
+
+def _write_fixed_elements(
+    out: np.ndarray,
+    slot: np.ndarray,
+    values: pa.Array,
+    k: str,
+    es: int,
+    normalize: bool,
+    valid: Valid,
+) -> None:
+    if k != "void" and len(values):
+        vals = _fixed_words(values, k, es, normalize, valid)
+        out.view(vals.dtype)[slot // es] = vals
+
+
+def _write_variable(
+    out: np.ndarray,
+    slot: np.ndarray,
+    at: np.ndarray,
+    rel: np.ndarray,
+    payload: _Payload,
+    valid: Valid,
+) -> None:
+    """Values in the variable-length region: each slot gets (offset ``rel`` << 32 | size), 0
+    when null; the bytes go to ``at``."""
+    slot_word = (rel << 32) | payload.size
+    out.view("<i8")[slot >> 3] = slot_word if valid is None else np.where(valid, slot_word, 0)
+    _scatter(out, at, payload.data, payload.start, payload.size)
 
 
 def _encode_map(arr: pa.Array, t: SparkType, normalize: bool) -> _Payload:
@@ -786,8 +825,10 @@ def _encode_map(arr: pa.Array, t: SparkType, normalize: bool) -> _Payload:
     valid = _validity(arr)
     count, take = _elements(arr, valid)
     index = pa.array(take)
-    keys = _encode_array_data(count, arr.keys.take(index), t["keyType"], normalize, valid)  # type: ignore[index]
-    items = _encode_array_data(count, arr.items.take(index), t["valueType"], normalize, valid)  # type: ignore[index]
+    keys = _encode_array_data(count, arr.keys.take(index), nested(t)["keyType"], normalize, valid)
+    items = _encode_array_data(
+        count, arr.items.take(index), nested(t)["valueType"], normalize, valid
+    )
     n = len(arr)
     length = 8 + keys.size + items.size
     if valid is not None:
@@ -828,36 +869,3 @@ def _scatter(
     if short.any():
         value[short] &= (np.int64(1) << (8 * left[short])) - 1
     out.view("<i8")[(dest[owner] >> 3) + w] = value
-
-
-# -- compatibility with earlier callers ----------------------------------------------------
-_FLAT_KINDS = frozenset(FIXED_KINDS) | {"string", "binary", "void"}
-
-
-def encode_flat_rows(data: pa.StructArray, fields: Sequence[dict]) -> pa.LargeBinaryArray | None:
-    """encode_unsafe_rows for rows of fixed-width, string and binary fields; None otherwise.
-
-    Kept for callers that probe for the flat fast path; encode_unsafe_rows is vectorized for
-    every schema now.
-    """
-    for f in fields:
-        dec = decimal_of(f["type"])
-        if (dec and dec[0] > 18) or (not dec and kind(f["type"]) not in _FLAT_KINDS):
-            return None
-    return encode_unsafe_rows(data, {"type": "struct", "fields": list(fields)})
-
-
-def _pylist(arr: pa.Array) -> list[Any]:
-    """Python values by position (structs as lists, so duplicate field names survive);
-    timestamps, dates and durations as their integer storage. encode_row accepts these."""
-    if pa.types.is_struct(arr.type):
-        children = [_pylist(arr.field(i)) for i in range(arr.type.num_fields)]
-        valid = arr.is_valid().to_pylist()
-        return [[c[r] for c in children] if valid[r] else None for r in range(len(arr))]
-    if pa.types.is_timestamp(arr.type) or pa.types.is_duration(arr.type):
-        return arr.view(pa.int64()).to_pylist()
-    if pa.types.is_date32(arr.type):
-        return arr.view(pa.int32()).to_pylist()
-    if pa.types.is_map(arr.type):
-        return [None if m is None else list(m) for m in arr.to_pylist()]
-    return arr.to_pylist()

@@ -16,7 +16,6 @@ from statectl.evolution import (
     TableEvolution,
     evolve_table,
     grouping_key,
-    load_transform,
     state_variable_value,
 )
 from statectl.operators import AGGREGATION, SESSION_WINDOW
@@ -25,6 +24,7 @@ from statectl.restoration.plan import RestorePlan
 from statectl.savepoints.create import logical_stores
 from statectl.savepoints.format import OperatorState
 from statectl.schema_compat import difference, simple_string
+from statectl.transforms import load_transform
 from statectl.tws_encode import TTL_INDEX
 
 # The column of a savepoint table that holds a state variable's value struct, by kind.

@@ -20,7 +20,7 @@ from statectl.checkpoint.state_metadata import ColumnFamilySchema, write_schema_
 from statectl.checkpoint.writers import operator_metadata_v1_bytes, store_info
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.engine import Engine, StoreFormat, restore_stores
-from statectl.evolution import TableEvolution, apply_transform
+from statectl.evolution import TableEvolution
 from statectl.io import FileIO
 from statectl.operators import OperatorKind
 from statectl.passthrough import restore_raw_stores
@@ -28,6 +28,7 @@ from statectl.restoration.plan import RestorePlan
 from statectl.restoration.targets import under
 from statectl.savepoints.format import OperatorState
 from statectl.savepoints.store import Savepoint
+from statectl.transforms import apply_transform
 from statectl.tws_encode import VERSION, concat_binary, encode_key
 
 # Where each store partition of an operator goes: (store name, partition) -> directory.

@@ -37,8 +37,9 @@ from statectl.checksums import spark_checksum_file, spark_crc_path
 from statectl.errors import MissingFileError, StatectlError
 from statectl.io import FileIO
 from statectl.state import StoreEncoding, read_state
-from tests.conftest import FIXTURES, arrow_rows, load_manifest
-from tests.test_export_vs_spark import recorded_read, selection
+from tests.helpers.fixtures import FIXTURES, load_manifest, recorded_read
+from tests.helpers.reads import selection
+from tests.helpers.rows import arrow_rows
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CODECS = ("lz4", "zstd", "snappy", "lzf")
