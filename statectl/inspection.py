@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from statectl.backends import HDFS
 from statectl.backends.hdfs import files_for_version
 from statectl.backends.rocksdb import chain_v1, list_version_files
 from statectl.checkpoint.model import (
-    HDFS,
     PARTITIONS_CONF,
     PROVIDER_CONF,
     Checkpoint,
