@@ -23,7 +23,8 @@ from statectl.codecs.records import (
     parse_state_records,
     write_state_records,
 )
-from statectl.codecs.unsaferow import decode_unsafe_rows, encode_unsafe_rows
+from statectl.codecs.unsaferow_decode import decode_unsafe_rows
+from statectl.codecs.unsaferow_encode import encode_unsafe_rows
 from statectl.errors import CorruptFileError, UnsupportedError
 from tests.helpers.changelog import write_changelog
 from tests.helpers.fixtures import FIXTURES
