@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from statectl.checkpoint.model import StoreDescription
 from statectl.checkpoint.state_metadata import ColumnFamilySchema
 from statectl.codecs.sparktypes import from_arrow_schema
-from statectl.codecs.unsaferow import encode_unsafe_rows
+from statectl.codecs.unsaferow_encode import encode_unsafe_rows
 from statectl.errors import StatectlError, UnsupportedError
 from statectl.operators import JOIN_STORES, JOIN_V2, JOIN_V3, JOIN_V4, JOIN_V4_FAMILIES
 from statectl.tws_encode import concat_binary, merge_lists

@@ -28,7 +28,7 @@ import pyarrow as pa
 from statectl.backends import get_backend
 from statectl.checkpoint.model import Checkpoint, Operator, partition_absent
 from statectl.codecs.sparktypes import parse_schema
-from statectl.codecs.unsaferow import decode_unsafe_rows
+from statectl.codecs.unsaferow_decode import decode_unsafe_rows
 from statectl.engine import (
     Engine,
     SpillWriters,

@@ -40,7 +40,7 @@ from statectl.checkpoint.model import (
     load_operator,
 )
 from statectl.errors import StatectlError, UnsupportedError
-from statectl.evolution import AggregateBuffer
+from statectl.evolution_kinds import AggregateBuffer
 from statectl.spark_session import quiet_session, spark_message
 from statectl.user_code import load_query_function, user_errors
 

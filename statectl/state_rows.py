@@ -27,7 +27,7 @@ from statectl.checkpoint.model import (
 from statectl.codecs.avro import decode_avro_rows
 from statectl.codecs.compression import normalize_codec
 from statectl.codecs.sparktypes import parse_schema, to_arrow_schema
-from statectl.codecs.unsaferow import decode_unsafe_rows
+from statectl.codecs.unsaferow_decode import decode_unsafe_rows
 from statectl.errors import CorruptFileError, StatectlError, UnsupportedError
 from statectl.join_state import read_be_times
 

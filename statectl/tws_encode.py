@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from statectl.checkpoint.state_metadata import ColumnFamilySchema
 from statectl.codecs.avro import encode_avro_rows
-from statectl.codecs.unsaferow import encode_unsafe_rows
+from statectl.codecs.unsaferow_encode import encode_unsafe_rows
 from statectl.errors import UnsupportedError
 
 VERSION = b"\x00"

@@ -15,6 +15,7 @@ import pytest
 from statectl.backends.replay import bounded_replay
 from statectl.checkpoint.model import Checkpoint
 from statectl.codecs.compression import compress_stream, decompress_stream, iter_decompressed
+from statectl.codecs.record_replay import last_writer_wins
 from statectl.codecs.records import (
     OP_DELETE,
     OP_DELETE_RANGE,
@@ -22,7 +23,6 @@ from statectl.codecs.records import (
     OP_PUT,
     RecordBatch,
     iter_record_stream,
-    last_writer_wins,
     parse_state_records,
     write_state_records,
 )

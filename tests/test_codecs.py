@@ -11,19 +11,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from statectl.codecs.changelog import parse_changelog
 from statectl.codecs.compression import compress_stream, decompress_stream, normalize_codec
 from statectl.codecs.lz4block import decode_lz4_block_stream, encode_lz4_block_stream
+from statectl.codecs.record_replay import last_writer_wins
 from statectl.codecs.records import (
     OP_DELETE,
     OP_MERGE,
     OP_PUT,
     RecordBatch,
-    last_writer_wins,
-    parse_changelog,
     parse_state_records,
     write_state_records,
 )
-from statectl.codecs.unsaferow import decode_unsafe_rows, encode_unsafe_rows
+from statectl.codecs.unsaferow_decode import decode_unsafe_rows
+from statectl.codecs.unsaferow_encode import encode_unsafe_rows
 from statectl.errors import CorruptFileError, UnsupportedError
 from tests.helpers.changelog import write_changelog
 from tests.helpers.fixtures import FIXTURES

@@ -20,12 +20,9 @@ from statectl.checkpoint.model import ENCODING_CONF, Checkpoint
 from statectl.codecs.avro import encode_avro_rows
 from statectl.codecs.murmur3 import partition_ids
 from statectl.errors import StatectlError
-from statectl.evolution import (
+from statectl.evolution import PartEvolution, Refused, TableEvolution, added_fields
+from statectl.evolution_kinds import (
     AggregateBuffer,
-    PartEvolution,
-    Refused,
-    TableEvolution,
-    added_fields,
     aggregation_values,
     evolve_table,
     grouping_key,

@@ -18,15 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from statectl.codecs.changelog import changelog_version, parse_changelog
+from statectl.codecs.record_replay import last_writer_wins
 from statectl.codecs.records import (
     OP_DELETE,
     OP_DELETE_RANGE,
     OP_MERGE,
     OP_PUT,
     RecordBatch,
-    changelog_version,
-    last_writer_wins,
-    parse_changelog,
     parse_state_records,
     write_state_records,
 )

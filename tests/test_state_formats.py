@@ -17,15 +17,12 @@ import json
 import pytest
 
 from statectl.checkpoint.model import Checkpoint
-from statectl.evolution import (
-    Refused,
-    aggregation_format_conversion,
-    group_state_format_conversion,
-)
+from statectl.evolution import Refused
 from statectl.operators import AGG_FORMAT_CONF, GROUP_STATE_FORMAT_CONF
 from statectl.restoration import migrate, restore
 from statectl.savepoints.create import take_savepoint
 from statectl.state import Selection, read_state
+from statectl.state_formats import aggregation_format_conversion, group_state_format_conversion
 from tests.helpers.fixtures import FIXTURES
 from tests.helpers.restore import assert_exactly_once
 from tests.helpers.rows import arrow_rows

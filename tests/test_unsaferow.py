@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statectl.codecs.sparktypes import decimal_of, kind, parse_schema, physical, to_arrow_type
-from statectl.codecs.unsaferow import decode_unsafe_rows, encode_unsafe_rows
+from statectl.codecs.unsaferow_decode import decode_unsafe_rows
+from statectl.codecs.unsaferow_encode import encode_unsafe_rows
 from statectl.errors import CorruptFileError, UnsupportedError
 from tests.helpers.unsaferow import encode_row
 

@@ -27,11 +27,11 @@ from statectl.backends.streamed import write_records_streamed
 from statectl.backends.writers import write_hdfs_store
 from statectl.checksums import iter_verified, read_verified, stream_block
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
+from statectl.codecs.record_replay import last_writer_wins
 from statectl.codecs.records import (
     RecordBatch,
     iter_record_stream,
     iter_state_records,
-    last_writer_wins,
     parse_state_records,
 )
 from statectl.errors import StatectlError

@@ -1,8 +1,8 @@
 """Replay a store partition's records in bounded memory (savepoint, export, migrate).
 
 A partition's live entries are the last record of every key across its snapshot and later
-deltas or changelogs (:func:`~statectl.codecs.records.last_writer_wins`). When the records fit
-the budget they are replayed in memory, as before. Otherwise an external replay runs:
+deltas or changelogs (:func:`~statectl.codecs.record_replay.last_writer_wins`). When the
+records fit the budget they are replayed in memory, as before. Otherwise an external replay runs:
 
 1. every record is appended, with its sequence number, to one of ``BUCKETS`` spill files
    chosen by a hash of its key (all records of a key meet in one bucket; a delete-range record
@@ -24,7 +24,8 @@ import numpy as np
 import pyarrow as pa
 
 from statectl.codecs.murmur3 import hash_bytes
-from statectl.codecs.records import OP_DELETE_RANGE, RecordBatch, replay
+from statectl.codecs.record_replay import replay
+from statectl.codecs.records import OP_DELETE_RANGE, RecordBatch
 
 BUCKETS = 128
 # Bytes of memory an in-memory replay needs per byte of record data (concatenation, the

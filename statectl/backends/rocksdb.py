@@ -48,15 +48,10 @@ from statectl.backends.streamed import (
 )
 from statectl.backends.writers import write_rocksdb_snapshot, write_rocksdb_store
 from statectl.checksums import iter_verified, read_verified, stream_block
+from statectl.codecs.changelog import changelog_version, parse_changelog
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
-from statectl.codecs.records import (
-    OP_PUT,
-    RecordBatch,
-    changelog_version,
-    iter_record_stream,
-    last_writer_wins,
-    parse_changelog,
-)
+from statectl.codecs.record_replay import last_writer_wins
+from statectl.codecs.records import OP_PUT, RecordBatch, iter_record_stream
 from statectl.errors import MissingFileError, StatectlError, display_path
 from statectl.io import FileIO
 

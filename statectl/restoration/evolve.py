@@ -10,14 +10,8 @@ from typing import Any
 
 from statectl.checkpoint.model import UNKNOWN_OPERATOR, Operator
 from statectl.errors import StatectlError
-from statectl.evolution import (
-    PartEvolution,
-    Refused,
-    TableEvolution,
-    evolve_table,
-    grouping_key,
-    state_variable_value,
-)
+from statectl.evolution import PartEvolution, Refused, TableEvolution
+from statectl.evolution_kinds import evolve_table, grouping_key, state_variable_value
 from statectl.operators import AGGREGATION, SESSION_WINDOW
 from statectl.query_plan import PlannedQuery
 from statectl.restoration.plan import RestorePlan

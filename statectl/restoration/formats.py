@@ -11,16 +11,11 @@ from typing import Any
 from statectl import join_state
 from statectl.checkpoint.model import ENCODING_CONF, MERGE_OPERATOR_CONF
 from statectl.errors import StatectlError
-from statectl.evolution import (
-    PartEvolution,
-    Refused,
-    TableEvolution,
-    aggregation_format_conversion,
-    group_state_format_conversion,
-)
+from statectl.evolution import PartEvolution, Refused, TableEvolution
 from statectl.operators import AGG_FORMAT_CONF, GROUP_STATE_FORMAT_CONF, JOIN_KINDS
 from statectl.restoration.plan import RestorePlan
 from statectl.savepoints.format import OperatorState
+from statectl.state_formats import aggregation_format_conversion, group_state_format_conversion
 from statectl.tws_encode import ttl_problems, unsupported_families
 
 # Kinds with two state formats Spark pins per query and statectl converts between (joins have

@@ -19,7 +19,7 @@ from statectl.backends import get_backend
 from statectl.checkpoint.model import UNKNOWN_OPERATOR, Operator
 from statectl.checkpoint.state_metadata import ColumnFamilySchema, write_schema_file_v2
 from statectl.checkpoint.writers import operator_metadata_v1_bytes, store_info
-from statectl.codecs.unsaferow import encode_unsafe_rows
+from statectl.codecs.unsaferow_encode import encode_unsafe_rows
 from statectl.engine import Engine, StoreFormat, restore_stores
 from statectl.evolution import TableEvolution
 from statectl.io import FileIO

@@ -11,18 +11,20 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from statectl.codecs.changelog import CHANGELOG_VERSIONS
 from statectl.codecs.javaio import encode_modified_utf8
-from statectl.codecs.records import (
-    CHANGELOG_VERSIONS,
-    OP_DELETE,
-    OP_DELETE_RANGE,
-    OP_MERGE,
-    OP_PUT,
+from statectl.codecs.record_scan import (
     TYPE_DELETE,
     TYPE_DELETE_RANGE,
     TYPE_EOF,
     TYPE_MERGE,
     TYPE_PUT,
+)
+from statectl.codecs.records import (
+    OP_DELETE,
+    OP_DELETE_RANGE,
+    OP_MERGE,
+    OP_PUT,
     write_state_records,
 )
 from statectl.errors import UnsupportedError

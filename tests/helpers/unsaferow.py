@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from statectl.codecs.sparktypes import SparkType, kind, nested, physical, to_arrow_type
-from statectl.codecs.unsaferow import encode_unsafe_rows
+from statectl.codecs.unsaferow_encode import encode_unsafe_rows
 
 
 def encode_row(fields: Sequence[dict], values: Sequence[Any] | dict) -> bytes:
