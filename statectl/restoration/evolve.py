@@ -183,7 +183,7 @@ def _evolve_state_variables(
     where: str,
 ) -> list[str]:
     """transformWithState: the grouping key may be widened or renamed (every state variable,
-    row counter, timer and TTL index re-keyed alike: :func:`statectl.evolution.grouping_key`),
+    row counter, timer and TTL index re-keyed alike: :func:`statectl.evolution_kinds.grouping_key`),
     UnsafeRow or Avro; a state variable's value struct may gain fields (null), with or without
     TTL (the expiry kept), UnsafeRow or Avro. Everything else stays as Spark's rule wants it."""
     if not op.column_families:
