@@ -1,0 +1,309 @@
+"""The commands that write a Spark checkpoint: ``restore`` (from a savepoint) and ``migrate``
+(savepoint then restore in one step). Each builds its options object once
+(:class:`~statectl.restoration.options.RestoreOptions` / ``MigrateOptions``), calls
+:func:`statectl.api.restore_with` / ``migrate_with`` and renders the result; a refused plan is
+printed like a result and exits 2."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from statectl.cli.app import (
+    AggregationStateFormatOpt,
+    BatchOpt,
+    ChangelogOpt,
+    EngineOpt,
+    GroupStateFormatOpt,
+    JoinStateFormatOpt,
+    JsonOpt,
+    MemoryOpt,
+    NoVerifyOpt,
+    SparkConfOpt,
+    WorkersOpt,
+    engine_args,
+    parse_pairs,
+    print_json,
+)
+from statectl.errors import StatectlError
+
+if TYPE_CHECKING:
+    from statectl.restoration.options import RestoreOptions
+
+# restore's own options, in the order its help lists them.
+TargetArg = Annotated[
+    str, typer.Argument(help="New checkpoint directory (must not exist or be empty).")
+]
+SavepointOpt = Annotated[str, typer.Option("--savepoint", "-s", help="Savepoint to restore.")]
+BackendOpt = Annotated[
+    str | None, typer.Option("--backend", help="hdfs or rocksdb (default: the savepoint's).")
+]
+PartitionsOpt = Annotated[
+    int | None,
+    typer.Option("--partitions", help="State partitions (default: the savepoint's)."),
+]
+MapOpt = Annotated[
+    list[str] | None,
+    typer.Option("--map", help="UID=OPERATOR_ID for a changed query, repeatable."),
+]
+DropOpt = Annotated[
+    list[str] | None,
+    typer.Option("--drop", help="UID whose state the new query does not have."),
+]
+AllowNonRestoredOpt = Annotated[
+    bool, typer.Option("--allow-non-restored-state", "-n", help="Drop state with no operator.")
+]
+QueryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--query",
+        help="MODULE:FUNCTION (or FILE.py:FUNCTION) returning the new query's streaming "
+        "DataFrame; it is planned, not run, to match state to operators and check schemas.",
+    ),
+]
+OutputModeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output-mode",
+        help="append, update or complete: the mode the new query runs in, checked with "
+        "Spark's own rules (default: the first of these Spark accepts for the query).",
+    ),
+]
+TransformOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--transform",
+        help="UID=FILE.py:FUNCTION (repeatable, with --query): FUNCTION(batch, store) turns "
+        "the uid's pyarrow rows (columns key, value) into the query's.",
+    ),
+]
+CheckpointFormatOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--checkpoint-format",
+        help="RocksDB state checkpoint format 1 or 2 (default: the savepoint source's).",
+    ),
+]
+SourceOffsetsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source-offsets",
+        help="NAME=JSON: where a source starts (NAME: its index or description as the plan "
+        "shows it; JSON: the source's offset, or - for its configured start). Repeatable.",
+    ),
+]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Make every check the restore makes, write nothing."),
+]
+RestoreOverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="Replace an interrupted statectl restore (never a checkpoint)."
+    ),
+]
+
+
+def restore(
+    target: TargetArg,
+    savepoint_path: SavepointOpt,
+    backend: BackendOpt = None,
+    partitions: PartitionsOpt = None,
+    map_: MapOpt = None,
+    drop: DropOpt = None,
+    allow_non_restored: AllowNonRestoredOpt = False,
+    query: QueryOpt = None,
+    output_mode: OutputModeOpt = None,
+    transform: TransformOpt = None,
+    changelog: ChangelogOpt = False,
+    checkpoint_format: CheckpointFormatOpt = None,
+    join_state_format: JoinStateFormatOpt = None,
+    aggregation_state_format: AggregationStateFormatOpt = None,
+    group_state_format: GroupStateFormatOpt = None,
+    source_offsets: SourceOffsetsOpt = None,
+    dry_run: DryRunOpt = False,
+    overwrite: RestoreOverwriteOpt = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a Spark checkpoint from a savepoint: either backend, any partition count.
+
+    Exits 2 when the restore would fail (target not empty, unmatched state without -n,
+    incompatible schemas, ...), so `--dry-run` is the check to run before deploying a changed
+    query: it fails exactly when the restore would.
+    """
+    from statectl.api import restore_with
+    from statectl.results import RestoreError, RestoreResult
+
+    engines = engine_args(engine, spark_conf)
+    options = _restore_options(
+        engines,
+        map_=map_ or [],
+        source_offsets=source_offsets or [],
+        transform=transform or [],
+        backend=backend,
+        partitions=partitions,
+        drop=tuple(drop or ()),
+        allow_non_restored=allow_non_restored,
+        query=query,
+        output_mode=output_mode,
+        changelog=changelog,
+        checkpoint_format=checkpoint_format,
+        dry_run=dry_run,
+        overwrite=overwrite,
+        join_state_format=join_state_format,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
+        memory=memory,
+        workers=workers,
+    )
+
+    def progress(msg: str) -> None:
+        if not as_json or sys.stderr.isatty():
+            sys.stderr.write(f"statectl: {msg}\n")
+            sys.stderr.flush()
+
+    result: RestoreResult
+    try:
+        result = restore_with(savepoint_path, target, options, progress=progress)
+    except RestoreError as e:  # the plan is the report: print it, then exit 2
+        result = e.result
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        _print_restore(
+            result.to_dict(), "Would restore" if dry_run or not result.ok else "Restored"
+        )
+    if not result.ok:
+        raise typer.Exit(2)
+
+
+def _restore_options(
+    engines: dict[str, Any],
+    *,
+    map_: list[str],
+    source_offsets: list[str],
+    transform: list[str],
+    **choices: Any,
+) -> RestoreOptions:
+    """restore's command line as one RestoreOptions: the KEY=VALUE options parsed (in this
+    order, so the first bad one is the one reported), every other choice as given."""
+    from statectl.restoration.options import RestoreOptions
+    from statectl.source_positions import parse_source_offsets
+
+    mapping = {}
+    for uid, op_id in parse_pairs(map_, "--map").items():
+        if not op_id.isdigit():
+            raise StatectlError(f"--map wants UID=OPERATOR_ID with a numeric id, got {op_id!r}")
+        mapping[uid] = int(op_id)
+    return RestoreOptions(
+        mapping=mapping,
+        source_offsets=parse_source_offsets(source_offsets),
+        transforms=parse_pairs(transform, "--transform"),
+        **choices,
+        **engines,
+    )
+
+
+def _print_restore(info: dict[str, Any], verb: str) -> None:
+    """A restore's document for people on stdout; dropped state and problems also on stderr."""
+    from statectl.render import render_source
+
+    print(
+        f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
+        f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
+    )
+    for uid, op_id in info["restored"].items():
+        print(f"  {uid} -> operator {op_id}")
+    for note in info.get("conversions", []):
+        print(f"  {note}")
+    for note in info.get("evolved", []):
+        print(f"  evolved: {note}")
+    for uid in info["dropped"]:
+        print(f"  {uid} dropped (-n)")
+        sys.stderr.write(f"statectl: warning: the state of uid {uid} is not restored (-n)\n")
+    for op_id, name in info["started_empty"].items():
+        print(f"  operator {op_id} ({name}) starts with empty state")
+    for src in info.get("sources", []):
+        print(f"  {render_source(src)}")
+    for p in info["problems"]:
+        sys.stderr.write(f"statectl: error: {p}\n")
+
+
+def migrate(
+    source: Annotated[str, typer.Argument(help="Checkpoint to migrate (left untouched).")],
+    target: Annotated[str, typer.Argument(help="New checkpoint directory.")],
+    backend: Annotated[str | None, typer.Option("--backend", help="hdfs or rocksdb.")] = None,
+    partitions: Annotated[
+        int | None, typer.Option("--partitions", help="State partitions.")
+    ] = None,
+    batch: BatchOpt = None,
+    keep_savepoint: Annotated[
+        str | None,
+        typer.Option("--keep-savepoint", help="Keep the intermediate savepoint under DIR."),
+    ] = None,
+    changelog: ChangelogOpt = False,
+    join_state_format: JoinStateFormatOpt = None,
+    aggregation_state_format: AggregationStateFormatOpt = None,
+    group_state_format: GroupStateFormatOpt = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace an interrupted statectl migrate (never a checkpoint)."
+        ),
+    ] = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
+    as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
+) -> None:
+    """Savepoint then restore in one step: change backend and/or partition count.
+
+    The temporary savepoint lives inside the target until the target is complete."""
+    from statectl.api import migrate_with
+    from statectl.restoration.options import MigrateOptions
+    from statectl.results import RestoreError, RestoreResult
+
+    engines = engine_args(engine, spark_conf)
+    options = MigrateOptions(
+        backend=backend,
+        partitions=partitions,
+        batch=batch,
+        keep_savepoint=keep_savepoint,
+        changelog=changelog,
+        overwrite=overwrite,
+        verify=not no_verify,
+        join_state_format=join_state_format,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
+        memory=memory,
+        workers=workers,
+        **engines,
+    )
+    # A refused migrate's plan is a RestoreResult (RestoreError.result): both print alike.
+    result: RestoreResult
+    try:
+        result = migrate_with(source, target, options)
+    except RestoreError as e:  # the plan is the report: print it, then exit 2
+        result = e.result
+    info = result.to_dict()
+    if as_json:
+        print_json(info)
+    else:
+        print(
+            f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
+            f"resumes at batch {info['resumes_at_batch']})"
+        )
+        for note in info.get("conversions", []):
+            print(f"  {note}")
+        for p in info["problems"]:
+            sys.stderr.write(f"statectl: error: {p}\n")
+    if not result.ok:
+        raise typer.Exit(2)
