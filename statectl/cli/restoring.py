@@ -7,6 +7,7 @@ printed like a result and exits 2."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -31,6 +32,7 @@ from statectl.errors import StatectlError
 
 if TYPE_CHECKING:
     from statectl.restoration.options import RestoreOptions
+    from statectl.results import RestoreResult
 
 # restore's own options, in the order its help lists them.
 TargetArg = Annotated[
@@ -138,11 +140,9 @@ def restore(
     query: it fails exactly when the restore would.
     """
     from statectl.api import restore_with
-    from statectl.results import RestoreError, RestoreResult
 
-    engines = engine_args(engine, spark_conf)
     options = _restore_options(
-        engines,
+        engine_args(engine, spark_conf),
         map_=map_ or [],
         source_offsets=source_offsets or [],
         transform=transform or [],
@@ -162,23 +162,46 @@ def restore(
         memory=memory,
         workers=workers,
     )
+    progress = _progress_printer(as_json)
+    result = _result_or_plan(
+        lambda: restore_with(savepoint_path, target, options, progress=progress)
+    )
+    verb = "Would restore" if dry_run or not result.ok else "Restored"
+    _report(result, as_json, lambda info: _print_restore(info, verb))
+
+
+def _progress_printer(as_json: bool) -> Callable[[str], None]:
+    """restore's progress lines on stderr: always for people; with --json only on a terminal
+    (a script reading the JSON gets a quiet stderr)."""
 
     def progress(msg: str) -> None:
         if not as_json or sys.stderr.isatty():
             sys.stderr.write(f"statectl: {msg}\n")
             sys.stderr.flush()
 
-    result: RestoreResult
+    return progress
+
+
+def _result_or_plan(run: Callable[[], RestoreResult]) -> RestoreResult:
+    """``run()``'s result, or the plan of a refused restore or migrate (RestoreError.result):
+    the plan is the report, printed like a result."""
+    from statectl.results import RestoreError
+
     try:
-        result = restore_with(savepoint_path, target, options, progress=progress)
-    except RestoreError as e:  # the plan is the report: print it, then exit 2
-        result = e.result
+        return run()
+    except RestoreError as e:
+        return e.result
+
+
+def _report(
+    result: RestoreResult, as_json: bool, for_people: Callable[[dict[str, Any]], None]
+) -> None:
+    """The result as JSON or for people; exit 2 unless it is ok (a refused plan)."""
+    info = result.to_dict()
     if as_json:
-        print_json(result.to_dict())
+        print_json(info)
     else:
-        _print_restore(
-            result.to_dict(), "Would restore" if dry_run or not result.ok else "Restored"
-        )
+        for_people(info)
     if not result.ok:
         raise typer.Exit(2)
 
@@ -269,9 +292,7 @@ def migrate(
     The temporary savepoint lives inside the target until the target is complete."""
     from statectl.api import migrate_with
     from statectl.restoration.options import MigrateOptions
-    from statectl.results import RestoreError, RestoreResult
 
-    engines = engine_args(engine, spark_conf)
     options = MigrateOptions(
         backend=backend,
         partitions=partitions,
@@ -285,25 +306,20 @@ def migrate(
         group_state_format=group_state_format,
         memory=memory,
         workers=workers,
-        **engines,
+        **engine_args(engine, spark_conf),
     )
     # A refused migrate's plan is a RestoreResult (RestoreError.result): both print alike.
-    result: RestoreResult
-    try:
-        result = migrate_with(source, target, options)
-    except RestoreError as e:  # the plan is the report: print it, then exit 2
-        result = e.result
-    info = result.to_dict()
-    if as_json:
-        print_json(info)
-    else:
-        print(
-            f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
-            f"resumes at batch {info['resumes_at_batch']})"
-        )
-        for note in info.get("conversions", []):
-            print(f"  {note}")
-        for p in info["problems"]:
-            sys.stderr.write(f"statectl: error: {p}\n")
-    if not result.ok:
-        raise typer.Exit(2)
+    result = _result_or_plan(lambda: migrate_with(source, target, options))
+    _report(result, as_json, lambda info: _print_migrate(source, info))
+
+
+def _print_migrate(source: str, info: dict[str, Any]) -> None:
+    """A migrate's document for people on stdout; problems on stderr."""
+    print(
+        f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
+        f"resumes at batch {info['resumes_at_batch']})"
+    )
+    for note in info.get("conversions", []):
+        print(f"  {note}")
+    for p in info["problems"]:
+        sys.stderr.write(f"statectl: error: {p}\n")
