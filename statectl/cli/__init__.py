@@ -19,6 +19,10 @@ import sys
 from statectl.cli import reading, restoring, savepoints
 from statectl.cli.app import Command, app, print_json, state
 
+# --debug's switch under the name it had in cli.py: bench/fuzz.py runs main() in-process and
+# resets it between runs (the same dict the app's callback sets).
+_state = state
+
 __all__ = ["app", "json_requested", "main", "render_error", "run"]
 
 for _name, _command in (
@@ -91,7 +95,7 @@ def main() -> None:
         sys.stderr.write("statectl: interrupted\n")
         sys.exit(130)
     except Exception as e:
-        if state["debug"] or os.environ.get("STATECTL_DEBUG") == "1":
+        if _state["debug"] or os.environ.get("STATECTL_DEBUG") == "1":
             raise
         sys.exit(render_error(e, json_requested(sys.argv[1:])))
 
