@@ -1,0 +1,325 @@
+"""The commands that write a Spark checkpoint: ``restore`` (from a savepoint) and ``migrate``
+(savepoint then restore in one step). Each builds its options object once
+(:class:`~statectl.restoration.options.RestoreOptions` / ``MigrateOptions``), calls
+:func:`statectl.api.restore_with` / ``migrate_with`` and renders the result; a refused plan is
+printed like a result and exits 2."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from statectl.cli.app import (
+    AggregationStateFormatOpt,
+    BatchOpt,
+    ChangelogOpt,
+    EngineOpt,
+    GroupStateFormatOpt,
+    JoinStateFormatOpt,
+    JsonOpt,
+    MemoryOpt,
+    NoVerifyOpt,
+    SparkConfOpt,
+    WorkersOpt,
+    engine_args,
+    parse_pairs,
+    print_json,
+)
+from statectl.errors import StatectlError
+
+if TYPE_CHECKING:
+    from statectl.restoration.options import RestoreOptions
+    from statectl.results import RestoreResult
+
+# restore's own options, in the order its help lists them.
+TargetArg = Annotated[
+    str, typer.Argument(help="New checkpoint directory (must not exist or be empty).")
+]
+SavepointOpt = Annotated[str, typer.Option("--savepoint", "-s", help="Savepoint to restore.")]
+BackendOpt = Annotated[
+    str | None, typer.Option("--backend", help="hdfs or rocksdb (default: the savepoint's).")
+]
+PartitionsOpt = Annotated[
+    int | None,
+    typer.Option("--partitions", help="State partitions (default: the savepoint's)."),
+]
+MapOpt = Annotated[
+    list[str] | None,
+    typer.Option("--map", help="UID=OPERATOR_ID for a changed query, repeatable."),
+]
+DropOpt = Annotated[
+    list[str] | None,
+    typer.Option("--drop", help="UID whose state the new query does not have."),
+]
+AllowNonRestoredOpt = Annotated[
+    bool, typer.Option("--allow-non-restored-state", "-n", help="Drop state with no operator.")
+]
+QueryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--query",
+        help="MODULE:FUNCTION (or FILE.py:FUNCTION) returning the new query's streaming "
+        "DataFrame; it is planned, not run, to match state to operators and check schemas.",
+    ),
+]
+OutputModeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output-mode",
+        help="append, update or complete: the mode the new query runs in, checked with "
+        "Spark's own rules (default: the first of these Spark accepts for the query).",
+    ),
+]
+TransformOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--transform",
+        help="UID=FILE.py:FUNCTION (repeatable, with --query): FUNCTION(batch, store) turns "
+        "the uid's pyarrow rows (columns key, value) into the query's.",
+    ),
+]
+CheckpointFormatOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--checkpoint-format",
+        help="RocksDB state checkpoint format 1 or 2 (default: the savepoint source's).",
+    ),
+]
+SourceOffsetsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source-offsets",
+        help="NAME=JSON: where a source starts (NAME: its index or description as the plan "
+        "shows it; JSON: the source's offset, or - for its configured start). Repeatable.",
+    ),
+]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option("--dry-run", help="Make every check the restore makes, write nothing."),
+]
+RestoreOverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="Replace an interrupted statectl restore (never a checkpoint)."
+    ),
+]
+
+
+def restore(
+    target: TargetArg,
+    savepoint_path: SavepointOpt,
+    backend: BackendOpt = None,
+    partitions: PartitionsOpt = None,
+    map_: MapOpt = None,
+    drop: DropOpt = None,
+    allow_non_restored: AllowNonRestoredOpt = False,
+    query: QueryOpt = None,
+    output_mode: OutputModeOpt = None,
+    transform: TransformOpt = None,
+    changelog: ChangelogOpt = False,
+    checkpoint_format: CheckpointFormatOpt = None,
+    join_state_format: JoinStateFormatOpt = None,
+    aggregation_state_format: AggregationStateFormatOpt = None,
+    group_state_format: GroupStateFormatOpt = None,
+    source_offsets: SourceOffsetsOpt = None,
+    dry_run: DryRunOpt = False,
+    overwrite: RestoreOverwriteOpt = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write a Spark checkpoint from a savepoint: either backend, any partition count.
+
+    Exits 2 when the restore would fail (target not empty, unmatched state without -n,
+    incompatible schemas, ...), so `--dry-run` is the check to run before deploying a changed
+    query: it fails exactly when the restore would.
+    """
+    from statectl.api import restore_with
+
+    options = _restore_options(
+        engine_args(engine, spark_conf),
+        map_=map_ or [],
+        source_offsets=source_offsets or [],
+        transform=transform or [],
+        backend=backend,
+        partitions=partitions,
+        drop=tuple(drop or ()),
+        allow_non_restored=allow_non_restored,
+        query=query,
+        output_mode=output_mode,
+        changelog=changelog,
+        checkpoint_format=checkpoint_format,
+        dry_run=dry_run,
+        overwrite=overwrite,
+        join_state_format=join_state_format,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
+        memory=memory,
+        workers=workers,
+    )
+    progress = _progress_printer(as_json)
+    result = _result_or_plan(
+        lambda: restore_with(savepoint_path, target, options, progress=progress)
+    )
+    verb = "Would restore" if dry_run or not result.ok else "Restored"
+    _report(result, as_json, lambda info: _print_restore(info, verb))
+
+
+def _progress_printer(as_json: bool) -> Callable[[str], None]:
+    """restore's progress lines on stderr: always for people; with --json only on a terminal
+    (a script reading the JSON gets a quiet stderr)."""
+
+    def progress(msg: str) -> None:
+        if not as_json or sys.stderr.isatty():
+            sys.stderr.write(f"statectl: {msg}\n")
+            sys.stderr.flush()
+
+    return progress
+
+
+def _result_or_plan(run: Callable[[], RestoreResult]) -> RestoreResult:
+    """``run()``'s result, or the plan of a refused restore or migrate (RestoreError.result):
+    the plan is the report, printed like a result."""
+    from statectl.results import RestoreError
+
+    try:
+        return run()
+    except RestoreError as e:
+        return e.result
+
+
+def _report(
+    result: RestoreResult, as_json: bool, for_people: Callable[[dict[str, Any]], None]
+) -> None:
+    """The result as JSON or for people; exit 2 unless it is ok (a refused plan)."""
+    info = result.to_dict()
+    if as_json:
+        print_json(info)
+    else:
+        for_people(info)
+    if not result.ok:
+        raise typer.Exit(2)
+
+
+def _restore_options(
+    engines: dict[str, Any],
+    *,
+    map_: list[str],
+    source_offsets: list[str],
+    transform: list[str],
+    **choices: Any,
+) -> RestoreOptions:
+    """restore's command line as one RestoreOptions: the KEY=VALUE options parsed (in this
+    order, so the first bad one is the one reported), every other choice as given."""
+    from statectl.restoration.options import RestoreOptions
+    from statectl.source_positions import parse_source_offsets
+
+    mapping = {}
+    for uid, op_id in parse_pairs(map_, "--map").items():
+        if not op_id.isdigit():
+            raise StatectlError(f"--map wants UID=OPERATOR_ID with a numeric id, got {op_id!r}")
+        mapping[uid] = int(op_id)
+    return RestoreOptions(
+        mapping=mapping,
+        source_offsets=parse_source_offsets(source_offsets),
+        transforms=parse_pairs(transform, "--transform"),
+        **choices,
+        **engines,
+    )
+
+
+def _print_restore(info: dict[str, Any], verb: str) -> None:
+    """A restore's document for people on stdout; dropped state and problems also on stderr."""
+    from statectl.render import render_source
+
+    print(
+        f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
+        f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
+    )
+    for uid, op_id in info["restored"].items():
+        print(f"  {uid} -> operator {op_id}")
+    for note in info.get("conversions", []):
+        print(f"  {note}")
+    for note in info.get("evolved", []):
+        print(f"  evolved: {note}")
+    for uid in info["dropped"]:
+        print(f"  {uid} dropped (-n)")
+        sys.stderr.write(f"statectl: warning: the state of uid {uid} is not restored (-n)\n")
+    for op_id, name in info["started_empty"].items():
+        print(f"  operator {op_id} ({name}) starts with empty state")
+    for src in info.get("sources", []):
+        print(f"  {render_source(src)}")
+    for p in info["problems"]:
+        sys.stderr.write(f"statectl: error: {p}\n")
+
+
+def migrate(
+    source: Annotated[str, typer.Argument(help="Checkpoint to migrate (left untouched).")],
+    target: Annotated[str, typer.Argument(help="New checkpoint directory.")],
+    backend: Annotated[str | None, typer.Option("--backend", help="hdfs or rocksdb.")] = None,
+    partitions: Annotated[
+        int | None, typer.Option("--partitions", help="State partitions.")
+    ] = None,
+    batch: BatchOpt = None,
+    keep_savepoint: Annotated[
+        str | None,
+        typer.Option("--keep-savepoint", help="Keep the intermediate savepoint under DIR."),
+    ] = None,
+    changelog: ChangelogOpt = False,
+    join_state_format: JoinStateFormatOpt = None,
+    aggregation_state_format: AggregationStateFormatOpt = None,
+    group_state_format: GroupStateFormatOpt = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace an interrupted statectl migrate (never a checkpoint)."
+        ),
+    ] = False,
+    memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
+    engine: EngineOpt = "local",
+    spark_conf: SparkConfOpt = None,
+    as_json: JsonOpt = False,
+    no_verify: NoVerifyOpt = False,
+) -> None:
+    """Savepoint then restore in one step: change backend and/or partition count.
+
+    The temporary savepoint lives inside the target until the target is complete."""
+    from statectl.api import migrate_with
+    from statectl.restoration.options import MigrateOptions
+
+    options = MigrateOptions(
+        backend=backend,
+        partitions=partitions,
+        batch=batch,
+        keep_savepoint=keep_savepoint,
+        changelog=changelog,
+        overwrite=overwrite,
+        verify=not no_verify,
+        join_state_format=join_state_format,
+        aggregation_state_format=aggregation_state_format,
+        group_state_format=group_state_format,
+        memory=memory,
+        workers=workers,
+        **engine_args(engine, spark_conf),
+    )
+    # A refused migrate's plan is a RestoreResult (RestoreError.result): both print alike.
+    result = _result_or_plan(lambda: migrate_with(source, target, options))
+    _report(result, as_json, lambda info: _print_migrate(source, info))
+
+
+def _print_migrate(source: str, info: dict[str, Any]) -> None:
+    """A migrate's document for people on stdout; problems on stderr."""
+    print(
+        f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
+        f"resumes at batch {info['resumes_at_batch']})"
+    )
+    for note in info.get("conversions", []):
+        print(f"  {note}")
+    for p in info["problems"]:
+        sys.stderr.write(f"statectl: error: {p}\n")
