@@ -296,7 +296,7 @@ def restore(
     function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
     columns (checked against the planned schemas)."""
     from statectl.restoring import restore as do_restore
-    from statectl.source_positions import normalize_offset
+    from statectl.sources import normalize_offset
 
     given = {
         str(k): normalize_offset(v, f"source_offsets[{k!r}]")

@@ -543,7 +543,7 @@ def restore(
     from statectl.errors import StatectlError
     from statectl.render import render_source
     from statectl.results import RestoreError
-    from statectl.source_positions import parse_source_offsets
+    from statectl.sources import parse_source_offsets
 
     engine_args = _engine_args(engine, spark_conf)
 

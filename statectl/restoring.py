@@ -90,7 +90,7 @@ from statectl.savepoints.format import (
 )
 from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.schema_compat import difference, simple_string
-from statectl.source_positions import SourcePositions, plan_positions
+from statectl.sources import SourcePositions, plan_positions, write_carried_sources
 from statectl.state import read_le_int
 from statectl.tws_encode import (
     TTL_INDEX,
@@ -145,7 +145,8 @@ class RestorePlan:
     state_formats: dict[str, int] = field(default_factory=dict)
     conversions: list[str] = field(default_factory=list)
     interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
-    # Every source of the restored query: kept / new / given / dropped (source_positions.py),
+    # Every source of the restored query: kept / new / given / dropped
+    # (statectl/sources/positions.py),
     # and the offset log and source logs written for them (None: the savepoint's as they are).
     sources: list[dict[str, Any]] = field(default_factory=list)
     positions: SourcePositions | None = field(default=None, repr=False, compare=False)
@@ -685,7 +686,7 @@ def plan_restore(
     ``source`` is the checkpoint the savepoint was taken from (migrate), ``own_target`` says
     the caller already marked the target in progress (migrate). ``source_offsets`` (source
     index or description -> offset JSON, ``-`` for the configured start) positions sources;
-    with ``query`` the sources are matched to the query's (statectl/source_positions.py).
+    with ``query`` the sources are matched to the query's (statectl/sources/positions.py).
     """
     m = sp.metadata
     chosen, n = choose_target(sp, backend, partitions)
@@ -1757,6 +1758,8 @@ def _write_canonical(plan: RestorePlan) -> None:
     offsets = pos.offsets if pos is not None else m.offsets
     previous = pos.previous_offsets if pos is not None else (m.previous_offsets or m.offsets)
     _write_source_logs(io, root, pos.source_logs if pos else m.source_logs, previous or {})
+    # Every other kind's sources/ files, byte for byte, under the key the query gives them.
+    write_carried_sources(m.sources, sp.io, sp.root, io, root, pos.carried if pos else None)
     confs = dict(m.pinned_confs)
     confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]
     confs[PARTITIONS_CONF] = str(plan.partitions)

@@ -285,7 +285,7 @@ class SavepointWriter:
         planned source cannot parse is refused. A file source's position is its seen-files
         log: it can only be reset (``None``)."""
         from statectl.processor.bootstrap import describe_sources
-        from statectl.source_positions import START, normalize_offset
+        from statectl.sources import START, normalize_offset
 
         current = self._current_offsets()
         logs = self._base_source_logs()

@@ -40,6 +40,7 @@ from statectl.savepoints.format import (
     StateTable,
     operator_fingerprint,
 )
+from statectl.sources import file_source_logs, savepoint_sources
 from statectl.state import (
     Selection,
     StoreEncoding,
@@ -271,33 +272,6 @@ def _write_chunks(
     return DataFile(rel, rows, size, digest.hexdigest())
 
 
-def _source_logs(ckpt: Checkpoint, batch: int) -> dict[str, list[dict]]:
-    """Each file source's seen-files log up to ``batch``, compacted into one list of entries."""
-    logs: dict[str, list[dict]] = {}
-    for source in ckpt.source_log_dirs():
-        names = [
-            f.name
-            for f in ckpt.io.list_dir(ckpt.path("sources", source))
-            if not f.name.startswith(".")
-        ]
-        compacts = sorted(
-            int(n[: -len(".compact")]) for n in names if n.endswith(".compact") and n[:-8].isdigit()
-        )
-        plain = sorted(int(n) for n in names if n.isdigit())
-        base = max((c for c in compacts if c <= batch), default=None)
-        entries: list[dict] = []
-        if base is not None:
-            entries.extend(ckpt.source_log(source, base))
-        entries.extend(
-            e
-            for b in plain
-            if (base is None or b > base) and b <= batch
-            for e in ckpt.source_log(source, b)
-        )
-        logs[source] = entries
-    return logs
-
-
 def _spark_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -357,7 +331,7 @@ def build_savepoint(
         else:
             parts = [[next(results) for _ in range(op.num_partitions)] for _ in table_tasks(op)]
         operators.append(operator_state(op, uids[op.operator_id], parts, pinned_join_format))
-    return savepoint_metadata(ckpt, batch, operators)
+    return savepoint_metadata(ckpt, batch, operators, (out_io, out_root))
 
 
 def _placeholder_parts(op: Operator, uid: str) -> list[list[tuple[DataFile, list[str]]]]:
@@ -450,9 +424,13 @@ def operator_state(
 
 
 def savepoint_metadata(
-    ckpt: Checkpoint, batch: int, operators: list[OperatorState]
+    ckpt: Checkpoint,
+    batch: int,
+    operators: list[OperatorState],
+    out: tuple[FileIO, str] | None = None,
 ) -> SavepointMetadata:
-    """Everything but the state tables: position, confs, source logs, provenance."""
+    """Everything but the state tables: position, confs, source logs, provenance. ``out``: the
+    canonical savepoint the sources' files are copied into (statectl/sources/carry.py)."""
     off = ckpt.offsets(batch)
     commit = ckpt.commit(batch)
     return SavepointMetadata(
@@ -465,7 +443,8 @@ def savepoint_metadata(
         offset_log_version=off.version,
         offset_metadata_extra=off.metadata_extra,
         pinned_confs=off.conf,
-        source_logs=_source_logs(ckpt, batch),
+        source_logs=file_source_logs(ckpt, batch),
+        sources=savepoint_sources(ckpt, batch, out),
         source_checkpoint={
             "backend": ckpt.backend(batch),
             "partitions": ckpt.num_partitions(batch),

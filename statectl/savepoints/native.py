@@ -10,10 +10,8 @@ partition count; ``statectl savepoint --type canonical NATIVE`` converts it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io as _io
-import json
 import posixpath
 import zipfile
 import zlib
@@ -35,6 +33,7 @@ from statectl.errors import CorruptFileError
 from statectl.io import FileIO
 from statectl.savepoints.create import default_uid
 from statectl.savepoints.format import DataFile, OperatorState, SavepointMetadata, StateTable
+from statectl.sources import native_source_files
 
 EMBEDDED = "checkpoint"
 
@@ -111,15 +110,7 @@ def _log_files(ckpt: Checkpoint, batch: int) -> list[str]:
         if b >= 0 and b in ckpt.offset_batches:
             out.append(ckpt.path("offsets", str(b)))
     out.append(ckpt.path("commits", str(batch)))
-    offsets = ckpt.offsets(batch).offsets
-    for source in ckpt.source_log_dirs():
-        limit = None
-        with contextlib.suppress(TypeError, KeyError, ValueError):
-            limit = int(json.loads(offsets.get(source) or "null")["logOffset"])
-        for f in ckpt.io.list_dir(ckpt.path("sources", source)):
-            b = batch_id_of(f.name)
-            if b is not None and not f.name.startswith(".") and (limit is None or b <= limit):
-                out.append(f.path)
+    out += native_source_files(ckpt, batch)  # every source's files (statectl/sources)
     return out
 
 

@@ -44,6 +44,9 @@ class SourcePositions:
     source_logs: dict[str, list[dict[str, Any]]]
     report: list[dict[str, Any]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # savepoint source key -> its key in the restored query, for every source that keeps its
+    # position: where its carried sources/ files (statectl/sources/carry.py) are written back.
+    carried: dict[str, str] = field(default_factory=dict)
 
 
 def parse_source_offsets(pairs: list[str]) -> dict[str, str]:
@@ -181,6 +184,43 @@ def _dropped(o: _Old, label: str | int, allow: bool, hint: str = "") -> tuple[di
     )
 
 
+@dataclass
+class _Acc:
+    """What :func:`plan_positions` builds up, source by source."""
+
+    problems: list[str]
+    offsets: dict[str, str | None] = field(default_factory=dict)
+    previous: dict[str, str | None] = field(default_factory=dict)
+    logs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    report: list[dict[str, Any]] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)
+    carried: dict[str, str] = field(default_factory=dict)
+
+    def result(self, previous: dict[str, str | None] | None) -> SourcePositions:
+        return SourcePositions(
+            self.offsets, previous, self.logs, self.report, self.problems, self.carried
+        )
+
+    def keep(self, key: str, o: _Old) -> None:
+        """The new source ``key`` continues the savepoint's source ``o``."""
+        self.offsets[key], self.previous[key] = o.offset, o.previous
+        if o.entries:
+            self.logs[key] = o.entries
+        self.carried[o.key] = key
+
+
+def _same_sources(old: list[_Old]) -> list[PlannedSource]:
+    """No ``--query``: the savepoint's own sources, positions replaceable by index."""
+    return [
+        PlannedSource(
+            int(o.key) if o.key.isdigit() else i,
+            o.describe(),
+            (o.directory or "?") if o.is_file else None,
+        )
+        for i, o in enumerate(old)
+    ]
+
+
 def plan_positions(
     m: Any,
     new: list[PlannedSource] | None,
@@ -190,96 +230,92 @@ def plan_positions(
     """Match the savepoint's sources (``m``: its metadata) to the query's (``new``: planned,
     None without ``--query``: the same sources as before) and apply ``given``."""
     old = _old_sources(m)
-    if new is None:  # no --query: the savepoint's sources, positions replaceable by index
-        new = [
-            PlannedSource(
-                int(o.key) if o.key.isdigit() else i,
-                o.describe(),
-                (o.directory or "?") if o.is_file else None,
-            )
-            for i, o in enumerate(old)
-        ]
-        unchanged_query = True
-    else:
-        unchanged_query = False
+    unchanged_query = new is None
     if m.offset_log_version != 1:
-        return _named_positions(
-            m, old, new if not unchanged_query else None, given, allow_non_restored
-        )
+        return _named_positions(m, old, new, given, allow_non_restored)
+    new = _same_sources(old) if new is None else new
     by_index, problems = _resolve(given, new)
-    used: set[str] = set()
-    report: list[dict[str, Any]] = []
-    offsets: dict[str, str | None] = {}
-    previous: dict[str, str | None] = {}
-    logs: dict[str, list[dict[str, Any]]] = {}
+    acc = _Acc(problems)
     olds = {o.key: o for o in old}
     match = (
         {s.index: olds[str(s.index)] for s in new if s.index not in by_index}
         if unchanged_query
         else _match(new, old, by_index, problems)
     )
-    used.update(o.key for o in match.values())
+    acc.used.update(o.key for o in match.values())
     for s in new:
         key = str(s.index)
         entry: dict[str, Any] = {"index": s.index, "description": s.description}
         if s.index in by_index:
-            text = by_index[s.index]
-            replaced = olds.get(key)
-            if text == START:
-                entry.update(position="new", offset=None)
-            elif s.is_file:
-                if replaced is not None:
-                    used.add(replaced.key)  # refused here; not "dropped" as well
-                problems.append(
-                    _file_offset_refused(
-                        str(s.index),
-                        s.description,
-                        "it keeps the log of the savepoint's source of the same directory",
-                    )
-                )
+            if not _given(acc, s, by_index[s.index], olds.get(key), unchanged_query, entry):
                 continue
-            else:
-                if (problem := _unparsable(str(s.index), text, s)) is not None:
-                    problems.append(problem)
-                entry.update(position="given", offset=text)
-                offsets[key] = previous[key] = text
-            if entry["position"] == "new":
-                offsets[key] = previous[key] = None
-            if replaced is not None and replaced.key not in used and not unchanged_query:
-                entry["replaces"] = replaced.describe()
-                used.add(replaced.key)
-            elif unchanged_query and replaced is not None:
-                used.add(replaced.key)
         elif s.index in match:
-            o = match[s.index]
-            # a source the savepoint has no offset for yet starts from its configured start
-            entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
-            if o.key != key:
-                entry["from"] = int(o.key) if o.key.isdigit() else o.key
-            if s.is_file and o.directory and o.directory != _local_dir(s.file_path or ""):
-                entry["note"] = (
-                    f"matched by index: the savepoint's files were under {o.directory}; pass "
-                    f"--source-offsets {s.index}=- to read the new directory from its start"
-                )
-            offsets[key], previous[key] = o.offset, o.previous
-            if o.entries:
-                logs[key] = o.entries
+            _kept(acc, s, match[s.index], entry)
         else:
             entry.update(position="new", offset=None)
-            offsets[key] = previous[key] = None
-        report.append(entry)
+            acc.offsets[key] = acc.previous[key] = None
+        acc.report.append(entry)
     for o in old:
-        if o.key in used:
+        if o.key in acc.used:
             continue
-        entry, problem = _dropped(
-            o,
-            int(o.key) if o.key.isdigit() else o.key,
-            allow_non_restored,
-            ", or --source-offsets to hand it to a new source",
+        label = int(o.key) if o.key.isdigit() else o.key
+        hint = ", or --source-offsets to hand it to a new source"
+        dropped, problem = _dropped(o, label, allow_non_restored, hint)
+        acc.report.append(dropped)
+        acc.problems += [problem] if problem else []
+    return acc.result(acc.previous)
+
+
+def _given(
+    acc: _Acc,
+    s: PlannedSource,
+    text: str,
+    replaced: _Old | None,
+    unchanged_query: bool,
+    entry: dict[str, Any],
+) -> bool:
+    """``--source-offsets`` for the new source ``s``; False when it is refused (no entry)."""
+    key = str(s.index)
+    if text == START:
+        entry.update(position="new", offset=None)
+        acc.offsets[key] = acc.previous[key] = None
+    elif s.is_file:
+        if replaced is not None:
+            acc.used.add(replaced.key)  # refused here; not "dropped" as well
+        acc.problems.append(
+            _file_offset_refused(
+                key,
+                s.description,
+                "it keeps the log of the savepoint's source of the same directory",
+            )
         )
-        report.append(entry)
-        problems += [problem] if problem else []
-    return SourcePositions(offsets, previous, logs, report, problems)
+        return False
+    else:
+        if (problem := _unparsable(key, text, s)) is not None:
+            acc.problems.append(problem)
+        entry.update(position="given", offset=text)
+        acc.offsets[key] = acc.previous[key] = text
+    if replaced is not None and replaced.key not in acc.used and not unchanged_query:
+        entry["replaces"] = replaced.describe()
+        acc.used.add(replaced.key)
+    elif unchanged_query and replaced is not None:
+        acc.used.add(replaced.key)
+    return True
+
+
+def _kept(acc: _Acc, s: PlannedSource, o: _Old, entry: dict[str, Any]) -> None:
+    """The new source ``s`` continues the savepoint's source ``o``."""
+    key = str(s.index)
+    # a source the savepoint has no offset for yet starts from its configured start
+    entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
+    if o.key != key:
+        entry["from"] = int(o.key) if o.key.isdigit() else o.key
+    if s.is_file and o.directory and o.directory != _local_dir(s.file_path or ""):
+        entry["note"] = (
+            f"matched by index: the savepoint's files were under {o.directory}; pass "
+            f"--source-offsets {s.index}=- to read the new directory from its start"
+        )
+    acc.keep(key, o)
 
 
 def _match(
@@ -288,7 +324,24 @@ def _match(
     """New source index -> the old source it continues: a file source the old source of its
     directory, else (any source) the old source at its index, if of the same kind and (where
     the new source can check it) its offset is one the new source can read."""
+    match = _match_by_directory(new, old, by_index)
+    used = {o.key for o in match.values()}
     olds = {o.key: o for o in old}
+    for s in new:
+        if s.index in match or s.index in by_index:
+            continue
+        o = olds.get(str(s.index))
+        if o is None or o.key in used or not _continues(s, o, problems):
+            continue
+        match[s.index] = o
+        used.add(o.key)
+    return match
+
+
+def _match_by_directory(
+    new: list[PlannedSource], old: list[_Old], by_index: dict[int, str]
+) -> dict[int, _Old]:
+    """File sources: the savepoint's file source that read the same directory."""
     used: set[str] = set()
     match: dict[int, _Old] = {}
     for s in new:
@@ -298,32 +351,46 @@ def _match(
             if hit is not None:
                 match[s.index] = hit
                 used.add(hit.key)
-    for s in new:
-        if s.index in match or s.index in by_index:
-            continue
-        o = olds.get(str(s.index))
-        if o is None or o.key in used:
-            continue
-        if s.is_file and o.is_file:
-            # Same place, same kind, another (or no known) directory: Spark continues it with
-            # its seen-files log (a moved directory, another URI spelling); the plan says so.
-            match[s.index] = o
-        elif not s.is_file and not o.is_file:
-            if s.parse_offset is not None and o.offset is not None:
-                err = s.parse_offset(o.offset)
-                if err:
-                    problems.append(
-                        f"source {s.index} ({s.description}) is not the savepoint's source "
-                        f"{o.key}: it cannot read its offset {o.offset} ({err}); pass "
-                        f"--source-offsets {s.index}=JSON, or {s.index}=- to start it from its "
-                        "configured start"
-                    )
-                    continue
-            match[s.index] = o
-        else:
-            continue
-        used.add(o.key)
     return match
+
+
+def _continues(s: PlannedSource, o: _Old, problems: list[str]) -> bool:
+    """The new source at the old source's index continues it: the same kind, and (where the
+    new source can check it) an offset it can read."""
+    if s.is_file != o.is_file:
+        return False
+    if s.is_file:
+        # Same place, same kind, another (or no known) directory: Spark continues it with
+        # its seen-files log (a moved directory, another URI spelling); the plan says so.
+        return True
+    if s.parse_offset is not None and o.offset is not None:
+        err = s.parse_offset(o.offset)
+        if err:
+            problems.append(
+                f"source {s.index} ({s.description}) is not the savepoint's source "
+                f"{o.key}: it cannot read its offset {o.offset} ({err}); pass "
+                f"--source-offsets {s.index}=JSON, or {s.index}=- to start it from its "
+                "configured start"
+            )
+            return False
+    return True
+
+
+def _planned_names(new: list[PlannedSource], problems: list[str]) -> dict[str, PlannedSource]:
+    """The query's sources by name; an unnamed or twice-named source is a problem."""
+    planned: dict[str, PlannedSource] = {}
+    for s in new:
+        if s.name is None:
+            problems.append(
+                f"source {s.index} ({s.description}) of the query has no name; the "
+                "savepoint's sources are named (offset log v2): name every source with "
+                "readStream.name(...)"
+            )
+        elif s.name in planned:
+            problems.append(f"the query names two sources {s.name!r}")
+        else:
+            planned[s.name] = s
+    return planned
 
 
 def _named_positions(
@@ -339,81 +406,69 @@ def _named_positions(
     its configured start, a missing one is forgotten), so a restore matches by name: a kept
     name keeps its offset and seen-files log, a new one starts (or takes ``--source-offsets
     NAME=JSON``), a dropped one needs ``-n``."""
-    problems: list[str] = []
+    acc = _Acc([])
     previous = dict(m.previous_offsets) if m.previous_offsets is not None else None
     olds = {o.key: o for o in old}
-    if new is None:  # the savepoint's own sources
-        names: list[str] = list(m.offsets)
-        planned: dict[str, PlannedSource] = {}
-    else:
-        planned = {}
-        for s in new:
-            if s.name is None:
-                problems.append(
-                    f"source {s.index} ({s.description}) of the query has no name; the "
-                    "savepoint's sources are named (offset log v2): name every source with "
-                    "readStream.name(...)"
-                )
-            elif s.name in planned:
-                problems.append(f"the query names two sources {s.name!r}")
-            else:
-                planned[s.name] = s
-        names = list(planned)
+    planned = _planned_names(new, acc.problems) if new is not None else {}
+    names: list[str] = list(m.offsets) if new is None else list(planned)
     for name in given:
         if name not in names:
-            problems.append(
+            acc.problems.append(
                 f"--source-offsets {name}: the query has no source of that name (it has "
                 f"{', '.join(names) or 'none'})"
             )
-    offsets: dict[str, str | None] = {}
-    logs: dict[str, list[dict[str, Any]]] = {}
-    report: list[dict[str, Any]] = []
     for name in names:
-        o, s = olds.get(name), planned.get(name)
-        description = s.description if s is not None else o.describe() if o else name
-        entry: dict[str, Any] = {"index": name, "description": description}
-        if name in given:
-            text = given[name]
-            if s is not None and s.is_file and text != START:
-                problems.append(
-                    _file_offset_refused(
-                        name, description, "it keeps the savepoint's log of that name"
-                    )
-                )
-                continue
-            if text != START and (problem := _unparsable(name, text, s)) is not None:
-                problems.append(problem)
-            entry.update(position="given", offset=None if text == START else text)
-            if o is not None:
-                entry["replaces"] = o.describe()
-            offsets[name] = entry["offset"]
-        elif o is not None:
-            if s is not None and _other_kind(s, o):
-                problems.append(
-                    f"source {name!r} of the query ({description}) is not the savepoint's "
-                    f"source of that name ({o.describe()}, offset {o.offset}); pass "
-                    f"--source-offsets {name}=JSON, or {name}=- to start it from its "
-                    "configured start"
-                )
-                continue
-            entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
-            offsets[name] = o.offset
-            if o.entries:
-                logs[name] = o.entries
-        else:
-            # Spark's own way for a name it has not seen: no line, the source starts from its
-            # configured start at the next batch.
-            entry.update(position="new", offset=None)
-        report.append(entry)
+        _named_entry(acc, name, olds.get(name), planned.get(name), given)
     if previous is not None:
+        offsets = acc.offsets
         previous = {k: (offsets[k] if k in given else previous.get(k, offsets[k])) for k in offsets}
     for o in old:
         if o.key in names:
             continue
         entry, problem = _dropped(o, o.key, allow_non_restored)
-        report.append(entry)
-        problems += [problem] if problem else []
-    return SourcePositions(offsets, previous, logs, report, problems)
+        acc.report.append(entry)
+        acc.problems += [problem] if problem else []
+    return acc.result(previous)
+
+
+def _named_entry(
+    acc: _Acc, name: str, o: _Old | None, s: PlannedSource | None, given: dict[str, str]
+) -> None:
+    """Where the named source ``name`` starts (``o``: the savepoint's, ``s``: the query's)."""
+    description = s.description if s is not None else o.describe() if o else name
+    entry: dict[str, Any] = {"index": name, "description": description}
+    if name in given:
+        text = given[name]
+        if s is not None and s.is_file and text != START:
+            acc.problems.append(
+                _file_offset_refused(name, description, "it keeps the savepoint's log of that name")
+            )
+            return
+        if text != START and (problem := _unparsable(name, text, s)) is not None:
+            acc.problems.append(problem)
+        entry.update(position="given", offset=None if text == START else text)
+        if o is not None:
+            entry["replaces"] = o.describe()
+        acc.offsets[name] = entry["offset"]
+    elif o is not None:
+        if s is not None and _other_kind(s, o):
+            acc.problems.append(
+                f"source {name!r} of the query ({description}) is not the savepoint's "
+                f"source of that name ({o.describe()}, offset {o.offset}); pass "
+                f"--source-offsets {name}=JSON, or {name}=- to start it from its "
+                "configured start"
+            )
+            return
+        entry.update(position="kept" if o.offset is not None else "new", offset=o.offset)
+        acc.offsets[name] = o.offset
+        if o.entries:
+            acc.logs[name] = o.entries
+        acc.carried[o.key] = name
+    else:
+        # Spark's own way for a name it has not seen: no line, the source starts from its
+        # configured start at the next batch.
+        entry.update(position="new", offset=None)
+    acc.report.append(entry)
 
 
 def _other_kind(s: PlannedSource, o: _Old) -> bool:

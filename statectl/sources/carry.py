@@ -1,0 +1,220 @@
+"""Each source of a checkpoint as statectl reads, savepoints and restores it.
+
+A source is a line of ``offsets/N`` (keyed by index, or by name in offset log v2) and the
+files Spark keeps for it under ``sources/<key>/``. A file source's seen-files log is parsed
+(the savepoint keeps its entries, ``source_logs``, and a restore lays the log out again);
+every other kind's files are carried as bytes: copied into the savepoint under
+``sources/<key>/``, recorded with size and SHA-256 in ``_metadata`` ``sources``, and written
+back byte for byte by ``restore`` and ``migrate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from statectl.checksums import read_verified
+from statectl.errors import CorruptFileError, MissingFileError
+from statectl.io import FileIO
+from statectl.sources.kinds import (
+    FILE,
+    SourceKind,
+    kind_named,
+    offset_value,
+    recognise,
+)
+
+# Where a canonical savepoint keeps the carried files, and where a native one has them (its
+# embedded checkpoint, statectl/savepoints/native.py EMBEDDED).
+SAVEPOINT_DIR = "sources"
+NATIVE_DIR = "checkpoint/sources"
+
+
+class SourceFiles(Mapping[str, bytes]):
+    """The files under ``sources/<key>/`` (relative path -> bytes), read when first asked:
+    recognising a kind reads one or two small files, not a whole seen-files log."""
+
+    def __init__(self, ckpt: Any, key: str) -> None:
+        self._io: FileIO = ckpt.io
+        self._verify: bool = ckpt.verify
+        self.directory: str = ckpt.path("sources", key)
+        self._paths: dict[str, str] = {}
+        for f in ckpt.io.walk_files(self.directory):
+            rel = posixpath.relpath(f.path, self.directory)
+            # Hidden files are Hadoop's .crc sidecars and temp files, not the source's.
+            if not any(part.startswith(".") for part in rel.split("/")):
+                self._paths[rel] = f.path
+        self._read: dict[str, bytes] = {}
+
+    def __getitem__(self, rel: str) -> bytes:
+        if rel not in self._read:
+            self._read[rel] = read_verified(self._io, self._paths[rel], verify=self._verify)
+        return self._read[rel]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._paths))
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def path(self, rel: str) -> str:
+        return self._paths[rel]
+
+
+@dataclass
+class CheckpointSource:
+    """One source of one batch: its key (index or name), kind, offset text and files."""
+
+    key: str
+    name: str | None
+    kind: SourceKind
+    offset: str | None
+    files: SourceFiles
+
+    def describe(self) -> dict[str, Any]:
+        """For ``inspect`` (and its ``--json``)."""
+        value = offset_value(self.offset)
+        return {
+            "key": self.key,
+            "name": self.name,
+            "kind": self.kind.name,
+            "title": self.kind.title,
+            "offset": self.offset,
+            "position": self.kind.position(value),
+            "files": list(self.files),
+        }
+
+
+def checkpoint_sources(ckpt: Any, batch: int) -> list[CheckpointSource]:
+    """Every source of ``batch``: the offset log's, then any other ``sources/`` directory."""
+    off = ckpt.offsets(batch)
+    named = off.version != 1
+    keys = list(off.offsets)
+    keys += sorted(d for d in ckpt.source_log_dirs() if d not in off.offsets)
+    out = []
+    for key in keys:
+        files = SourceFiles(ckpt, key)
+        offset = off.offsets.get(key)
+        out.append(
+            CheckpointSource(key, key if named else None, recognise(offset, files), offset, files)
+        )
+    return out
+
+
+def file_source_logs(ckpt: Any, batch: int) -> dict[str, list[dict[str, Any]]]:
+    """Each *file* source's seen-files log up to ``batch``, compacted into one list of
+    entries (savepoint ``source_logs``). Other kinds' files are carried as bytes."""
+    logs: dict[str, list[dict[str, Any]]] = {}
+    for src in checkpoint_sources(ckpt, batch):
+        if src.kind is FILE and src.files:
+            logs[src.key] = _seen_files(ckpt, src, batch)
+    return logs
+
+
+def _seen_files(ckpt: Any, src: CheckpointSource, batch: int) -> list[dict[str, Any]]:
+    compacts = sorted(int(n[: -len(".compact")]) for n in src.files if n.endswith(".compact"))
+    plain = sorted(int(n) for n in src.files if n.isdigit())
+    base = max((c for c in compacts if c <= batch), default=None)
+    entries: list[dict[str, Any]] = []
+    if base is not None:
+        entries.extend(ckpt.source_log(src.key, base))
+    for b in plain:
+        if (base is None or b > base) and b <= batch:
+            entries.extend(ckpt.source_log(src.key, b))
+    return entries
+
+
+def native_source_files(ckpt: Any, batch: int) -> list[str]:
+    """The ``sources/`` files a native savepoint copies: a file source's log up to its
+    offset's batch (Spark's own layout), every file of any other kind."""
+    out = []
+    for src in checkpoint_sources(ckpt, batch):
+        limit = None
+        if src.kind is FILE:
+            value = offset_value(src.offset)
+            limit = value.get("logOffset") if isinstance(value, dict) else None
+        for rel in src.files:
+            if src.kind is FILE:
+                stem = rel[: -len(".compact")] if rel.endswith(".compact") else rel
+                if not stem.isdigit() or (limit is not None and int(stem) > limit):
+                    continue
+            out.append(src.files.path(rel))
+    return out
+
+
+def savepoint_sources(
+    ckpt: Any, batch: int, out: tuple[FileIO, str] | None
+) -> list[dict[str, Any]]:
+    """``_metadata`` ``sources``: each source's key, name, kind, offset, position and files.
+    With ``out`` (a canonical savepoint's io and root) the files of every kind but a file
+    source are copied to ``sources/<key>/``; without it they are recorded where a native
+    savepoint keeps its copy (``checkpoint/sources/<key>/``)."""
+    prefix = SAVEPOINT_DIR if out is not None else NATIVE_DIR
+    entries = []
+    for src in checkpoint_sources(ckpt, batch):
+        entry = src.describe()
+        del entry["title"]
+        entry["files"] = []
+        if src.kind is not FILE:
+            for rel in src.files:
+                data = src.files[rel]
+                path = posixpath.join(prefix, src.key, rel)
+                if out is not None:
+                    out[0].write_atomic(posixpath.join(out[1], path), data)
+                entry["files"].append(
+                    {"path": path, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                )
+        entries.append(entry)
+    return entries
+
+
+def _safe_rel(rel: str) -> bool:
+    parts = rel.split("/")
+    return bool(rel) and all(p not in ("", ".", "..") and "\\" not in p for p in parts)
+
+
+def carried_files(entry: Any, sp_io: FileIO, sp_root: str) -> Iterator[tuple[str, bytes]]:
+    """The carried files of one ``_metadata`` ``sources`` entry: (path under the source's
+    directory, bytes), each checked against its recorded size and SHA-256."""
+    if not isinstance(entry, dict) or kind_named(entry.get("kind")) is FILE:
+        return
+    key = entry.get("key")
+    for f in entry.get("files") or []:
+        path = f.get("path") if isinstance(f, dict) else None
+        if not isinstance(path, str) or not _safe_rel(path) or not isinstance(key, str):
+            raise CorruptFileError(f"_metadata: source file {path!r} is not a plain path", sp_root)
+        head, _, rel = path.partition(f"sources/{key}/")
+        if head not in ("", "checkpoint/") or not _safe_rel(rel):
+            raise CorruptFileError(
+                f"_metadata: source file {path!r} is not under sources/{key}/", sp_root
+            )
+        full = posixpath.join(sp_root, path)
+        if not sp_io.exists(full):
+            raise MissingFileError("a source file of the savepoint is missing", full)
+        data = sp_io.read_bytes(full)
+        if len(data) != f.get("bytes") or hashlib.sha256(data).hexdigest() != f.get("sha256"):
+            raise CorruptFileError("does not match its size and SHA-256 in _metadata", full)
+        yield rel, data
+
+
+def write_carried_sources(
+    sources: list[Any] | None,
+    sp_io: FileIO,
+    sp_root: str,
+    io: FileIO,
+    root: str,
+    keys: Mapping[str, str] | None = None,
+) -> None:
+    """Write every carried source file back under ``root/sources/<key>/``, byte for byte.
+    ``keys`` (restore with a changed query) maps each savepoint source to the key it has in
+    the restored query; a source it does not map is not restored."""
+    for entry in sources or []:
+        old = entry.get("key") if isinstance(entry, dict) else None
+        new = old if keys is None else keys.get(str(old))
+        if new is None:
+            continue
+        for rel, data in carried_files(entry, sp_io, sp_root):
+            io.write_atomic(posixpath.join(root, "sources", new, rel), data)
