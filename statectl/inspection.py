@@ -26,6 +26,7 @@ from statectl.checkpoint.model import (
 from statectl.errors import StatectlError, display_path
 from statectl.io import FileIO, redact, storage_options_for
 from statectl.join_state import format_of
+from statectl.sources import checkpoint_sources
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
 
 SAMPLE_ROWS = 5
@@ -143,6 +144,7 @@ def inspect_checkpoint(
         "offset_log_version": off.version,
         "commit_log_version": commit.version,
         "source_offsets": {k: maybe_json(v) for k, v in off.offsets.items()},
+        "sources": [s.describe() for s in checkpoint_sources(ckpt, b)],
         "pinned_confs": confs,
         "operators": [describe_operator(ckpt, op, b, rows=rows) for op in ckpt.operators(b)],
     }

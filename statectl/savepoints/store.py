@@ -30,6 +30,7 @@ from statectl.savepoints.format import (
     StateTable,
     parse_metadata,
 )
+from statectl.sources import savepoint_source_rows
 from statectl.state import Selection, join_side_view
 
 
@@ -351,6 +352,7 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
         "partitions": m.source_checkpoint.get("partitions"),
         "checkpoint_format_version": m.source_checkpoint.get("checkpoint_format_version"),
         "source_offsets": {k: maybe_json(v) for k, v in m.offsets.items()},
+        "sources": savepoint_source_rows(m),
         "pinned_confs": dict(sorted(m.pinned_confs.items())),
         "uncommitted_batches": [],
         "latest_committed_batch": m.batch_id,

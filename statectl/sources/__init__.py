@@ -13,6 +13,8 @@ from statectl.sources.carry import (
     checkpoint_sources,
     file_source_logs,
     native_source_files,
+    position_text,
+    savepoint_source_rows,
     savepoint_sources,
     write_carried_sources,
 )
@@ -39,7 +41,9 @@ __all__ = [
     "normalize_offset",
     "parse_source_offsets",
     "plan_positions",
+    "position_text",
     "recognise",
+    "savepoint_source_rows",
     "savepoint_sources",
     "write_carried_sources",
 ]

@@ -77,7 +77,7 @@ class CheckpointSource:
     def describe(self) -> dict[str, Any]:
         """For ``inspect`` (and its ``--json``)."""
         value = offset_value(self.offset)
-        return {
+        out = {
             "key": self.key,
             "name": self.name,
             "kind": self.kind.name,
@@ -86,6 +86,7 @@ class CheckpointSource:
             "position": self.kind.position(value),
             "files": list(self.files),
         }
+        return {**out, "summary": position_text(out)}
 
 
 def checkpoint_sources(ckpt: Any, batch: int) -> list[CheckpointSource]:
@@ -156,7 +157,7 @@ def savepoint_sources(
     entries = []
     for src in checkpoint_sources(ckpt, batch):
         entry = src.describe()
-        del entry["title"]
+        del entry["title"], entry["summary"]
         entry["files"] = []
         if src.kind is not FILE:
             for rel in src.files:
@@ -218,3 +219,50 @@ def write_carried_sources(
             continue
         for rel, data in carried_files(entry, sp_io, sp_root):
             io.write_atomic(posixpath.join(root, "sources", new, rel), data)
+
+
+def savepoint_source_rows(m: Any) -> list[dict[str, Any]]:
+    """``inspect`` of a savepoint: its recorded sources (for savepoints older than the
+    ``sources`` field, recognised from the offsets alone)."""
+    if m.sources is not None:
+        rows = []
+        for e in m.sources:
+            kind = kind_named(e.get("kind"))
+            files = [f.get("path") for f in e.get("files") or [] if isinstance(f, dict)]
+            row = {**e, "title": kind.title, "files": files}
+            rows.append({**row, "summary": position_text(row)})
+        return rows
+    rows = []
+    for key, text in m.offsets.items():
+        kind = recognise(text, {})
+        row = {
+            "key": key,
+            "name": key if m.offset_log_version != 1 else None,
+            "kind": kind.name,
+            "title": kind.title,
+            "offset": text,
+            "position": kind.position(offset_value(text)),
+            "files": [],
+        }
+        rows.append({**row, "summary": position_text(row)})
+    return rows
+
+
+def position_text(src: dict[str, Any]) -> str:
+    """One line for a source in ``inspect``: its kind and position (Kafka: each
+    topic-partition's offset; Delta: the table id and version), else its raw offset."""
+    rows = src.get("position") or []
+    kind = src.get("kind")
+    offset = src.get("offset")
+    if kind == "kafka" and rows:
+        where = ", ".join(
+            f"{r['topic']}/{r['partition']} @ {r.get('marker') or r['offset']}" for r in rows
+        )
+    elif kind == "delta" and rows:
+        r = rows[0]
+        where = f"table {r['table_id']} version {r['version']} index {r['index']}"
+    else:
+        where = "no offset yet" if offset is None else str(offset)
+    files = src.get("files") or []
+    extra = f" ({len(files)} file{'s' if len(files) != 1 else ''} in sources/)" if files else ""
+    return f"{src.get('title') or kind}: {where}{extra}"

@@ -41,7 +41,7 @@ class SourceKind:
     """A kind of source. ``name`` is what ``inspect`` and savepoint ``_metadata`` call it."""
 
     name = "opaque"
-    title = "a source statectl does not model"
+    title = "opaque (kind not recognised)"
     editable = False
     # Its files in sources/<index>/ are a file source's seen-files log (parsed, compacted by
     # the savepoint); every other kind's files are carried as bytes.
@@ -221,6 +221,10 @@ class RateMicroBatchKind(SourceKind):
 
 
 DELTA_KEYS = {"sourceVersion", "reservoirId", "reservoirVersion", "index"}
+DELTA_EXAMPLE = (
+    '{"sourceVersion":1,"reservoirId":"<table id>","reservoirVersion":4,"index":-1,'
+    '"isStartingVersion":false}'
+)
 
 
 class DeltaKind(SourceKind):

@@ -1,0 +1,151 @@
+"""Every kind of source through the commands a user runs (issue 22): inspect, export,
+savepoint (canonical and native), restore into the other backend at another partition count,
+and migrate, on checkpoints of Kafka, Delta, an unknown source (fixtures/sources.py: their
+Spark writers' exact bytes over real Spark state), rate, rate-micro-batch and a PySpark Python
+data source (written by Spark 4.3, fixtures/generate.py). The restored ``sources/`` files and
+offset lines are the source checkpoint's, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from statectl.checkpoint.model import Checkpoint
+from statectl.sources import kinds as K
+from statectl.sources import recognise
+from tests.conftest import FIXTURES
+
+# fixture -> the kind statectl recognises; the other backend it is restored into
+CASES = {
+    "kafka-hdfs": ("kafka", "rocksdb"),
+    "kafka-rocksdb": ("kafka", "hdfs"),
+    "delta-rocksdb": ("delta", "hdfs"),
+    "opaque-hdfs": ("opaque", "rocksdb"),
+    "ratev1-hdfs": ("rate", "rocksdb"),
+    "rate-hdfs": ("rate-micro-batch", "rocksdb"),
+    "rate-rocksdb": ("rate-micro-batch", "hdfs"),
+    # offsets shaped like Kafka's but no initial-offsets file: not surely Kafka, so opaque
+    "pysource-hdfs": ("opaque", "rocksdb"),
+}
+
+
+def cli(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "statectl.cli", *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return proc.stdout
+
+
+def source_files(root: Path) -> dict[str, bytes]:
+    """Every file under ``sources/`` but Hadoop's .crc sidecars."""
+    d = root / "sources"
+    if not d.exists():
+        return {}
+    return {
+        str(p.relative_to(d)): p.read_bytes()
+        for p in sorted(d.rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def offset_lines(root: Path) -> dict[str, list[str]]:
+    """The source lines of every ``offsets/N`` (the batch metadata line pins the backend and
+    partition count, which a restore changes)."""
+    return {
+        p.name: p.read_text().split("\n")[2:]
+        for p in (root / "offsets").iterdir()
+        if p.name.isdigit()
+    }
+
+
+def assert_sources_carried(src: Path, dst: Path) -> None:
+    assert source_files(dst) == source_files(src)
+    want = offset_lines(src)
+    got = offset_lines(dst)
+    assert got and all(got[b] == want[b] for b in got), (got, want)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_command_carries_the_source(tmp_path, name):
+    kind, other = CASES[name]
+    src = FIXTURES / name
+    info = json.loads(cli("inspect", str(src), "--json"))
+    (source,) = info["sources"]
+    assert source["kind"] == kind
+    assert info["source_offsets"]  # the existing key stays
+    assert "source 0" in cli("inspect", str(src), "--no-rows")
+    out = tmp_path / "state.jsonl"
+    assert json.loads(cli("export", str(src), "-o", str(out), "--json"))["rows"] == 7
+
+    sp = Path(json.loads(cli("savepoint", str(src), str(tmp_path / "sp"), "--json"))["path"][7:])
+    meta = json.loads((sp / "_metadata").read_text())
+    (recorded,) = meta["sources"]
+    assert recorded["kind"] == kind and recorded["offset"] == source["offset"]
+    assert json.loads(cli("inspect", str(sp), "--json"))["sources"][0]["kind"] == kind
+    restored = tmp_path / "restored"
+    cli("restore", str(restored), "-s", str(sp), "--backend", other, "--partitions", "3")
+    assert_sources_carried(src, restored)
+    assert Checkpoint.open(str(restored)).num_partitions(3) == 3
+
+    native = json.loads(
+        cli("savepoint", str(src), str(tmp_path / "nsp"), "--type", "native", "--json")
+    )
+    back = tmp_path / "from-native"
+    cli("restore", str(back), "-s", native["path"])
+    assert_sources_carried(src, back)
+
+    migrated = tmp_path / "migrated"
+    cli("migrate", str(src), str(migrated), "--backend", other, "--partitions", "3")
+    assert_sources_carried(src, migrated)
+
+
+def test_kafka_initial_offsets_keep_their_zero_byte(tmp_path):
+    """SPARK-19517: KafkaSourceInitialOffsetWriter writes a zero byte before ``v1``."""
+    data = (FIXTURES / "kafka-hdfs" / "sources" / "0" / "0").read_bytes()
+    assert data.startswith(b"\x00v1\n")
+    cli("migrate", str(FIXTURES / "kafka-hdfs"), str(tmp_path / "m"), "--partitions", "3")
+    assert (tmp_path / "m" / "sources" / "0" / "0").read_bytes() == data
+
+
+def test_inspect_shows_kafka_partitions_and_delta_versions():
+    kafka = json.loads(cli("inspect", str(FIXTURES / "kafka-hdfs"), "--json", "--no-rows"))
+    assert kafka["sources"][0]["position"] == [
+        {"topic": "events", "partition": 0, "offset": 24},
+        {"topic": "events", "partition": 1, "offset": 16},
+    ]
+    assert "events/0 @ 24, events/1 @ 16" in cli("inspect", str(FIXTURES / "kafka-hdfs"))
+    delta = json.loads(cli("inspect", str(FIXTURES / "delta-rocksdb"), "--json", "--no-rows"))
+    (pos,) = delta["sources"][0]["position"]
+    assert pos["table_id"] == "6f1f7ad2-3c5e-4c4b-9d0e-2b7b1c1d5e42" and pos["version"] == 4
+
+
+def test_recognition_is_conservative():
+    kafka_file = {"0": b'\x00v1\n{"t":{"0":0}}'}
+    assert recognise('{"t":{"0":5}}', kafka_file) is K.KAFKA
+    assert recognise('{"t":{"0":5}}', {}) is K.OPAQUE  # Kafka-shaped, no initial offsets
+    assert recognise('{"t":{"0":5}}', {**kafka_file, "1": b"x"}) is K.OPAQUE
+    assert recognise("7", {"0": b"v1\n1795776415120"}) is K.RATE
+    assert recognise("7", {}) is K.OPAQUE  # memory / socket: LongOffset, nothing to check
+    assert recognise('{"offset":1,"timestamp":2}', {}) is K.RATE_MICRO_BATCH
+    assert recognise('{"offset":1,"timestamp":2}', {"0": b"?"}) is K.OPAQUE
+    assert recognise('{"logOffset":3}', {}) is K.FILE
+    assert recognise(None, {"0": b'v1\n{"path":"/a","timestamp":1,"batchId":0}'}) is K.FILE
+    assert recognise('{"shard-7":"seq-0042"}', {"0": b"\x89SHRD"}) is K.OPAQUE
+    assert recognise("not json", {}) is K.OPAQUE
+
+
+def test_each_kind_checks_the_offsets_it_accepts():
+    assert K.KAFKA.check({"t": {"0": 5, "1": -2}}) is None
+    assert "Kafka offset" in (K.KAFKA.check({"t": {"x": 5}}) or "")
+    assert K.DELTA.check(json.loads(K.DELTA_EXAMPLE)) is None
+    assert K.DELTA.check({"reservoirId": "x"}) is not None
+    assert K.RATE.check(3) is None and K.RATE.check(-1) is not None
+    assert K.RATE_MICRO_BATCH.check({"offset": 1, "timestamp": 2}) is None
+    assert K.PYTHON.check({"events": {"0": 3}}) is None
+    assert "not recognised" in (K.OPAQUE.check({"shard-7": "seq-0042"}) or "")
+    assert "seen-files log" in (K.FILE.check({"logOffset": 3}) or "")
