@@ -149,3 +149,26 @@ def test_each_kind_checks_the_offsets_it_accepts():
     assert K.PYTHON.check({"events": {"0": 3}}) is None
     assert "not recognised" in (K.OPAQUE.check({"shard-7": "seq-0042"}) or "")
     assert "seen-files log" in (K.FILE.check({"logOffset": 3}) or "")
+
+
+@pytest.mark.spark
+def test_rate_micro_batch_continues_on_the_other_backend_at_3_partitions(spark, tmp_path):
+    """The rate-micro-batch fixture (Spark 4.3, HDFS, 2 partitions) restored to RocksDB at 3
+    partitions, continued for two batches: the same rows as batches 4 and 5 of one
+    uninterrupted run (rate-micro-batch is deterministic with startTimestamp)."""
+    from tests.conftest import fixture_generator
+    from tests.test_restore import run
+
+    q_rate = fixture_generator().q_rate
+    sp = json.loads(cli("savepoint", str(FIXTURES / "rate-hdfs"), str(tmp_path / "sp"), "--json"))
+    restored = tmp_path / "restored"
+    cli("restore", str(restored), "-s", sp["path"], "--backend", "rocksdb", "--partitions", "3")
+    continued: dict[int, list] = {}
+    for _ in range(2):  # one batch per availableNow run (the source never ends)
+        continued.update(run(spark, q_rate, tmp_path / "unused", restored))
+    full: dict[int, list] = {}
+    for _ in range(6):
+        full.update(run(spark, q_rate, tmp_path / "unused", tmp_path / "full"))
+    assert sorted(continued) == [4, 5]
+    assert continued == {b: full[b] for b in (4, 5)}
+    assert Checkpoint.open(str(restored)).backend(5) == "rocksdb"
