@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,16 +116,24 @@ def file_source_logs(ckpt: Any, batch: int) -> dict[str, list[dict[str, Any]]]:
 
 
 def _seen_files(ckpt: Any, src: CheckpointSource, batch: int) -> list[dict[str, Any]]:
-    compacts = sorted(int(n[: -len(".compact")]) for n in src.files if n.endswith(".compact"))
-    plain = sorted(int(n) for n in src.files if n.isdigit())
-    base = max((c for c in compacts if c <= batch), default=None)
-    entries: list[dict[str, Any]] = []
-    if base is not None:
-        entries.extend(ckpt.source_log(src.key, base))
-    for b in plain:
-        if (base is None or b > base) and b <= batch:
-            entries.extend(ckpt.source_log(src.key, b))
+    """From the latest compaction at or before ``batch`` (which holds every earlier batch)."""
+    compacts, plain = _log_batches(src.files)
+    base = max((c for c in compacts if c <= batch), default=-1)
+    later = sorted(b for b in plain if base < b <= batch)
+    entries: list[dict[str, Any]] = list(ckpt.source_log(src.key, base)) if base >= 0 else []
+    for b in later:
+        entries.extend(ckpt.source_log(src.key, b))
     return entries
+
+
+def _log_batches(names: Iterable[str]) -> tuple[list[int], list[int]]:
+    """The batches of a seen-files log's files: (``N.compact`` ones, plain ``N`` ones)."""
+    compacts, plain = [], []
+    for n in names:
+        stem = n[: -len(".compact")] if n.endswith(".compact") else n
+        if stem.isdigit():
+            (compacts if stem != n else plain).append(int(stem))
+    return compacts, plain
 
 
 def native_source_files(ckpt: Any, batch: int) -> list[str]:
@@ -177,22 +185,27 @@ def _safe_rel(rel: str) -> bool:
     return bool(rel) and all(p not in ("", ".", "..") and "\\" not in p for p in parts)
 
 
+def _carried_rel(key: Any, f: Any, sp_root: str) -> str:
+    """A carried file's path under its source's directory, checked to stay there."""
+    path = f.get("path") if isinstance(f, dict) else None
+    if not isinstance(path, str) or not _safe_rel(path) or not isinstance(key, str):
+        raise CorruptFileError(f"_metadata: source file {path!r} is not a plain path", sp_root)
+    head, _, rel = path.partition(f"sources/{key}/")
+    if head not in ("", "checkpoint/") or not _safe_rel(rel) or not _safe_rel(key):
+        raise CorruptFileError(
+            f"_metadata: source file {path!r} is not under sources/{key}/", sp_root
+        )
+    return rel
+
+
 def carried_files(entry: Any, sp_io: FileIO, sp_root: str) -> Iterator[tuple[str, bytes]]:
     """The carried files of one ``_metadata`` ``sources`` entry: (path under the source's
     directory, bytes), each checked against its recorded size and SHA-256."""
     if not isinstance(entry, dict) or kind_named(entry.get("kind")) is FILE:
         return
-    key = entry.get("key")
     for f in entry.get("files") or []:
-        path = f.get("path") if isinstance(f, dict) else None
-        if not isinstance(path, str) or not _safe_rel(path) or not isinstance(key, str):
-            raise CorruptFileError(f"_metadata: source file {path!r} is not a plain path", sp_root)
-        head, _, rel = path.partition(f"sources/{key}/")
-        if head not in ("", "checkpoint/") or not _safe_rel(rel):
-            raise CorruptFileError(
-                f"_metadata: source file {path!r} is not under sources/{key}/", sp_root
-            )
-        full = posixpath.join(sp_root, path)
+        rel = _carried_rel(entry.get("key"), f, sp_root)
+        full = posixpath.join(sp_root, f["path"])
         if not sp_io.exists(full):
             raise MissingFileError("a source file of the savepoint is missing", full)
         data = sp_io.read_bytes(full)
@@ -251,18 +264,19 @@ def savepoint_source_rows(m: Any) -> list[dict[str, Any]]:
 def position_text(src: dict[str, Any]) -> str:
     """One line for a source in ``inspect``: its kind and position (Kafka: each
     topic-partition's offset; Delta: the table id and version), else its raw offset."""
-    rows = src.get("position") or []
-    kind = src.get("kind")
-    offset = src.get("offset")
-    if kind == "kafka" and rows:
-        where = ", ".join(
-            f"{r['topic']}/{r['partition']} @ {r.get('marker') or r['offset']}" for r in rows
-        )
-    elif kind == "delta" and rows:
-        r = rows[0]
-        where = f"table {r['table_id']} version {r['version']} index {r['index']}"
-    else:
-        where = "no offset yet" if offset is None else str(offset)
     files = src.get("files") or []
     extra = f" ({len(files)} file{'s' if len(files) != 1 else ''} in sources/)" if files else ""
-    return f"{src.get('title') or kind}: {where}{extra}"
+    return f"{src.get('title') or src.get('kind')}: {_where(src)}{extra}"
+
+
+def _where(src: dict[str, Any]) -> str:
+    rows = src.get("position") or []
+    if src.get("kind") == "kafka" and rows:
+        return ", ".join(
+            f"{r['topic']}/{r['partition']} @ {r.get('marker') or r['offset']}" for r in rows
+        )
+    if src.get("kind") == "delta" and rows:
+        r = rows[0]
+        return f"table {r['table_id']} version {r['version']} index {r['index']}"
+    offset = src.get("offset")
+    return "no offset yet" if offset is None else str(offset)

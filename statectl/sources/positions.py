@@ -138,16 +138,20 @@ def _resolve(given: dict[str, str], new: list[PlannedSource]) -> tuple[dict[int,
     problems = []
     names = ", ".join(f"{s.index} {s.description}" for s in new) or "none"
     for name, text in given.items():
-        if name.isdigit():
-            hits = [s for s in new if s.index == int(name)]
-        else:
-            hits = [s for s in new if name in (s.description, s.file_path)]
+        hits = _named_by(name, new)
         if len(hits) != 1:
             why = "matches no source" if not hits else "matches several sources (use the index)"
             problems.append(f"--source-offsets {name}: {why} of the query (its sources: {names})")
             continue
         out[hits[0].index] = text
     return out, problems
+
+
+def _named_by(name: str, new: list[PlannedSource]) -> list[PlannedSource]:
+    """The query's sources ``name`` means: an index, or a description / file path."""
+    if name.isdigit():
+        return [s for s in new if s.index == int(name)]
+    return [s for s in new if name in (s.description, s.file_path)]
 
 
 def _file_offset_refused(where: str, description: str, keeps: str) -> str:
@@ -230,40 +234,65 @@ def plan_positions(
     """Match the savepoint's sources (``m``: its metadata) to the query's (``new``: planned,
     None without ``--query``: the same sources as before) and apply ``given``."""
     old = _old_sources(m)
-    unchanged_query = new is None
     if m.offset_log_version != 1:
         return _named_positions(m, old, new, given, allow_non_restored)
+    unchanged_query = new is None
     new = _same_sources(old) if new is None else new
     by_index, problems = _resolve(given, new)
     acc = _Acc(problems)
     olds = {o.key: o for o in old}
-    match = (
-        {s.index: olds[str(s.index)] for s in new if s.index not in by_index}
-        if unchanged_query
-        else _match(new, old, by_index, problems)
-    )
+    match = _matches(new, old, by_index, problems, unchanged_query)
     acc.used.update(o.key for o in match.values())
     for s in new:
-        key = str(s.index)
-        entry: dict[str, Any] = {"index": s.index, "description": s.description}
-        if s.index in by_index:
-            if not _given(acc, s, by_index[s.index], olds.get(key), unchanged_query, entry):
-                continue
-        elif s.index in match:
-            _kept(acc, s, match[s.index], entry)
-        else:
-            entry.update(position="new", offset=None)
-            acc.offsets[key] = acc.previous[key] = None
-        acc.report.append(entry)
-    for o in old:
-        if o.key in acc.used:
-            continue
-        label = int(o.key) if o.key.isdigit() else o.key
-        hint = ", or --source-offsets to hand it to a new source"
-        dropped, problem = _dropped(o, label, allow_non_restored, hint)
-        acc.report.append(dropped)
-        acc.problems += [problem] if problem else []
+        _place(acc, s, by_index, match, olds.get(str(s.index)), unchanged_query)
+    _drop_unused(acc, [o for o in old if o.key not in acc.used], allow_non_restored, True)
     return acc.result(acc.previous)
+
+
+def _matches(
+    new: list[PlannedSource],
+    old: list[_Old],
+    by_index: dict[int, str],
+    problems: list[str],
+    unchanged_query: bool,
+) -> dict[int, _Old]:
+    """New source index -> the savepoint source it continues (given ones excepted)."""
+    if unchanged_query:  # the savepoint's own sources, each at its index
+        olds = {o.key: o for o in old}
+        return {s.index: olds[str(s.index)] for s in new if s.index not in by_index}
+    return _match(new, old, by_index, problems)
+
+
+def _place(
+    acc: _Acc,
+    s: PlannedSource,
+    by_index: dict[int, str],
+    match: dict[int, _Old],
+    at_index: _Old | None,
+    unchanged_query: bool,
+) -> None:
+    """Where the query's source ``s`` starts: given, kept (``match``) or new."""
+    entry: dict[str, Any] = {"index": s.index, "description": s.description}
+    if s.index in by_index:
+        if not _given(acc, s, by_index[s.index], at_index, unchanged_query, entry):
+            return
+    elif s.index in match:
+        _kept(acc, s, match[s.index], entry)
+    else:
+        entry.update(position="new", offset=None)
+        acc.offsets[str(s.index)] = acc.previous[str(s.index)] = None
+    acc.report.append(entry)
+
+
+def _drop_unused(acc: _Acc, dropped: list[_Old], allow: bool, by_index: bool = False) -> None:
+    """Savepoint sources the query does not continue: reported, a problem without ``-n``.
+    ``by_index``: offset log v1, whose sources are numbered (and may go to a new source)."""
+    hint = ", or --source-offsets to hand it to a new source" if by_index else ""
+    for o in dropped:
+        label: str | int = int(o.key) if by_index and o.key.isdigit() else o.key
+        entry, problem = _dropped(o, label, allow, hint)
+        acc.report.append(entry)
+        acc.problems += [problem] if problem else []
 
 
 def _given(
@@ -407,28 +436,28 @@ def _named_positions(
     name keeps its offset and seen-files log, a new one starts (or takes ``--source-offsets
     NAME=JSON``), a dropped one needs ``-n``."""
     acc = _Acc([])
-    previous = dict(m.previous_offsets) if m.previous_offsets is not None else None
     olds = {o.key: o for o in old}
     planned = _planned_names(new, acc.problems) if new is not None else {}
     names: list[str] = list(m.offsets) if new is None else list(planned)
-    for name in given:
-        if name not in names:
-            acc.problems.append(
-                f"--source-offsets {name}: the query has no source of that name (it has "
-                f"{', '.join(names) or 'none'})"
-            )
+    acc.problems += [
+        f"--source-offsets {name}: the query has no source of that name (it has "
+        f"{', '.join(names) or 'none'})"
+        for name in given
+        if name not in names
+    ]
     for name in names:
         _named_entry(acc, name, olds.get(name), planned.get(name), given)
-    if previous is not None:
-        offsets = acc.offsets
-        previous = {k: (offsets[k] if k in given else previous.get(k, offsets[k])) for k in offsets}
-    for o in old:
-        if o.key in names:
-            continue
-        entry, problem = _dropped(o, o.key, allow_non_restored)
-        acc.report.append(entry)
-        acc.problems += [problem] if problem else []
-    return acc.result(previous)
+    _drop_unused(acc, [o for o in old if o.key not in names], allow_non_restored)
+    return acc.result(_named_previous(m.previous_offsets, acc.offsets, given))
+
+
+def _named_previous(
+    before: dict[str, str | None] | None, offsets: dict[str, str | None], given: dict[str, str]
+) -> dict[str, str | None] | None:
+    """The previous batch's offsets to write: the savepoint's, a given one where given."""
+    if before is None:
+        return None
+    return {k: (offsets[k] if k in given else before.get(k, offsets[k])) for k in offsets}
 
 
 def _named_entry(
@@ -438,18 +467,8 @@ def _named_entry(
     description = s.description if s is not None else o.describe() if o else name
     entry: dict[str, Any] = {"index": name, "description": description}
     if name in given:
-        text = given[name]
-        if s is not None and s.is_file and text != START:
-            acc.problems.append(
-                _file_offset_refused(name, description, "it keeps the savepoint's log of that name")
-            )
+        if not _named_given(acc, name, given[name], o, s, entry):
             return
-        if text != START and (problem := _unparsable(name, text, s)) is not None:
-            acc.problems.append(problem)
-        entry.update(position="given", offset=None if text == START else text)
-        if o is not None:
-            entry["replaces"] = o.describe()
-        acc.offsets[name] = entry["offset"]
     elif o is not None:
         if s is not None and _other_kind(s, o):
             acc.problems.append(
@@ -469,6 +488,31 @@ def _named_entry(
         # configured start at the next batch.
         entry.update(position="new", offset=None)
     acc.report.append(entry)
+
+
+def _named_given(
+    acc: _Acc,
+    name: str,
+    text: str,
+    o: _Old | None,
+    s: PlannedSource | None,
+    entry: dict[str, Any],
+) -> bool:
+    """``--source-offsets NAME=...`` for a named source; False when it is refused."""
+    if s is not None and s.is_file and text != START:
+        acc.problems.append(
+            _file_offset_refused(
+                name, entry["description"], "it keeps the savepoint's log of that name"
+            )
+        )
+        return False
+    if text != START and (problem := _unparsable(name, text, s)) is not None:
+        acc.problems.append(problem)
+    entry.update(position="given", offset=None if text == START else text)
+    if o is not None:
+        entry["replaces"] = o.describe()
+    acc.offsets[name] = entry["offset"]
+    return True
 
 
 def _other_kind(s: PlannedSource, o: _Old) -> bool:
