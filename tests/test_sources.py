@@ -172,3 +172,33 @@ def test_rate_micro_batch_continues_on_the_other_backend_at_3_partitions(spark, 
     assert sorted(continued) == [4, 5]
     assert continued == {b: full[b] for b in (4, 5)}
     assert Checkpoint.open(str(restored)).backend(5) == "rocksdb"
+
+
+def cli_fails(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "statectl.cli", *args], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    return proc.stderr
+
+
+def test_source_offsets_are_checked_against_the_source_kind(tmp_path):
+    """A Kafka offset must be Kafka's shape; a topic rename writes the JSON given (what
+    Spark's KafkaSourceOffset reads); an unknown source's position is never edited."""
+    kafka = json.loads(cli("savepoint", str(FIXTURES / "kafka-hdfs"), str(tmp_path), "--json"))
+    err = cli_fails(
+        "restore", str(tmp_path / "bad"), "-s", kafka["path"], "--dry-run",
+        "--source-offsets", '0={"events":{"x":1}}',
+    )  # fmt: skip
+    assert "not a Kafka offset" in err
+    renamed = '{"renamed":{"0":24,"1":16}}'
+    cli("restore", str(tmp_path / "r"), "-s", kafka["path"], "--source-offsets", f"0={renamed}")
+    assert (tmp_path / "r" / "offsets" / "3").read_text().split("\n")[2:] == [renamed]
+    opaque = json.loads(cli("savepoint", str(FIXTURES / "opaque-hdfs"), str(tmp_path), "--json"))
+    err = cli_fails(
+        "restore", str(tmp_path / "o"), "-s", opaque["path"], "--dry-run",
+        "--source-offsets", '0={"shard-7":"seq-0043"}',
+    )  # fmt: skip
+    assert "refused" in err and "not recognised" in err
+    # ... and without an edit it restores, byte for byte (test_every_command_carries_the_source)
+    cli("restore", str(tmp_path / "o2"), "-s", opaque["path"], "--dry-run")

@@ -128,7 +128,8 @@ def _seen_files(ckpt: Any, src: CheckpointSource, batch: int) -> list[dict[str, 
 
 def _log_batches(names: Iterable[str]) -> tuple[list[int], list[int]]:
     """The batches of a seen-files log's files: (``N.compact`` ones, plain ``N`` ones)."""
-    compacts, plain = [], []
+    compacts: list[int] = []
+    plain: list[int] = []
     for n in names:
         stem = n[: -len(".compact")] if n.endswith(".compact") else n
         if stem.isdigit():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from statectl.checkpoint.logs import parse_source_log
@@ -47,7 +48,7 @@ class SourceKind:
     # the savepoint); every other kind's files are carried as bytes.
     parsed_log = False
 
-    def matches(self, offset: Any, files: dict[str, bytes]) -> bool:
+    def matches(self, offset: Any, files: Mapping[str, bytes]) -> bool:
         return False
 
     def position(self, offset: Any) -> list[dict[str, Any]]:
@@ -78,7 +79,7 @@ class FileSourceKind(SourceKind):
     title = "file source"
     parsed_log = True
 
-    def matches(self, offset: Any, files: dict[str, bytes]) -> bool:
+    def matches(self, offset: Any, files: Mapping[str, bytes]) -> bool:
         if isinstance(offset, dict) and set(offset) == {"logOffset"}:
             return _is_int(offset["logOffset"])
         if offset is MISSING and files:
@@ -139,7 +140,7 @@ class KafkaKind(SourceKind):
     title = "Kafka"
     editable = True
 
-    def matches(self, offset: Any, files: dict[str, bytes]) -> bool:
+    def matches(self, offset: Any, files: Mapping[str, bytes]) -> bool:
         if set(files) != {"0"} or not files["0"].startswith(KAFKA_LOG_HEADER):
             return False
         try:
@@ -180,7 +181,7 @@ class RateKind(SourceKind):
     title = "rate"
     editable = True
 
-    def matches(self, offset: Any, files: dict[str, bytes]) -> bool:
+    def matches(self, offset: Any, files: Mapping[str, bytes]) -> bool:
         return (
             (offset is MISSING or _is_int(offset))
             and set(files) == {"0"}
@@ -204,7 +205,7 @@ class RateMicroBatchKind(SourceKind):
     title = "rate-micro-batch"
     editable = True
 
-    def matches(self, offset: Any, files: dict[str, bytes]) -> bool:
+    def matches(self, offset: Any, files: Mapping[str, bytes]) -> bool:
         return not files and self.check(offset) is None
 
     def position(self, offset: Any) -> list[dict[str, Any]]:
@@ -240,7 +241,7 @@ class DeltaKind(SourceKind):
     title = "Delta Lake"
     editable = True
 
-    def matches(self, offset: Any, files: dict[str, bytes]) -> bool:
+    def matches(self, offset: Any, files: Mapping[str, bytes]) -> bool:
         return not files and self.check(offset) is None
 
     def position(self, offset: Any) -> list[dict[str, Any]]:
@@ -303,7 +304,7 @@ RECOGNISED: tuple[SourceKind, ...] = (FILE, KAFKA, RATE, RATE_MICRO_BATCH, DELTA
 KINDS: dict[str, SourceKind] = {k.name: k for k in (*RECOGNISED, PYTHON, OPAQUE)}
 
 
-def recognise(offset_text: str | None, files: dict[str, bytes]) -> SourceKind:
+def recognise(offset_text: str | None, files: Mapping[str, bytes]) -> SourceKind:
     """The kind of a source from its offset line and its ``sources/<index>/`` files."""
     offset = offset_value(offset_text)
     return next((k for k in RECOGNISED if k.matches(offset, files)), OPAQUE)

@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlparse
 
 from statectl.errors import StatectlError
 from statectl.query_plan import PlannedSource
+from statectl.sources.kinds import SourceKind, kind_named, offset_value, planned_kind
 
 START = "-"  # --source-offsets NAME=- : from the source's configured start
 
@@ -113,6 +114,7 @@ class _Old:
     entries: list[dict[str, Any]]
     is_file: bool
     directory: str | None
+    kind: SourceKind | None = None  # as the savepoint recorded it (None: older savepoints)
 
     def describe(self) -> str:
         if self.is_file:
@@ -122,14 +124,42 @@ class _Old:
 
 def _old_sources(m: Any) -> list[_Old]:
     prev = m.previous_offsets or {}
+    recorded = {
+        e.get("key"): kind_named(e.get("kind"))
+        for e in getattr(m, "sources", None) or []
+        if isinstance(e, dict)
+    }
     out = []
     for key, offset in m.offsets.items():
         entries = (m.source_logs or {}).get(key, [])
         is_file = bool(entries) or _is_file_offset(offset)
+        directory = old_file_dir(entries)
         out.append(
-            _Old(key, offset, prev.get(key, offset), entries, is_file, old_file_dir(entries))
+            _Old(key, offset, prev.get(key, offset), entries, is_file, directory, recorded.get(key))
         )
     return out
+
+
+def _kind_problem(where: str, text: str, kind: SourceKind | None) -> str | None:
+    """Why ``--source-offsets where=text`` is not an offset of the source's kind (None: it
+    is, or the kind is not known: a savepoint older than the recorded kinds)."""
+    if kind is None:
+        return None
+    why = kind.check(offset_value(text))
+    if why is None:
+        return None
+    if not kind.editable:
+        return f"--source-offsets {where}: refused: {why}"
+    return f"--source-offsets {where}={text}: not a {kind.title} offset: {why}"
+
+
+def _kind_of(s: PlannedSource | None, old: _Old | None, unchanged_query: bool) -> SourceKind | None:
+    """The kind a given offset is checked against: the query's source's (from Spark's
+    description), else, for the savepoint's own sources, the recorded one."""
+    planned = planned_kind(s.description) if s is not None and not unchanged_query else None
+    if planned is not None:
+        return planned
+    return old.kind if old is not None and (unchanged_query or s is None) else None
 
 
 def _resolve(given: dict[str, str], new: list[PlannedSource]) -> tuple[dict[int, str], list[str]]:
@@ -165,7 +195,7 @@ def _file_offset_refused(where: str, description: str, keeps: str) -> str:
 def _unparsable(where: str, text: str, s: PlannedSource | None) -> str | None:
     """Why the query's source ``s`` cannot read ``--source-offsets where=text``, if it can say."""
     err = s.parse_offset(text) if s is not None and s.parse_offset is not None else None
-    if not err:
+    if not err or s is None:
         return None
     return f"--source-offsets {where}={text}: {s.description} cannot parse this offset: {err}"
 
@@ -320,16 +350,23 @@ def _given(
         )
         return False
     else:
-        if (problem := _unparsable(key, text, s)) is not None:
+        problem = _unparsable(key, text, s)
+        problem = problem or _kind_problem(key, text, _kind_of(s, replaced, unchanged_query))
+        if problem is not None:
             acc.problems.append(problem)
         entry.update(position="given", offset=text)
         acc.offsets[key] = acc.previous[key] = text
-    if replaced is not None and replaced.key not in acc.used and not unchanged_query:
-        entry["replaces"] = replaced.describe()
-        acc.used.add(replaced.key)
-    elif unchanged_query and replaced is not None:
-        acc.used.add(replaced.key)
+    if replaced is not None:
+        _replaced(acc, replaced, unchanged_query, entry)
     return True
+
+
+def _replaced(acc: _Acc, replaced: _Old, unchanged_query: bool, entry: dict[str, Any]) -> None:
+    """The savepoint's source at a given source's index: replaced by it (a changed query
+    says so), never also reported as dropped."""
+    if not unchanged_query and replaced.key not in acc.used:
+        entry["replaces"] = replaced.describe()
+    acc.used.add(replaced.key)
 
 
 def _kept(acc: _Acc, s: PlannedSource, o: _Old, entry: dict[str, Any]) -> None:
@@ -506,8 +543,11 @@ def _named_given(
             )
         )
         return False
-    if text != START and (problem := _unparsable(name, text, s)) is not None:
-        acc.problems.append(problem)
+    if text != START:
+        problem = _unparsable(name, text, s)
+        problem = problem or _kind_problem(name, text, _kind_of(s, o, s is None))
+        if problem is not None:
+            acc.problems.append(problem)
     entry.update(position="given", offset=None if text == START else text)
     if o is not None:
         entry["replaces"] = o.describe()
