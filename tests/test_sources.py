@@ -102,6 +102,8 @@ def test_every_command_carries_the_source(tmp_path, name):
     migrated = tmp_path / "migrated"
     cli("migrate", str(src), str(migrated), "--backend", other, "--partitions", "3")
     assert_sources_carried(src, migrated)
+    cli("dispose", str(sp), "--yes")  # the carried files are the savepoint's own
+    assert not sp.exists()
 
 
 def test_kafka_initial_offsets_keep_their_zero_byte(tmp_path):
@@ -202,3 +204,14 @@ def test_source_offsets_are_checked_against_the_source_kind(tmp_path):
     assert "refused" in err and "not recognised" in err
     # ... and without an edit it restores, byte for byte (test_every_command_carries_the_source)
     cli("restore", str(tmp_path / "o2"), "-s", opaque["path"], "--dry-run")
+
+
+def test_a_savepoint_written_by_the_state_processor_keeps_the_source_files(tmp_path):
+    from statectl.processor.writing import SavepointWriter
+
+    src = FIXTURES / "kafka-hdfs"
+    sp = json.loads(cli("savepoint", str(src), str(tmp_path / "sp"), "--json"))["path"]
+    written = SavepointWriter.from_savepoint(sp).write(str(tmp_path / "edited"))
+    restored = tmp_path / "restored"
+    cli("restore", str(restored), "-s", written.path, "--partitions", "3")
+    assert_sources_carried(src, restored)

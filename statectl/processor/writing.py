@@ -30,6 +30,7 @@ from statectl.processor.reading import (
     open_handle,
 )
 from statectl.processor.spill import Spill, chunks, is_stream
+from statectl.sources import copy_carried_sources
 
 Predicate = pc.Expression | Callable[[pa.RecordBatch], Any]
 Transform = Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table]
@@ -610,6 +611,8 @@ def _write(writer: SavepointWriter, base: SavepointHandle, out_io: Any, root: st
                 files[q] = _write_table(out_io, root, files[q].path, merged)
             tables.append(dataclasses.replace(t, files=files, rows=sum(f.rows for f in files)))
         operators.append(dataclasses.replace(op_state, tables=tables))
+    # Sources' carried files (Kafka's initial offsets, ...), as _metadata "sources" lists them.
+    copy_carried_sources(sp.metadata.sources, sp.io, sp.root, out_io, root)
     offsets, previous, logs = (
         sp.metadata.offsets,
         sp.metadata.previous_offsets,

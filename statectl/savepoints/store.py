@@ -30,7 +30,7 @@ from statectl.savepoints.format import (
     StateTable,
     parse_metadata,
 )
-from statectl.sources import savepoint_source_rows
+from statectl.sources import carried_paths, savepoint_source_rows
 from statectl.state import Selection, join_side_view
 
 
@@ -507,6 +507,7 @@ def dispose_plan(url: str, *, force: bool = False) -> DisposePlan:
     listed = [f for op in m.operators for t in op.tables for f in t.files]
     listed += list(m.native_logs or [])
     ours = {posixpath.join(root, f.path) for f in listed} | {meta_path}
+    ours |= {posixpath.join(root, p) for p in carried_paths(m.sources)}  # statectl/sources
     if io.is_local:
         files, links, dirs = _local_entries(root)
     else:

@@ -10,7 +10,9 @@
 
 from statectl.sources.carry import (
     CheckpointSource,
+    carried_paths,
     checkpoint_sources,
+    copy_carried_sources,
     file_source_logs,
     native_source_files,
     position_text,
@@ -34,7 +36,9 @@ __all__ = [
     "CheckpointSource",
     "SourceKind",
     "SourcePositions",
+    "carried_paths",
     "checkpoint_sources",
+    "copy_carried_sources",
     "file_source_logs",
     "kind_named",
     "native_source_files",

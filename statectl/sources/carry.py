@@ -199,9 +199,9 @@ def _carried_rel(key: Any, f: Any, sp_root: str) -> str:
     return rel
 
 
-def carried_files(entry: Any, sp_io: FileIO, sp_root: str) -> Iterator[tuple[str, bytes]]:
-    """The carried files of one ``_metadata`` ``sources`` entry: (path under the source's
-    directory, bytes), each checked against its recorded size and SHA-256."""
+def carried_files(entry: Any, sp_io: FileIO, sp_root: str) -> Iterator[tuple[str, str, bytes]]:
+    """The carried files of one ``_metadata`` ``sources`` entry: (path in the savepoint, path
+    under the source's directory, bytes), each checked against its size and SHA-256."""
     if not isinstance(entry, dict) or kind_named(entry.get("kind")) is FILE:
         return
     for f in entry.get("files") or []:
@@ -212,7 +212,17 @@ def carried_files(entry: Any, sp_io: FileIO, sp_root: str) -> Iterator[tuple[str
         data = sp_io.read_bytes(full)
         if len(data) != f.get("bytes") or hashlib.sha256(data).hexdigest() != f.get("sha256"):
             raise CorruptFileError("does not match its size and SHA-256 in _metadata", full)
-        yield rel, data
+        yield f["path"], rel, data
+
+
+def copy_carried_sources(
+    sources: list[Any] | None, sp_io: FileIO, sp_root: str, out_io: FileIO, out_root: str
+) -> None:
+    """A savepoint written from another (the state processor) keeps its carried source files,
+    verified, at the same paths its ``_metadata`` ``sources`` names."""
+    for entry in sources or []:
+        for path, _, data in carried_files(entry, sp_io, sp_root):
+            out_io.write_atomic(posixpath.join(out_root, path), data)
 
 
 def write_carried_sources(
@@ -231,7 +241,7 @@ def write_carried_sources(
         new = old if keys is None else keys.get(str(old))
         if new is None:
             continue
-        for rel, data in carried_files(entry, sp_io, sp_root):
+        for _, rel, data in carried_files(entry, sp_io, sp_root):
             io.write_atomic(posixpath.join(root, "sources", new, rel), data)
 
 
@@ -281,3 +291,15 @@ def _where(src: dict[str, Any]) -> str:
         return f"table {r['table_id']} version {r['version']} index {r['index']}"
     offset = src.get("offset")
     return "no offset yet" if offset is None else str(offset)
+
+
+def carried_paths(sources: list[Any] | None) -> list[str]:
+    """The savepoint-relative paths of every carried source file ``_metadata`` records
+    (``dispose`` deletes them with the savepoint)."""
+    return [
+        f["path"]
+        for e in sources or []
+        if isinstance(e, dict)
+        for f in e.get("files") or []
+        if isinstance(f, dict) and isinstance(f.get("path"), str) and _safe_rel(f["path"])
+    ]
