@@ -215,3 +215,27 @@ def test_a_savepoint_written_by_the_state_processor_keeps_the_source_files(tmp_p
     restored = tmp_path / "restored"
     cli("restore", str(restored), "-s", written.path, "--partitions", "3")
     assert_sources_carried(src, restored)
+
+
+@pytest.mark.spark
+def test_python_data_source_continues_on_the_other_backend_at_3_partitions(spark, tmp_path):
+    """The PySpark Python data source fixture (offsets ``{"events":{"0":n,"1":n}}``, opaque to
+    statectl) restored to RocksDB at 3 partitions and continued for two batches (its offsets
+    now allowed to 36): the rows of batches 4 and 5 of one uninterrupted run."""
+    from functools import partial
+
+    from tests.conftest import fixture_generator
+    from tests.test_restore import run
+
+    query = partial(fixture_generator().q_pysource, stop=36)
+    sp = json.loads(cli("savepoint", str(FIXTURES / "pysource-hdfs"), str(tmp_path), "--json"))
+    restored = tmp_path / "restored"
+    cli("restore", str(restored), "-s", sp["path"], "--backend", "rocksdb", "--partitions", "3")
+    continued: dict[int, list] = {}
+    for _ in range(3):  # the third run finds nothing new
+        continued.update(run(spark, query, tmp_path / "unused", restored))
+    full: dict[int, list] = {}
+    for _ in range(7):
+        full.update(run(spark, query, tmp_path / "unused", tmp_path / "full"))
+    assert sorted(continued) == [4, 5] and sorted(full) == list(range(6))
+    assert continued == {b: full[b] for b in (4, 5)}
