@@ -11,6 +11,7 @@ back byte for byte by ``restore`` and ``migrate``.
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from statectl.errors import CorruptFileError, MissingFileError
 from statectl.io import FileIO
 from statectl.sources.kinds import (
     FILE,
+    MISSING,
     SourceKind,
     kind_named,
     offset_value,
@@ -290,7 +292,11 @@ def _where(src: dict[str, Any]) -> str:
         r = rows[0]
         return f"table {r['table_id']} version {r['version']} index {r['index']}"
     offset = src.get("offset")
-    return "no offset yet" if offset is None else str(offset)
+    if offset is None:
+        return "no offset yet"
+    value = offset_value(offset)
+    # Shown as inspect always showed offsets: JSON with a space after ',' and ':'.
+    return str(offset) if value is MISSING else json.dumps(value, separators=(", ", ": "))
 
 
 def carried_paths(sources: list[Any] | None) -> list[str]:
