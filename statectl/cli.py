@@ -544,7 +544,7 @@ def restore(
     from statectl.render import render_source
     from statectl.restoration.options import RestoreOptions
     from statectl.results import RestoreError, RestoreResult
-    from statectl.source_positions import parse_source_offsets
+    from statectl.sources import parse_source_offsets
 
     engine_args = _engine_args(engine, spark_conf)
 
