@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from statectl.diffing import diff as do_diff
 from statectl.editing import edit as do_edit
-from statectl.engine import Engine
 from statectl.errors import StatectlError
 from statectl.export import export_state
 from statectl.inspection import inspect_path
@@ -144,7 +143,7 @@ def export(
         overwrite,
         verify=verify,
         memory=memory,
-        engine=None if isinstance(chosen, Engine) else chosen,
+        engine=None if chosen is None or chosen.runs_locally else chosen,
     )
 
 
@@ -193,7 +192,8 @@ def savepoint(
         if engine == "local" and spark is None
         else _engine(engine, spark, spark_confs, _state_size(as_url(checkpoint), "state"), memory)
     )
-    runner = None if isinstance(chosen, Engine) else chosen  # local: sized by ``workers``
+    # local: sized by ``workers``
+    runner = None if chosen is None or chosen.runs_locally else chosen
 
     url, meta = take_savepoint(
         as_url(checkpoint),

@@ -13,10 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from statectl.backends.hdfs import files_for_version
-from statectl.backends.rocksdb import chain_v1, list_version_files
 from statectl.checkpoint.model import (
-    HDFS,
     PARTITIONS_CONF,
     PROVIDER_CONF,
     Checkpoint,
@@ -24,7 +21,7 @@ from statectl.checkpoint.model import (
     partition_absent,
     store_dir,
 )
-from statectl.errors import StatectlError, display_path
+from statectl.errors import StatectlError
 from statectl.in_progress import describe_in_progress, read_in_progress
 from statectl.io import FileIO, redact, storage_options_for
 from statectl.join_state import format_of
@@ -303,25 +300,22 @@ def find_checkpoints(io: FileIO, root: str, max_depth: int = 4) -> list[str]:
 
 
 def store_health(ckpt: Checkpoint, op: Operator, batch: int) -> list[str]:
-    """Problems that would stop Spark from loading the state of ``batch`` (files only, no decode)."""
+    """Problems that would stop Spark from loading the state of ``batch`` (files only, no decode).
+
+    Checkpoint format 2 names each version's files by the unique ids of its commit: their
+    lineage is checked when the state is read."""
+    if ckpt.checkpoint_format_version(batch) >= 2:
+        return []
+    backend = ckpt.store_backend(batch)
     problems = []
-    backend = ckpt.backend(batch)
     for p in range(op.num_partitions):
         if partition_absent(ckpt, op, p):
             continue
         for store in op.store_names:
             d = store_dir(ckpt, op.operator_id, p, store)
-            try:
-                if backend == HDFS:
-                    files_for_version(ckpt.io, d, batch + 1)
-                elif ckpt.checkpoint_format_version(batch) == 1:
-                    base, _ = chain_v1(list_version_files(ckpt.io, d), batch + 1, d)
-                    if base is None and op.uses_column_families and batch >= 0:
-                        problems.append(
-                            f"{display_path(d)}: no snapshot zip for a column-family store"
-                        )
-            except StatectlError as e:
-                problems.append(str(e))
+            problems += backend.missing_files(
+                ckpt.io, d, batch + 1, column_families=op.uses_column_families
+            )
     return problems
 
 

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec.core import split_protocol, url_to_fs
 
+from statectl.config import storage_sections
 from statectl.errors import (
     CorruptFileError,
     MissingFileError,
@@ -125,8 +126,6 @@ def storage_options_for(url: str) -> dict[str, Any]:
     """The effective fsspec options for ``url``: ``[storage."PREFIX"]`` sections of statectl.toml
     that are prefixes of it (longer prefixes override shorter ones), then the options set for
     the command (``--storage-option``), which apply to every non-local URL."""
-    from statectl.config import storage_sections
-
     out: dict[str, Any] = {}
     sections = storage_sections()
     for prefix in sorted(sections, key=len):

@@ -38,9 +38,11 @@ import pyarrow.compute as pc
 
 from statectl.checkpoint.model import StoreDescription
 from statectl.checkpoint.state_metadata import ColumnFamilySchema
+from statectl.codecs.sparktypes import from_arrow_schema
 from statectl.codecs.unsaferow import encode_unsafe_rows
 from statectl.errors import StatectlError, UnsupportedError
 from statectl.operators import JOIN_STORES, JOIN_V2, JOIN_V3, JOIN_V4, JOIN_V4_FAMILIES
+from statectl.tws_encode import concat_binary, merge_lists
 
 NAME = "symmetricHashJoin"
 FORMAT_CONF = JOIN_V2.format_conf
@@ -155,8 +157,6 @@ def _group_codes(key: pa.StructArray, schema: str) -> tuple[np.ndarray, np.ndarr
 def join_key_bytes(table: pa.Table) -> pa.Array:
     """A format 2 ``keyWithIndexToValue`` table's join keys (the key without ``index``) as
     UnsafeRow bytes: equal keys, equal bytes."""
-    from statectl.codecs.sparktypes import from_arrow_schema
-
     key = _sub(table.column("key").combine_chunks(), table.column("key").type.num_fields - 1)
     return encode_unsafe_rows(key, from_arrow_schema(pa.schema(list(key.type))))
 
@@ -241,8 +241,6 @@ def encode_partition(
 ) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
     """Every RocksDB entry (2-byte family id + key, value) of one partition at format 3 or 4,
     from format 2's tables of that partition (``tables``: store name -> key/value table)."""
-    from statectl.tws_encode import _merge_lists, concat_binary
-
     by_name = {f.name: f for f in families}
     keys_out: list[pa.Array] = []
     values_out: list[pa.Array] = []
@@ -277,12 +275,12 @@ def encode_partition(
         join_row = row(_sub(key, n), _schema(join_fields))
         ts = _be_times(_event_times(value, primary.value_schema))
         elements = row(value, primary.value_schema)
-        k, merged, _ = _merge_lists(concat_binary(join_row, ts), elements, delimiter)
+        k, merged, _ = merge_lists(concat_binary(join_row, ts), elements, delimiter)
         put(primary.name, k, merged)
         dummy = row(
             pa.StructArray.from_arrays([pa.nulls(len(key))], names=["__dummy__"]), DUMMY_SCHEMA
         )
-        k, merged, _ = _merge_lists(concat_binary(ts, join_row), dummy, delimiter)
+        k, merged, _ = merge_lists(concat_binary(ts, join_row), dummy, delimiter)
         put(index.name, k, merged)
     if not keys_out:
         empty = pa.array([], pa.large_binary())

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from statectl.checkpoint.model import HDFS, ROCKSDB, Checkpoint, Operator, partition_absent
+from statectl.backends import get_backend
+from statectl.checkpoint.model import Checkpoint, Operator, partition_absent
 from statectl.codecs.sparktypes import parse_schema
 from statectl.codecs.unsaferow import decode_unsafe_rows
 from statectl.engine import (
@@ -152,15 +153,17 @@ def _prepend_version(rows: pa.Array) -> pa.LargeBinaryArray:
 
 
 def to_target(rows: pa.Array, source: str, target: str) -> pa.LargeBinaryArray:
-    """Source entry bytes as the target backend keeps them: RocksDB's carry statectl's
-    encoding-version byte in front of the UnsafeRow, HDFS's are the UnsafeRow."""
+    """Source entry bytes as the target backend keeps them: each backend's entry codec says
+    whether its rows carry the encoding-version byte in front of the UnsafeRow (RocksDB's do,
+    as statectl writes it; HDFS's are the UnsafeRow)."""
     rows = rows.cast(pa.large_binary()) if rows.type != pa.large_binary() else rows
-    if source == target:
-        if source == ROCKSDB and not _has_version_byte(rows):
-            return _prepend_version(slice_bytes(rows, 1))
+    prefix = get_backend(source).entry_codec().row_prefix
+    if prefix == get_backend(target).entry_codec().row_prefix:
+        if prefix and not _has_version_byte(rows):
+            return _prepend_version(slice_bytes(rows, prefix))
         return rows
-    if source == ROCKSDB:  # -> HDFS
-        return slice_bytes(rows, 1)
+    if prefix:  # -> a backend whose rows carry no version byte
+        return slice_bytes(rows, prefix)
     return _prepend_version(rows)
 
 
@@ -185,7 +188,7 @@ class RawSpillTask:
         if partition_absent(self.ckpt, self.op, self.partition):
             return 0
         enc = self.enc
-        skip = 1 if enc.backend == ROCKSDB else 0  # the encoding-version byte
+        skip = enc.store_backend.entry_codec().row_prefix  # the encoding-version byte
         schema = parse_schema(self.op.schema(self.store).key_schema)
         checked = self.ckpt.verify and placement_checked(self.ckpt, self.op, self.batch)
         counts = (self.partitions, self.op.num_partitions) if checked else (self.partitions,)
@@ -241,7 +244,7 @@ def restore_raw_stores(
     written per store."""
     threads = uses_threads(ckpt.io, io)
     built = list(range(partitions)) if only is None else only
-    target = HDFS if fmt.backend == HDFS else ROCKSDB
+    target = fmt.backend
     with spill_dir() as directory:
         dirs = [os.path.join(directory, f"t{i:04d}") for i in range(len(op.store_names))]
         enc = StoreEncoding.of(ckpt, batch)

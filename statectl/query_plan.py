@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from statectl.backends import get_backend
 from statectl.checkpoint.model import (
     PARTITIONS_CONF,
-    PROVIDER_CLASSES,
     PROVIDER_CONF,
     Checkpoint,
     Operator,
@@ -456,6 +456,6 @@ def aggregate_buffers(plan: Any) -> dict[int, list[AggregateBuffer]]:
 def planning_confs(pinned: dict[str, str], backend: str, partitions: int) -> dict[str, str]:
     """What a restart of the restored checkpoint runs with."""
     confs = dict(pinned)
-    confs[PROVIDER_CONF] = PROVIDER_CLASSES[backend]
+    confs[PROVIDER_CONF] = get_backend(backend).provider_classes[0]
     confs[PARTITIONS_CONF] = str(partitions)
     return confs

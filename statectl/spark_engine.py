@@ -38,6 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 
+import statectl.errors as errors_module
 from statectl.engine import (
     BuildTask,
     Convert,
@@ -54,8 +55,9 @@ from statectl.engine import (
     spill_dir,
     table_schema,
 )
-from statectl.errors import StatectlError
+from statectl.errors import StatectlError, describe_failure
 from statectl.io import FileIO
+from statectl.spark_session import quiet_session
 
 ENGINES = ("local", "spark", "auto")
 # A Spark task's memory budget (spill chunks, in-memory builds) unless --memory says otherwise:
@@ -282,8 +284,6 @@ def _user_error(e: Exception) -> StatectlError | None:
     both are still known, by the CLI's own rule (statectl.errors.describe_failure)."""
     if isinstance(e, StatectlError):
         return e
-    from statectl.errors import describe_failure
-
     line, code = describe_failure(e)
     if code != 2:
         return None
@@ -418,10 +418,8 @@ def _unwrap(outcome: tuple) -> Any:
     if outcome[1] == "ok":
         return outcome[2]
     if outcome[1] == "statectl":
-        import statectl.errors as errors
-
         _, _, name, message, path, hint = outcome
-        cls = getattr(errors, name, StatectlError)
+        cls = getattr(errors_module, name, StatectlError)
         if not (isinstance(cls, type) and issubclass(cls, StatectlError)):
             cls = StatectlError
         # Built here, not on the executor: the driver knows which URL a stripped path lies under
@@ -464,8 +462,6 @@ def spark_engine(spark: Any = None, confs: dict[str, str] | None = None) -> Spar
             raise StatectlError(
                 "the Spark engine needs PySpark: pip install 'statectl[spark]' (or pyspark)"
             ) from None
-        from statectl.spark_session import quiet_session
-
         # Executors of a local or local-cluster master run this very Python.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         spark = quiet_session("statectl", dict(confs or {}), purpose="--engine spark")

@@ -9,12 +9,13 @@ error when it does not start), and a terminal gets an elapsed-time line instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from statectl.errors import StatectlError
@@ -38,6 +39,46 @@ def spark_message(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
+def _java_options(confs: dict[str, str]) -> str:
+    """The driver's Java options: the user's, then a log4j2 configuration at level error."""
+    conf_dir = tempfile.mkdtemp(prefix="statectl-log4j-")
+    conf = os.path.join(conf_dir, "log4j2.properties")
+    with open(conf, "w") as f:
+        f.write(QUIET_LOG4J2)
+    java_opts = f"-Dlog4j2.configurationFile=file:{conf}"
+    if confs.get("spark.driver.extraJavaOptions"):
+        java_opts = f"{confs['spark.driver.extraJavaOptions']} {java_opts}"
+    return java_opts
+
+
+@contextlib.contextmanager
+def _stderr_to(log: Any, started: float, show_time: bool) -> Iterator[None]:
+    """The process's stderr goes to ``log`` while the JVM starts; a terminal gets an
+    elapsed-time line instead (when ``show_time``)."""
+    sys.stderr.flush()
+    terminal = os.dup(2)
+    os.dup2(log.fileno(), 2)
+    stop = threading.Event()
+
+    def tick() -> None:  # an elapsed-time line on a terminal while the JVM starts
+        while not stop.wait(1):
+            line = f"\rstatectl: starting Spark... {time.monotonic() - started:.0f} s"
+            os.write(terminal, line.encode())
+        os.write(terminal, b"\r\x1b[K")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    if show_time and os.isatty(terminal):
+        ticker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if ticker.is_alive():
+            ticker.join()
+        os.dup2(terminal, 2)
+        os.close(terminal)
+
+
 def quiet_session(
     app_name: str,
     confs: dict[str, str],
@@ -55,29 +96,12 @@ def quiet_session(
         return active
     if progress:
         progress(f"{starting} (the JVM takes 20-40 s to start)")
-    conf_dir = tempfile.mkdtemp(prefix="statectl-log4j-")
-    conf = os.path.join(conf_dir, "log4j2.properties")
-    with open(conf, "w") as f:
-        f.write(QUIET_LOG4J2)
-    java_opts = f"-Dlog4j2.configurationFile=file:{conf}"
-    if confs.get("spark.driver.extraJavaOptions"):
-        java_opts = f"{confs['spark.driver.extraJavaOptions']} {java_opts}"
+    java_opts = _java_options(confs)
     started = time.monotonic()
-    with tempfile.NamedTemporaryFile(prefix="statectl-spark-", suffix=".log", delete=False) as log:
-        sys.stderr.flush()
-        terminal = os.dup(2)
-        os.dup2(log.fileno(), 2)
-        stop = threading.Event()
-
-        def tick() -> None:  # an elapsed-time line on a terminal while the JVM starts
-            while not stop.wait(1):
-                line = f"\rstatectl: starting Spark... {time.monotonic() - started:.0f} s"
-                os.write(terminal, line.encode())
-            os.write(terminal, b"\r\x1b[K")
-
-        ticker = threading.Thread(target=tick, daemon=True)
-        if progress and os.isatty(terminal):
-            ticker.start()
+    with (
+        tempfile.NamedTemporaryFile(prefix="statectl-spark-", suffix=".log", delete=False) as log,
+        _stderr_to(log, started, progress is not None),
+    ):
         try:
             builder = SparkSession.builder.appName(app_name).config(
                 "spark.ui.showConsoleProgress", "false"
@@ -89,12 +113,6 @@ def quiet_session(
             raise StatectlError(
                 f"{purpose}: Spark did not start ({spark_message(e)}); its output is in {log.name}"
             ) from None
-        finally:
-            stop.set()
-            if ticker.is_alive():
-                ticker.join()
-            os.dup2(terminal, 2)
-            os.close(terminal)
     os.unlink(log.name)  # started: the JVM keeps writing to the (unlinked) file, not the terminal
     spark.sparkContext.setLogLevel("ERROR")
     if progress:

@@ -170,7 +170,7 @@ def _dummy(n: int, family: ColumnFamilySchema, avro: bool) -> pa.LargeBinaryArra
     return _row(_struct([pa.nulls(n)], fields), fields, avro, family.value_schema_id)
 
 
-def _merge_lists(
+def merge_lists(
     keys: pa.LargeBinaryArray, elements: pa.LargeBinaryArray, delimiter: bytes
 ) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray, np.ndarray]:
     """Group elements by key, keeping their order: (keys, merged values, element counts)."""
@@ -325,7 +325,7 @@ class TableEncoder:
         enc_keys = encode_key(key, fam, avro)
         element = table.column("list_element").combine_chunks()
         elements = _row(element, _fields(fam.value_schema), avro, fam.value_schema_id)
-        keys, merged, counts = _merge_lists(enc_keys, elements, self.merge_delimiter)
+        keys, merged, counts = merge_lists(enc_keys, elements, self.merge_delimiter)
         out = [self._put(name, keys, merged)]
         if name in self.ttl:
             ttl = _list_ttl(self.by_name, name, key, enc_keys, element, avro)

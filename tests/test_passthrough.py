@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from statectl import passthrough as pt
-from statectl.checkpoint.model import HDFS, ROCKSDB, Checkpoint
+from statectl.backends import HDFS, ROCKSDB
+from statectl.checkpoint.model import Checkpoint
 from statectl.engine import Engine
 from statectl.errors import MissingFileError, StatectlError
 from statectl.restoration import migrate

@@ -117,12 +117,12 @@ def test_restore_through_another_partition_count_rewrites_sparks_entries(tmp_pat
 def test_merging_no_list_elements_gives_no_entries(delimiter):
     """A partition where one side of a join (or a list state) has no rows: no entries, not an
     IndexError (a Spark 3.5 left semi join restored at format 4 over 3 partitions had one)."""
-    from statectl.tws_encode import _merge_lists
+    from statectl.tws_encode import merge_lists
 
     empty = pa.array([], pa.large_binary())
-    keys, values, counts = _merge_lists(empty, empty, delimiter)
+    keys, values, counts = merge_lists(empty, empty, delimiter)
     assert len(keys) == len(values) == len(counts) == 0
-    keys, values, counts = _merge_lists(
+    keys, values, counts = merge_lists(
         pa.array([b"a", b"b", b"a"], pa.large_binary()),
         pa.array([b"x", b"y", b"z"], pa.large_binary()),
         delimiter,

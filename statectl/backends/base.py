@@ -208,6 +208,14 @@ class Backend(Protocol):
         each; empty when it loads."""
         ...
 
+    def missing_files(
+        self, io: FileIO, store_dir: str, version: int, *, column_families: bool
+    ) -> list[str]:
+        """Cheap health of a checkpoint format 1 store (``list``, ``inspect``): problems
+        finding the files that load ``version``, from their names alone (nothing is read), one
+        line each. ``column_families``: the store holds them, so it needs what holds them."""
+        ...
+
 
 def check_layout(backend: Backend, layout: str) -> None:
     if layout not in backend.capabilities.layouts:

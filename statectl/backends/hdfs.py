@@ -194,6 +194,15 @@ class HdfsBackend:
     def check(self, io: FileIO, store_dir: str, version: int, opts: ReadOptions) -> list[str]:
         return check_files(io, lambda: files_for_version(io, store_dir, version))
 
+    def missing_files(
+        self, io: FileIO, store_dir: str, version: int, *, column_families: bool
+    ) -> list[str]:
+        try:
+            files_for_version(io, store_dir, version)
+        except StatectlError as e:
+            return [str(e)]
+        return []
+
 
 def check_files(io: FileIO, files: Callable[[], list[str]]) -> list[str]:
     """Problems finding or verifying the files ``files()`` names, one line each."""

@@ -57,7 +57,7 @@ from statectl.codecs.records import (
     last_writer_wins,
     parse_changelog,
 )
-from statectl.errors import MissingFileError, StatectlError
+from statectl.errors import MissingFileError, StatectlError, display_path
 from statectl.io import FileIO
 
 PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -423,6 +423,18 @@ class RocksDBBackend:
             self.load(io, store_dir, version, opts)
         except StatectlError as e:
             return [str(e)]
+        return []
+
+    def missing_files(
+        self, io: FileIO, store_dir: str, version: int, *, column_families: bool
+    ) -> list[str]:
+        try:
+            base, _ = chain_v1(list_version_files(io, store_dir), version, store_dir)
+        except StatectlError as e:
+            return [str(e)]
+        if base is None and column_families and version > 0:
+            # Column families live only in a snapshot's metadata: changelogs alone lose them.
+            return [f"{display_path(store_dir)}: no snapshot zip for a column-family store"]
         return []
 
 

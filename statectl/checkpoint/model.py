@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from statectl.backends import HDFS as HDFS  # re-exported for restoring.py, see below
-from statectl.backends import ROCKSDB as ROCKSDB
-from statectl.backends import Backend, backend_for_provider, provider_classes
+from statectl.backends import Backend, backend_for_provider
 from statectl.checkpoint.logs import (
     CommitMetadata,
     OffsetSeq,
@@ -58,9 +56,6 @@ CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 MERGE_OPERATOR_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
-# Backend identity lives in statectl/backends; these names stay importable from here only for
-# statectl/restoring.py, whose owner moves it to statectl.backends (then they go).
-PROVIDER_CLASSES = provider_classes()
 
 
 @dataclass

@@ -16,8 +16,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from statectl.backends import backend_names
 from statectl.checkpoint.logs import PINNED_CONF_LEGACY_DEFAULTS
-from statectl.checkpoint.model import HDFS, PARTITIONS_CONF, ROCKSDB
+from statectl.checkpoint.model import PARTITIONS_CONF
 from statectl.errors import StatectlError
 from statectl.io import FileIO
 from statectl.processor.reading import CheckpointHandle
@@ -55,8 +56,10 @@ def pinned_confs(spark: Any, confs: dict[str, str]) -> dict[str, str]:
 def _check_arguments(batch: int, backend: str) -> None:
     if isinstance(batch, bool) or not isinstance(batch, int) or not 0 <= batch < 2**62:
         raise StatectlError(f"for_query: batch must be a non-negative integer, not {batch!r}")
-    if backend not in (HDFS, ROCKSDB):
-        raise StatectlError(f"for_query: backend must be hdfs or rocksdb, not {backend!r}")
+    if backend not in backend_names():
+        raise StatectlError(
+            f"for_query: backend must be {' or '.join(backend_names())}, not {backend!r}"
+        )
 
 
 def _partitions(spark: Any, partitions: int | None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from statectl import join_state
-from statectl.checkpoint.model import ENCODING_CONF, HDFS, MERGE_OPERATOR_CONF
+from statectl.checkpoint.model import ENCODING_CONF, MERGE_OPERATOR_CONF
 from statectl.errors import StatectlError
 from statectl.evolution import (
     PartEvolution,
@@ -127,8 +127,8 @@ def _convert_state_format(
 
 def _join_target_where(plan: RestorePlan) -> str:
     """The target, as the join format problems name it."""
-    if plan.backend == HDFS:
-        return "HDFS"
+    if not plan.target_backend.capabilities.column_families:
+        return plan.target_backend.title
     if not plan.snapshot_rocksdb:
         return "RocksDB changelog checkpoints (--changelog)"
     return plan.backend

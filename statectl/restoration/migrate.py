@@ -13,7 +13,6 @@ import posixpath
 from typing import Any
 
 from statectl.checkpoint.model import Operator
-from statectl.engine import Engine
 from statectl.errors import MissingFileError, StatectlError
 from statectl.io import FileIO
 from statectl.passthrough import fallback_reason
@@ -93,7 +92,7 @@ def migrate(
     # savepoint), and no savepoint to keep (a kept one must hold the state).
     fast = (
         options.passthrough
-        and isinstance(engine, Engine)
+        and engine.runs_locally
         and options.keep_savepoint is None
         and src_io.exists(posixpath.join(src_root, "offsets"))
     )

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from statectl.checkpoint.model import HDFS, PARTITIONS_CONF, ROCKSDB, Operator
+from statectl.backends import DEFAULT, Backend, backend_names, get_backend
+from statectl.checkpoint.model import PARTITIONS_CONF, Operator
 from statectl.errors import StatectlError
 from statectl.evolution import TableEvolution
 from statectl.io import FileIO
@@ -134,9 +135,19 @@ class RestorePlan:
         self.run.engine = engine
 
     @property
+    def target_backend(self) -> Backend:
+        return get_backend(self.backend)
+
+    @property
+    def layout(self) -> str:
+        """The layout the target's stores are written in (the backend's default when it has
+        not the one asked for: HDFS writes snapshots whatever ``--changelog`` says)."""
+        return self.target_backend.capabilities.layout(self.rocksdb_layout)
+
+    @property
     def snapshot_rocksdb(self) -> bool:
-        """The target is RocksDB snapshots: the only layout column families are written in."""
-        return self.backend == ROCKSDB and self.rocksdb_layout == "snapshot"
+        """The target layout holds column families (RocksDB snapshots)."""
+        return self.target_backend.capabilities.column_families_in(self.rocksdb_layout)
 
     def rewrites(self, uid: str) -> bool:
         """The restore writes ``uid``'s rows otherwise than the savepoint has them: evolved,
@@ -184,9 +195,9 @@ class RestorePlan:
 def choose_target(sp: Savepoint, backend: str | None, partitions: int | None) -> tuple[str, int]:
     """The backend and partition count to restore to: the arguments, else the savepoint's."""
     m = sp.metadata
-    chosen = backend or m.source_checkpoint.get("backend") or HDFS
-    if chosen not in (HDFS, ROCKSDB):
-        raise StatectlError(f"--backend must be hdfs or rocksdb, not {chosen!r}")
+    chosen = backend or m.source_checkpoint.get("backend") or DEFAULT
+    if chosen not in backend_names():
+        raise StatectlError(f"--backend must be {' or '.join(backend_names())}, not {chosen!r}")
     if partitions is not None:
         if partitions < 1:
             raise StatectlError(f"--partitions must be at least 1, got {partitions}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from statectl.checkpoint.model import ROCKSDB
 from statectl.errors import StatectlError
 from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery
@@ -63,7 +62,7 @@ def _checkpoint_format(plan: RestorePlan, m: Any, asked: int | None) -> None:
     if asked not in (None, 1, 2):
         raise StatectlError(f"--checkpoint-format must be 1 or 2, not {asked}")
     wanted = asked or int(m.source_checkpoint.get("checkpoint_format_version") or 1)
-    if wanted == 2 and (plan.backend != ROCKSDB or plan.rocksdb_layout != "snapshot"):
+    if wanted == 2 and not plan.target_backend.capabilities.checkpoint_format_2_in(plan.layout):
         if asked == 2:
             plan.problems.append("checkpoint format 2 needs --backend rocksdb without --changelog")
         wanted = 1

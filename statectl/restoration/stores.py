@@ -15,7 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from statectl.checkpoint.model import HDFS, ROCKSDB, UNKNOWN_OPERATOR, Operator
+from statectl.backends import get_backend
+from statectl.checkpoint.model import UNKNOWN_OPERATOR, Operator
 from statectl.checkpoint.state_metadata import ColumnFamilySchema, write_schema_file_v2
 from statectl.checkpoint.writers import operator_metadata_v1_bytes, store_info
 from statectl.codecs.unsaferow import encode_unsafe_rows
@@ -39,7 +40,7 @@ def store_format(plan: RestorePlan, codec: str) -> StoreFormat:
     """How each store partition is written at version N+1."""
     return StoreFormat(
         plan.backend,
-        plan.rocksdb_layout if plan.backend == ROCKSDB else "snapshot",
+        plan.layout,
         plan.batch + 1,
         codec,
         unique_ids=plan.checkpoint_format == 2,
@@ -55,7 +56,7 @@ def _encode_store(
     does (``int32 LE len ‖ 0x00 prefix row ‖ 0x00 remaining row``)."""
     k = encode_unsafe_rows(key, json.loads(table.key_schema))
     v = encode_unsafe_rows(value, json.loads(table.value_schema))
-    if backend == HDFS:
+    if not get_backend(backend).capabilities.key_encoders:
         return k, v
     prefix = kind.prefix_columns(table.key_schema)
     if prefix:

@@ -15,7 +15,6 @@ from statectl.checkpoint.model import (
     CODEC_CONF,
     MERGE_OPERATOR_CONF,
     PARTITIONS_CONF,
-    PROVIDER_CLASSES,
     PROVIDER_CONF,
     ROW_CHECKSUM_CONF,
     Operator,
@@ -111,7 +110,7 @@ def write_restore(plan: RestorePlan, *, before_finish: Callable[[], None] | None
 def _pinned_confs(plan: RestorePlan, pinned: dict[str, str]) -> dict[str, str]:
     """The savepoint's pinned confs, rewritten for the target."""
     confs = dict(pinned)
-    confs[PROVIDER_CONF] = PROVIDER_CLASSES[plan.backend]
+    confs[PROVIDER_CONF] = plan.target_backend.provider_classes[0]
     confs[PARTITIONS_CONF] = str(plan.partitions)
     if plan.join_state_format is not None:  # Spark reads the joins at the pinned format
         confs[join_state.FORMAT_CONF] = str(plan.join_state_format)

@@ -21,7 +21,7 @@ from typing import Any
 
 from statectl.checkpoint.model import Checkpoint, Operator
 from statectl.config import load_config
-from statectl.engine import Engine, TaskRunner, spill_dir
+from statectl.engine import Engine, StateEngine, TaskRunner, spill_dir
 from statectl.engine import default_workers as engine_workers
 from statectl.errors import MissingFileError, StatectlError
 from statectl.io import FileIO
@@ -176,7 +176,7 @@ def build_savepoint(
     batch: int,
     uids: dict[int, str],
     progress: Callable[[str], None] | None = None,
-    engine: TaskRunner | None = None,
+    engine: StateEngine | None = None,
     unread: Callable[[Checkpoint, int, Operator], bool] | None = None,
 ) -> SavepointMetadata:
     """Write the data files of ``batch`` under ``out_root`` and return the metadata (unwritten).
@@ -195,7 +195,7 @@ def build_savepoint(
     with spill_dir() as scratch:
         for job in jobs:
             job.budget = runner.per_task
-            job.scratch = scratch if isinstance(runner, Engine) else None
+            job.scratch = scratch if runner.runs_locally else None
         results = iter(run_tasks(jobs, runner, progress))
     operators = [
         operator_state(
@@ -312,7 +312,7 @@ def take_savepoint(
     kind: str = "canonical",
     workers: int | None = None,
     verify: bool = True,
-    engine: TaskRunner | None = None,
+    engine: StateEngine | None = None,
     memory: str | int | None = None,
     unread: Callable[[Checkpoint, int, Operator], bool] | None = None,
 ) -> tuple[str, SavepointMetadata]:
@@ -409,8 +409,8 @@ def _target_outside(src_io: FileIO, src_root: str, target: str | None) -> tuple[
 
 
 def _runner(
-    ckpt: Checkpoint, engine: TaskRunner | None, memory: str | int | None, workers: int | None
-) -> TaskRunner:
+    ckpt: Checkpoint, engine: StateEngine | None, memory: str | int | None, workers: int | None
+) -> StateEngine:
     """The given engine, else the local one: ``workers`` tasks sharing ``memory``."""
     return engine or Engine.of(memory, workers or default_workers(ckpt))
 

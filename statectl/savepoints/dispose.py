@@ -18,7 +18,7 @@ from statectl.errors import StatectlError
 from statectl.io import FileIO
 from statectl.savepoints.format import METADATA_FILE
 from statectl.savepoints.store import Savepoint
-from statectl.sources import carried_paths
+from statectl.sources.carry import carried_paths
 
 
 @dataclasses.dataclass(frozen=True)

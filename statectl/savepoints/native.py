@@ -11,67 +11,21 @@ partition count; ``statectl savepoint --type canonical NATIVE`` converts it.
 from __future__ import annotations
 
 import hashlib
-import io as _io
 import posixpath
-import zipfile
-import zlib
 from collections.abc import Callable
 
-from statectl.backends.hdfs import files_for_version
-from statectl.backends.rocksdb import (
-    bare_name,
-    chain_v1,
-    chain_v2,
-    list_version_files,
-    parse_snapshot_metadata,
-)
+from statectl.backends import ReadOptions
 from statectl.checkpoint.logs import batch_id_of
-from statectl.checkpoint.model import HDFS, Checkpoint, partition_absent, store_dir
+from statectl.checkpoint.model import Checkpoint, partition_absent, store_dir
 from statectl.checksums import read_verified
 from statectl.codecs.compression import normalize_codec
-from statectl.errors import CorruptFileError
 from statectl.io import FileIO
 from statectl.savepoints.contents import default_uid
 from statectl.savepoints.format import DataFile, OperatorState, SavepointMetadata, StateTable
 from statectl.savepoints.layout import EMBEDDED
-from statectl.sources import native_source_files
+from statectl.sources.carry import native_source_files
 
 __all__ = ["EMBEDDED", "build_native"]
-
-
-def _rocksdb_files(
-    ckpt: Checkpoint, d: str, version: int, codec: str, unique_id: str | None
-) -> list[str]:
-    files = list_version_files(ckpt.io, d)
-    if unique_id is None:
-        base, chain = chain_v1(files, version, d)
-    else:
-        base, chain, _ = chain_v2(ckpt.io, codec, files, version, unique_id, d)
-    out = [f.path for f in chain]
-    if base is not None:
-        out.append(base.path)
-        out += _zip_references(ckpt, d, base.path)
-    # Checkpoint format v2 keeps a JSON checksum beside each state file: copy it when present.
-    return out + [p + ".crc" for p in out if not p.endswith(".sst") and ckpt.io.exists(p + ".crc")]
-
-
-def _zip_references(ckpt: Checkpoint, d: str, zip_path: str) -> list[str]:
-    """The SSTs and logs a snapshot zip's metadata references (inside the store directory)."""
-    source = zip_path + "!metadata"
-    try:
-        with zipfile.ZipFile(_io.BytesIO(ckpt.io.read_bytes(zip_path))) as z:
-            meta = parse_snapshot_metadata(z.read("metadata").decode(), source)
-    except (zipfile.BadZipFile, KeyError, zlib.error, UnicodeDecodeError, EOFError):
-        raise CorruptFileError("snapshot zip is corrupt or has no metadata", zip_path) from None
-    out = []
-    for entries, folder, key in (
-        (meta.sst_files, "SSTs", "dfsSstFileName"),
-        (meta.log_files, "logs", "dfsLogFileName"),
-    ):
-        for e in entries:
-            name = bare_name(e.get(key) if isinstance(e, dict) else None, source)
-            out.append(ckpt.io.inside(posixpath.join(d, folder), name, source))
-    return out
 
 
 def _at_or_before(name: str, batch: int) -> bool:
@@ -110,16 +64,14 @@ def _partition_files(
     )
     fmt2 = ckpt.checkpoint_format_version(batch) >= 2
     ids = ckpt.commit(batch).state_unique_ids or {}
+    backend = ckpt.store_backend(batch)
     out: list[str] = []
     for i, store in enumerate(stores):
         d = store_dir(ckpt, op_id, p, store)
         if p == 0 and ckpt.io.exists(posixpath.join(d, "_metadata", "schema")):
             out.append(posixpath.join(d, "_metadata", "schema"))
-        if ckpt.backend(batch) == HDFS:
-            out += files_for_version(ckpt.io, d, batch + 1)
-        else:
-            uid = ids[str(op_id)][p][i] if fmt2 else None
-            out += _rocksdb_files(ckpt, d, batch + 1, codec, uid)
+        uid = ids[str(op_id)][p][i] if fmt2 else None
+        out += backend.copy_files(ckpt.io, d, batch + 1, ReadOptions(codec, uid))
     return out
 
 

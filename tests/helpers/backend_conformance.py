@@ -173,6 +173,10 @@ class BackendTests:
         assert e.value.path is not None and "store" in e.value.path
         problems = self.backend.check(io, directory, 2, opts)
         assert len(problems) == 1 and f"2.{self.increment_suffix}" in problems[0]
+        # The cheap health check (list, inspect) finds it from the names alone.
+        missing = self.backend.missing_files(io, directory, 2, column_families=False)
+        assert len(missing) == 1 and f"2.{self.increment_suffix}" in missing[0]
+        assert self.backend.missing_files(io, directory, 1, column_families=False) == []
 
     def test_flipped_byte_under_a_checksum_is_refused(self, tmp_path):
         for i, (layout, v2) in enumerate(self.formats()):
