@@ -32,7 +32,7 @@ from statectl.results import (
     SavepointResult,
 )
 from statectl.savepoints.create import take_savepoint
-from statectl.source_positions import normalize_offset
+from statectl.sources import normalize_offset
 from statectl.spark_engine import engine_for
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ from statectl.io import FileIO, redact, storage_options_for
 from statectl.join_state import format_of
 from statectl.savepoints.layout import EMBEDDED
 from statectl.savepoints.store import Savepoint, is_savepoint_dir
+from statectl.sources import checkpoint_sources, savepoint_source_rows
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
 
 SAMPLE_ROWS = 5
@@ -144,6 +145,7 @@ def inspect_checkpoint(
         "offset_log_version": off.version,
         "commit_log_version": commit.version,
         "source_offsets": {k: maybe_json(v) for k, v in off.offsets.items()},
+        "sources": [s.describe() for s in checkpoint_sources(ckpt, b)],
         "pinned_confs": confs,
         "operators": [describe_operator(ckpt, op, b, rows=rows) for op in ckpt.operators(b)],
     }
@@ -198,6 +200,7 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
         "partitions": m.source_checkpoint.get("partitions"),
         "checkpoint_format_version": m.source_checkpoint.get("checkpoint_format_version"),
         "source_offsets": {k: maybe_json(v) for k, v in m.offsets.items()},
+        "sources": savepoint_source_rows(m),
         "pinned_confs": dict(sorted(m.pinned_confs.items())),
         "uncommitted_batches": [],
         "latest_committed_batch": m.batch_id,

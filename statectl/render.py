@@ -179,8 +179,11 @@ def _inspect_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
             f"checkpoint format v{info.get('checkpoint_format_version')}",
         ),
     ]
-    for source, offset in (info.get("source_offsets") or {}).items():
-        rows.append((f"source {source}", json_text(offset)))
+    if info.get("sources") is not None:  # each source by kind (statectl/sources)
+        rows += [(f"source {src['key']}", src["summary"]) for src in info["sources"]]
+    else:
+        for source, offset in (info.get("source_offsets") or {}).items():
+            rows.append((f"source {source}", json_text(offset)))
     if info.get("storage_options"):
         rows.append(("storage", json_text(info["storage_options"])))
     return [(k, str(v)) for k, v in rows]

@@ -103,8 +103,22 @@ class Sandbox:
         return spec
 
 
+def kafka_savepoint(s: Sandbox) -> str:
+    """A savepoint of the guide's Kafka pipeline (fixtures/sources.py's kafka-hdfs)."""
+    import statectl
+
+    def take() -> str:
+        return statectl.savepoint(s.checkpoint("kafka-orders", "kafka-hdfs"), s.tmp / "ksp").path
+
+    return s._once("kafka-savepoint", take)
+
+
 # Placeholder -> what it stands for. Keep it small: a new placeholder in the docs needs a line.
 PLACEHOLDERS: dict[str, Callable[[Sandbox], str]] = {
+    "/checkpoints/kafka-orders": lambda s: s.checkpoint("kafka-orders", "kafka-hdfs"),
+    "/savepoints/kafka-orders": kafka_savepoint,
+    "/ckpt/kafka-orders-rocksdb": lambda s: s.new("kafka-orders-rocksdb"),
+    "/ckpt/kafka-orders-v2": lambda s: s.new("kafka-orders-v2"),
     "fixtures/checkpoints/agg-hdfs": lambda s: s.checkpoint("agg-hdfs", "agg-hdfs"),
     "/checkpoints": lambda s: s.checkpoints(),
     "/checkpoints/orders": lambda s: s.checkpoint("orders", ORDERS),

@@ -28,6 +28,9 @@ EXPECTED = {
     "tws": "transformWithState",
     "limit": "streaming limit",
     "session": "session window aggregation",
+    # the agg query over sources other than files (issue 22): rate, ratev1, pysource
+    "rate": "aggregation",
+    "pysource": "aggregation",
 }
 
 

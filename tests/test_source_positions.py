@@ -15,7 +15,7 @@ from statectl.query_plan import PlannedQuery, PlannedSource
 from statectl.restoration import RestoreOptions, plan_restore, write_restore
 from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.store import Savepoint
-from statectl.source_positions import parse_source_offsets
+from statectl.sources import parse_source_offsets
 from tests.helpers.fixtures import FIXTURES
 
 OLD_DIR = "/tmp/statectl-fixture-input-59qe8g3n/agg-hdfs"  # where the fixture's files were

@@ -217,7 +217,7 @@ def _restore_options(
     """restore's command line as one RestoreOptions: the KEY=VALUE options parsed (in this
     order, so the first bad one is the one reported), every other choice as given."""
     from statectl.restoration.options import RestoreOptions
-    from statectl.source_positions import parse_source_offsets
+    from statectl.sources import parse_source_offsets
 
     mapping = {}
     for uid, op_id in parse_pairs(map_, "--map").items():

@@ -46,7 +46,7 @@ from statectl.savepoints.create import take_savepoint
 from statectl.savepoints.format import DataFile, SavepointMetadata
 from statectl.savepoints.layout import part_path, stamped, write_metadata, write_table
 from statectl.savepoints.tables import retype
-from statectl.source_positions import START, normalize_offset
+from statectl.sources import START, copy_carried_sources, normalize_offset
 
 # Re-exported: the edits' types and conform are named from here too.
 __all__ = ["Predicate", "SavepointWriter", "Transform", "as_arrow", "conform"]
@@ -435,6 +435,8 @@ def _write(
             files = _edited_files(writer, op, op.table(t.name), edits, op_state.kind, out_io, root)
             tables.append(dataclasses.replace(t, files=files, rows=sum(f.rows for f in files)))
         operators.append(dataclasses.replace(op_state, tables=tables))
+    # Sources' carried files (Kafka's initial offsets, ...), as _metadata "sources" lists them.
+    copy_carried_sources(sp.metadata.sources, sp.io, sp.root, out_io, root)
     return stamped(_with_sources(sp.metadata, writer._offsets, operators))
 
 

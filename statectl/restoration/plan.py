@@ -20,7 +20,7 @@ from statectl.evolution import TableEvolution
 from statectl.io import FileIO
 from statectl.operators import AGG_FORMAT_CONF, GROUP_STATE_FORMAT_CONF
 from statectl.savepoints.store import Savepoint
-from statectl.source_positions import SourcePositions
+from statectl.sources import SourcePositions
 
 
 @dataclass
@@ -31,7 +31,8 @@ class PlanReport:
     conversions: list[str] = field(default_factory=list)  # state formats converted or kept
     # Schema evolution: one line per evolved field.
     evolved: list[str] = field(default_factory=list)
-    # Every source of the restored query: kept / new / given / dropped (source_positions.py).
+    # Every source of the restored query: kept / new / given / dropped
+    # (statectl/sources/positions.py).
     sources: list[dict[str, Any]] = field(default_factory=list)
     interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
 

@@ -1,7 +1,7 @@
 """``plan_restore``: every check a restore makes, nothing written. A short pipeline of
 planners, each deciding one thing and saying what is wrong with it: the target and the
 savepoint's safety (targets.py, safety.py), the checkpoint format, which uid goes to which
-operator (matching.py, evolve.py), source positions (statectl/source_positions.py), and the
+operator (matching.py, evolve.py), source positions (statectl/sources/positions.py), and the
 state formats (formats.py). A native savepoint restores only as it is (safety.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from statectl.restoration.plan import Execution, RestorePlan, choose_target
 from statectl.restoration.safety import native_problems, safety_problems
 from statectl.restoration.targets import target_problems
 from statectl.savepoints.store import Savepoint
-from statectl.source_positions import plan_positions
+from statectl.sources import plan_positions
 
 
 def _new_plan(
@@ -133,7 +133,7 @@ def plan_restore(
 
     ``source`` is the checkpoint the savepoint was taken from (migrate), ``own_target`` says
     the caller already marked the target in progress (migrate). With ``query`` the sources
-    are matched to the query's (statectl/source_positions.py)."""
+    are matched to the query's (statectl/sources/positions.py)."""
     m = sp.metadata
     plan = _new_plan(sp, target, options, query)
     plan.run.started = own_target

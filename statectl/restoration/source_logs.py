@@ -1,6 +1,6 @@
 """File source logs (``sources/<i>/N``) of the restored checkpoint: their layout, as Spark's
 compaction and cleanup leave it, and writing them. Kept in one place so that source
-positions (statectl/source_positions.py) can take it over whole."""
+positions (statectl/sources/positions.py) can take it over whole."""
 
 from __future__ import annotations
 

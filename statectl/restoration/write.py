@@ -41,6 +41,7 @@ from statectl.restoration.stores import write_empty_store_operator, write_store_
 from statectl.restoration.targets import begin_target, under
 from statectl.savepoints.format import OperatorState
 from statectl.savepoints.store import Savepoint
+from statectl.sources import write_carried_sources
 
 
 def _handles(plan: RestorePlan) -> tuple[Savepoint, FileIO, str]:
@@ -195,5 +196,8 @@ def _write_canonical(plan: RestorePlan) -> None:
         write_empty_operator(sp, plan.query_operators[op_id], plan, codec)
     offsets, previous, source_logs = _source_positions(plan, m)
     write_source_logs(io, root, source_logs, previous or {})
+    # Every other kind's sources/ files, byte for byte, under the key the query gives them.
+    pos = plan.positions
+    write_carried_sources(m.sources, sp.io, sp.root, io, root, pos.carried if pos else None)
     _write_offsets(plan, m, offsets, previous)
     _write_commit(plan, m)

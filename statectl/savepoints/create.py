@@ -51,6 +51,7 @@ from statectl.savepoints.layout import (
 )
 from statectl.savepoints.native import build_native
 from statectl.savepoints.store import Savepoint
+from statectl.sources import file_source_logs, savepoint_sources
 from statectl.state import (
     Selection,
     StoreEncoding,
@@ -161,40 +162,6 @@ def default_workers(ckpt: Checkpoint) -> int:
     return engine_workers()
 
 
-def _source_logs(ckpt: Checkpoint, batch: int) -> dict[str, list[dict]]:
-    """Each file source's seen-files log up to ``batch``, compacted into one list of entries."""
-    return {source: _source_log(ckpt, source, batch) for source in ckpt.source_log_dirs()}
-
-
-def _source_log(ckpt: Checkpoint, source: str, batch: int) -> list[dict]:
-    """One source's entries: the newest compaction at or below ``batch``, then the plain
-    entries after it."""
-    names = [
-        f.name for f in ckpt.io.list_dir(ckpt.path("sources", source)) if not f.name.startswith(".")
-    ]
-    base, plain = _log_entries(names, batch)
-    entries: list[dict] = []
-    if base is not None:
-        entries.extend(ckpt.source_log(source, base))
-    for b in plain:
-        entries.extend(ckpt.source_log(source, b))
-    return entries
-
-
-def _log_entries(names: list[str], batch: int) -> tuple[int | None, list[int]]:
-    """(the newest compacted entry at or below ``batch``, the plain entries after it up to
-    ``batch``) among a source log's file names."""
-    base = _newest_compact(names, batch)
-    after = -1 if base is None else base
-    plain = sorted(int(n) for n in names if n.isdigit())
-    return base, [b for b in plain if after < b <= batch]
-
-
-def _newest_compact(names: list[str], batch: int) -> int | None:
-    compacts = [int(n[:-8]) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
-    return max((c for c in compacts if c <= batch), default=None)
-
-
 def _spark_version() -> str | None:
     try:
         return version("pyspark")
@@ -236,7 +203,7 @@ def build_savepoint(
         )
         for op in ops
     ]
-    return savepoint_metadata(ckpt, batch, operators)
+    return savepoint_metadata(ckpt, batch, operators, (out_io, out_root))
 
 
 def _parts(
@@ -296,9 +263,13 @@ def _placeholder_parts(op: Operator, uid: str) -> list[list[tuple[DataFile, list
 
 
 def savepoint_metadata(
-    ckpt: Checkpoint, batch: int, operators: list[OperatorState]
+    ckpt: Checkpoint,
+    batch: int,
+    operators: list[OperatorState],
+    out: tuple[FileIO, str] | None = None,
 ) -> SavepointMetadata:
-    """Everything but the state tables: position, confs, source logs, provenance."""
+    """Everything but the state tables: position, confs, source logs, provenance. ``out``: the
+    canonical savepoint the sources' files are copied into (statectl/sources/carry.py)."""
     off = ckpt.offsets(batch)
     commit = ckpt.commit(batch)
     return SavepointMetadata(
@@ -311,7 +282,8 @@ def savepoint_metadata(
         offset_log_version=off.version,
         offset_metadata_extra=off.metadata_extra,
         pinned_confs=off.conf,
-        source_logs=_source_logs(ckpt, batch),
+        source_logs=file_source_logs(ckpt, batch),
+        sources=savepoint_sources(ckpt, batch, out),
         source_checkpoint={
             "backend": ckpt.backend(batch),
             "partitions": ckpt.num_partitions(batch),

@@ -18,6 +18,7 @@ from statectl.errors import StatectlError
 from statectl.io import FileIO
 from statectl.savepoints.format import METADATA_FILE
 from statectl.savepoints.store import Savepoint
+from statectl.sources.carry import carried_paths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +137,16 @@ def _size(io: FileIO, root: str, paths: list[str]) -> int:
     return sum(sizes.get(p, 0) for p in paths)
 
 
+def _ours(sp: Savepoint, root: str) -> set[str]:
+    """The files ``_metadata`` lists: data files, a native savepoint's copied logs and the
+    sources' carried files (statectl/sources)."""
+    m = sp.metadata
+    listed = [f.path for op in m.operators for t in op.tables for f in t.files]
+    listed += [f.path for f in m.native_logs or []]
+    listed += carried_paths(m.sources)
+    return {posixpath.join(root, p) for p in listed}
+
+
 def dispose_plan(url: str, *, force: bool = False) -> DisposePlan:
     """What ``dispose`` would delete: exactly the files ``_metadata`` lists, ``_metadata`` and
     statectl's own temporary files. Anything else inside (a user's file, a nested checkpoint,
@@ -146,10 +157,7 @@ def dispose_plan(url: str, *, force: bool = False) -> DisposePlan:
     _refuse_root(io, root)
     sp = Savepoint(io, root)  # raises unless _metadata says this is a statectl savepoint
     meta_path = posixpath.join(root, METADATA_FILE)
-    m = sp.metadata
-    listed = [f for op in m.operators for t in op.tables for f in t.files]
-    listed += list(m.native_logs or [])
-    ours = {posixpath.join(root, f.path) for f in listed} | {meta_path}
+    ours = _ours(sp, root) | {meta_path}
     delete, foreign = _split(io, root, ours)
     if foreign and not force:
         sample = ", ".join(posixpath.relpath(p, root) for p in sorted(foreign)[:3])

@@ -122,6 +122,9 @@ class SavepointMetadata:
     previous_offsets: dict[str, str | None] | None = None  # offsets of batch_id - 1, if any
     native_logs: list[DataFile] | None = None  # native savepoints: the copied log files
     savepoint_type: str = "canonical"
+    # Every source: key, name, kind, offset, position and its carried sources/ files (path,
+    # bytes, sha256); None in savepoints older than the field (statectl/sources/carry.py).
+    sources: list[dict[str, Any]] | None = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
 

@@ -10,9 +10,7 @@ partition count; ``statectl savepoint --type canonical NATIVE`` converts it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import posixpath
 from collections.abc import Callable
 
@@ -25,6 +23,7 @@ from statectl.io import FileIO
 from statectl.savepoints.contents import default_uid
 from statectl.savepoints.format import DataFile, OperatorState, SavepointMetadata, StateTable
 from statectl.savepoints.layout import EMBEDDED
+from statectl.sources.carry import native_source_files
 
 __all__ = ["EMBEDDED", "build_native"]
 
@@ -82,22 +81,7 @@ def _log_files(ckpt: Checkpoint, batch: int) -> list[str]:
         if b >= 0 and b in ckpt.offset_batches:
             out.append(ckpt.path("offsets", str(b)))
     out.append(ckpt.path("commits", str(batch)))
-    offsets = ckpt.offsets(batch).offsets
-    for source in ckpt.source_log_dirs():
-        out += _source_log_files(ckpt, source, offsets.get(source))
-    return out
-
-
-def _source_log_files(ckpt: Checkpoint, source: str, offset: str | None) -> list[str]:
-    """A file source's log files up to the batch's offset (``logOffset``; all without one)."""
-    limit = None
-    with contextlib.suppress(TypeError, KeyError, ValueError):
-        limit = int(json.loads(offset or "null")["logOffset"])
-    out = []
-    for f in ckpt.io.list_dir(ckpt.path("sources", source)):
-        n = batch_id_of(f.name)
-        if n is not None and not f.name.startswith(".") and (limit is None or n <= limit):
-            out.append(f.path)
+    out += native_source_files(ckpt, batch)  # every source's files (statectl/sources)
     return out
 
 
