@@ -43,7 +43,9 @@ def test_mypy_reports_no_error() -> None:
 
 
 def test_imports_follow_the_layers_of_docs_architecture() -> None:
-    out = _run("lint-imports")
+    # The console script of this interpreter's environment (a venv's, or the system's).
+    beside = Path(sys.executable).parent / "lint-imports"
+    out = _run(str(beside) if beside.exists() else "lint-imports")
     _assert_clean(out)
     assert "1 kept, 0 broken" in out.stdout
 
