@@ -1,6 +1,6 @@
 """Every kind of source through the commands a user runs (issue 22): inspect, export,
-savepoint (canonical and native), restore into the other backend at another partition count,
-and migrate, on checkpoints of Kafka, Delta, an unknown source (fixtures/sources.py: their
+savepoint (canonical and native), diff, edit, restore into the other backend at another
+partition count, and migrate, on checkpoints of Kafka, Delta, an unknown source (fixtures/sources.py: their
 Spark writers' exact bytes over real Spark state), rate, rate-micro-batch and a PySpark Python
 data source (written by Spark 4.3, fixtures/generate.py). The restored ``sources/`` files and
 offset lines are the source checkpoint's, byte for byte."""
@@ -94,6 +94,28 @@ def test_every_command_carries_the_source(tmp_path, name):
     cli("restore", str(restored), "-s", str(sp), "--backend", other, "--partitions", "3")
     assert_sources_carried(src, restored)
     assert Checkpoint.open(str(restored)).num_partitions(3) == 3
+
+    # diff and edit: the savepoint holds its checkpoint's state, and an edited savepoint
+    # still restores with the source's files.
+    assert json.loads(cli("diff", str(src), str(sp), "--json"))["differs"] is False
+    edited = tmp_path / "edited"
+    done = json.loads(
+        cli(
+            "edit",
+            str(sp),
+            str(edited),
+            "--operator",
+            "0",
+            "--delete-where",
+            "key.k = 'k0'",
+            "--json",
+        )
+    )
+    assert done["tables"]["default"]["removed"] == 1
+    assert json.loads(cli("diff", str(sp), str(edited), "--json"))["differs"] is True
+    from_edit = tmp_path / "from-edit"
+    cli("restore", str(from_edit), "-s", str(edited), "--backend", other, "--partitions", "3")
+    assert_sources_carried(src, from_edit)
 
     native = json.loads(
         cli("savepoint", str(src), str(tmp_path / "nsp"), "--type", "native", "--json")
