@@ -177,22 +177,35 @@ def _write_cf_state(
     each partition over whole."""
     cf_ids = assign_cf_ids(families)
     encode = _tws_partition_encoder(plan, sp, op.properties, families, cf_ids, kinds)
-    engine = plan.engine or Engine.of()
-    place = op.kind.partitions_of
     internal = np.array(sorted(i for n, i in cf_ids.items() if n.startswith("$")))
 
-    def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
-        for p, spilled in partition_spills(
-            sp, op.tables, place, plan.partitions, engine, convert=convert
-        ):
-            if fits(spilled, engine.per_task):
-                yield p, encode({name: t.read() for name, t in spilled.items()})
-                continue
-            with spill_dir() as scratch:
-                encoder = encode.encoder()
-                yield p, encode_spilled(spilled, kinds, encoder, internal, scratch, engine.per_task)
+    def chunked(spilled: Any, scratch: str, budget: int) -> EncodedRuns:
+        return encode_spilled(spilled, kinds, encode.encoder(), internal, scratch, budget)
 
-    _write_cf_files(new_id, op.name, op.properties, families, cf_ids, entries(), plan)
+    entries = _partition_entries(sp, op, plan, convert, encode, chunked)
+    _write_cf_files(new_id, op.name, op.properties, families, cf_ids, entries, plan)
+
+
+def _partition_entries(
+    sp: Savepoint,
+    op: OperatorState,
+    plan: RestorePlan,
+    convert: Callable[[Any, pa.Table], pa.Table] | None,
+    whole: Callable[[dict[str, pa.Table]], tuple[pa.Array, pa.Array]],
+    chunked: Callable[[Any, str, int], EncodedRuns],
+) -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
+    """Each target partition's column-family entries: its rows placed by the kind's key
+    (statectl/engine.py), encoded ``whole`` when the partition fits the engine's budget, else
+    ``chunked`` through sorted runs in a scratch directory (statectl/cf_stream.py)."""
+    engine = plan.engine or Engine.of()
+    for p, spilled in partition_spills(
+        sp, op.tables, op.kind.partitions_of, plan.partitions, engine, convert=convert
+    ):
+        if fits(spilled, engine.per_task):
+            yield p, whole({name: t.read() for name, t in spilled.items()})
+            continue
+        with spill_dir() as scratch:
+            yield p, chunked(spilled, scratch, engine.per_task)
 
 
 def write_join_families(
@@ -212,27 +225,18 @@ def write_join_families(
     )
     cf_ids = assign_cf_ids(families)
     delimiter = _merge_delimiter(plan, sp)
-    engine = plan.engine or Engine.of()
-    place = op.kind.partitions_of
     encode = functools.partial(
         join_state.encode_partition, fmt, families=families, cf_ids=cf_ids, delimiter=delimiter
     )
 
-    def entries() -> Iterator[tuple[int, tuple[pa.Array, pa.Array] | EncodedRuns]]:
-        # Keys placed by the join key (statectl/engine.py); a partition encoded whole when it
-        # fits the budget, else a chunk at a time (cf_stream.py).
-        for p, spilled in partition_spills(
-            sp, op.tables, place, plan.partitions, engine, convert=convert
-        ):
-            if fits(spilled, engine.per_task):
-                yield p, encode({name: t.read() for name, t in spilled.items()})
-                continue
-            with spill_dir() as scratch:
-                yield p, encode_join_spilled(fmt, spilled, encode, scratch, engine.per_task)
+    def chunked(spilled: Any, scratch: str, budget: int) -> EncodedRuns:
+        return encode_join_spilled(fmt, spilled, encode, scratch, budget)
+
+    entries = _partition_entries(sp, op, plan, convert, encode, chunked)
 
     properties = {"useVirtualColumnFamilies": True}
     # Spark 3.5's joins carry no operator name; Spark reads column families by this one.
-    _write_cf_files(new_id, join_state.NAME, properties, families, cf_ids, entries(), plan)
+    _write_cf_files(new_id, join_state.NAME, properties, families, cf_ids, entries, plan)
     return {t.name: sum(f.rows for f in t.files) for t in op.tables}
 
 
