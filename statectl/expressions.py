@@ -2,16 +2,26 @@
 
 The text is parsed by sqlglot (a pure-Python SQL parser: it only builds a syntax tree, it runs
 nothing) and every node is translated by hand from a short whitelist: column references
-(``key.k``, nested struct fields, back-quoted names), string/number/boolean/NULL literals,
-``+ - * /`` and unary minus, comparisons, ``AND``/``OR``/``NOT``, ``IN (literals)``,
-``BETWEEN``, ``IS [NOT] NULL``, ``[NOT] LIKE``. Anything else (functions, subqueries, casts,
-several statements) is refused with one line naming the construct, so an expression can never
-read a file or call a function. Filtering is Arrow's, vectorized, one partition at a time.
-docs/guide.md documents the language.
+(``key.k``, nested struct fields — a unique trailing path such as ``window.end`` may stand for
+``key.window.end`` — back-quoted names), string/number/boolean/NULL literals, typed literals
+(``TIMESTAMP '…'``, ``DATE '…'``, ``CAST('…' AS type)`` of a literal), ``+ - * /`` and unary
+minus, comparisons, ``AND``/``OR``/``NOT``, ``IN (literals)``, ``BETWEEN``, ``IS [NOT] NULL``,
+``[NOT] LIKE``. Anything else (functions, subqueries, casts of columns, several statements) is
+refused with one line naming the construct, so an expression can never read a file or call a
+function. Filtering is Arrow's, vectorized, one partition at a time.
+
+A literal compared with a column takes the column's type, as Spark's implicit casts would give
+it (``key.window.end < '2024-01-01 00:10:00'`` compares timestamps): a timestamp literal without
+a zone is UTC, the zone statectl shows timestamps in. A literal that cannot take the column's
+type, and any expression whose types do not combine, is refused at parse time in the
+expression's own terms, before a file is read. docs/guide.md documents the language.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +55,24 @@ def parse(text: str, schema: pa.Schema) -> pc.Expression:
         raise ExpressionError(f"cannot parse expression {text!r}: {first}") from None
     if not isinstance(tree, exp.Expression):
         raise ExpressionError(f"cannot parse expression {text!r}")
-    return _Translator(schema, text).boolean(tree)
+    expression = _Translator(schema, text).boolean(tree)
+    _type_check(expression, schema, text)
+    return expression
+
+
+def _type_check(expression: pc.Expression, schema: pa.Schema, text: str) -> None:
+    """Evaluate on an empty table of ``schema``, so a type mismatch the translator did not
+    catch is a parse-time error naming the expression, not Arrow's kernel text mid-write."""
+    try:
+        schema.empty_table().filter(expression)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        detail = str(e).splitlines()[0]
+        kinds = re.search(r"input types \((.*)\)", detail)
+        why = f"it combines {kinds.group(1)}" if kinds else detail
+        raise ExpressionError(
+            f"the types in {text!r} do not match ({why}); compare each column with a literal "
+            "of its own type"
+        ) from None
 
 
 def keep_where(text: str, schema: pa.Schema) -> pc.Expression:
@@ -96,7 +123,8 @@ class _Translator:
         name = type(node).__name__
         if name in _COMPARE:
             self._only(node, {"this", "expression"})
-            return getattr(pc, _COMPARE[name])(self.value(node.this), self.value(node.expression))
+            left, right = self.operands(node.this, node.expression)
+            return getattr(pc, _COMPARE[name])(left, right)
         for kinds, translate in self._BOOLEAN:
             if isinstance(node, kinds):
                 return translate(self, node)
@@ -121,18 +149,26 @@ class _Translator:
 
     def _in_list(self, node: Any) -> pc.Expression:
         self._only(node, {"this", "expressions"})
-        values = [self.literal(v) for v in node.expressions]
-        if not values:
+        if not node.expressions:
             raise self.refuse(node, "IN needs at least one value")
+        column = self.column_type(node.this)
+        values = [self.literal(v) for v in node.expressions]
+        if column is not None:
+            path, t = column
+            values = [
+                _coerce(v, t, path, node_sql(e))
+                for v, e in zip(values, node.expressions, strict=True)
+            ]
+            present = [x for x in values if x is not None]
+            value_set = pa.array(present, type=t)
+            return self._in(self.value(node.this), values, value_set)
         return self._in(self.value(node.this), values)
 
     def _between(self, node: Any) -> pc.Expression:
         self._only(node, {"this", "low", "high"})
-        v = self.value(node.this)
-        return pc.and_kleene(
-            pc.greater_equal(v, self.value(node.args["low"])),
-            pc.less_equal(v, self.value(node.args["high"])),
-        )
+        v, low = self.operands(node.this, node.args["low"])
+        _, high = self.operands(node.this, node.args["high"])
+        return pc.and_kleene(pc.greater_equal(v, low), pc.less_equal(v, high))
 
     def _like(self, node: Any) -> pc.Expression:
         self._only(node, {"this", "expression", "negate"})
@@ -157,10 +193,14 @@ class _Translator:
         ((exp.Column, exp.Dot, exp.Boolean), _boolean_value),
     )
 
-    def _in(self, v: pc.Expression, values: list[Any]) -> pc.Expression:
+    def _in(
+        self, v: pc.Expression, values: list[Any], value_set: pa.Array | None = None
+    ) -> pc.Expression:
         # SQL: x IN (a, NULL) is true on a match, else NULL; without NULL, false.
         present = [x for x in values if x is not None]
-        matched = pc.is_in(v, value_set=pa.array(present)) if present else pa.scalar(False)
+        if value_set is None and present:
+            value_set = pa.array(present)
+        matched = pc.is_in(v, value_set=value_set) if present else pa.scalar(False)
         if len(present) != len(values):
             return pc.if_else(matched, pa.scalar(True), pa.scalar(None, pa.bool_()))
         return pc.if_else(pc.is_null(v), pa.scalar(None, pa.bool_()), matched)
@@ -179,7 +219,7 @@ class _Translator:
             return getattr(pc, _ARITH[name])(left, right)
         if isinstance(node, exp.Neg):
             return pc.negate_checked(self.value(node.this))
-        if isinstance(node, exp.Literal | exp.Boolean | exp.Null):
+        if isinstance(node, exp.Literal | exp.Boolean | exp.Null | exp.Cast):
             v = self.literal(node)
             return pc.scalar(v) if v is not None else pc.scalar(pa.scalar(None))
         if name in _COMPARE or isinstance(
@@ -196,6 +236,8 @@ class _Translator:
             raise self.refuse(node)
         if isinstance(node, exp.Null):
             return None
+        if isinstance(node, exp.Cast):  # also TryCast: CAST('…' AS T), TIMESTAMP '…', DATE '…'
+            return self.cast_literal(node)
         if isinstance(node, exp.Boolean):
             return bool(node.this)
         if isinstance(node, exp.Literal):
@@ -211,7 +253,38 @@ class _Translator:
                     raise self.refuse(node) from None
         raise self.refuse(node, "a literal is expected here")
 
+    def cast_literal(self, node: Any) -> Any:
+        if not _is_literal(node.this):
+            raise self.refuse(node, "only a literal can be cast")
+        return _typed_literal(self.literal(node.this), node.to, node_sql(node))
+
+    def operands(self, a: Any, b: Any) -> tuple[pc.Expression, pc.Expression]:
+        """Both sides of a comparison; a literal facing a column takes the column's type."""
+        for column, other, swap in ((a, b, False), (b, a, True)):
+            typed = self.column_type(column)
+            if typed is not None and _is_literal(other):
+                path, t = typed
+                v = _coerce(self.literal(other), t, path, node_sql(other))
+                pair = (self.column(column), pc.scalar(pa.scalar(v, type=t)))
+                return (pair[1], pair[0]) if swap else pair
+        return self.value(a), self.value(b)
+
+    def column_type(self, node: Any) -> tuple[str, pa.DataType] | None:
+        """``(dotted path, type)`` of a column reference, ``None`` for anything else."""
+        if isinstance(node, exp.Paren):
+            return self.column_type(node.this)
+        if not isinstance(node, exp.Column | exp.Dot):
+            return None
+        parts = self.column_parts(node)
+        t: Any = self.schema
+        for p in parts:
+            t = t.field(p).type
+        return ".".join(parts), t
+
     def column(self, node: Any) -> pc.Expression:
+        return pc.field(*self.column_parts(node))
+
+    def column_parts(self, node: Any) -> list[str]:
         parts: list[str] = []
         while isinstance(node, exp.Dot):
             if not isinstance(node.expression, exp.Identifier):
@@ -221,7 +294,7 @@ class _Translator:
         if not isinstance(node, exp.Column):
             raise self.refuse(node)
         parts = [p.this for p in node.parts] + parts
-        return pc.field(*self.resolve(parts))
+        return self.resolve(parts)
 
     def resolve(self, parts: list[str]) -> list[str]:
         """A dotted path checked against the schema; a single name that is not a column may
@@ -238,14 +311,14 @@ class _Translator:
             t = t.field(names.index(p)).type if isinstance(t, pa.Schema) else t.field(p).type
         if ok:
             return parts
-        if len(parts) == 1:
-            hits = [c for c in known if c.rsplit(".", 1)[-1] == parts[0]]
-            if len(hits) == 1:
-                return hits[0].split(".")
-            if len(hits) > 1:
-                raise ExpressionError(
-                    f"column {dotted!r} is ambiguous ({', '.join(hits)}); write the full path"
-                )
+        # A unique trailing path: ``k`` for ``key.k``, ``window.end`` for ``key.window.end``.
+        hits = [c for c in _paths(self.schema) if c.endswith("." + dotted)]
+        if len(hits) == 1:
+            return hits[0].split(".")
+        if len(hits) > 1:
+            raise ExpressionError(
+                f"column {dotted!r} is ambiguous ({', '.join(hits)}); write the full path"
+            )
         raise ExpressionError(f"no column {dotted!r}; the table has {', '.join(known)}")
 
 
@@ -255,3 +328,168 @@ def _field_names(t: Any) -> list[str]:
     if pa.types.is_struct(t):
         return [t.field(i).name for i in range(t.num_fields)]
     return []
+
+
+def _paths(schema: pa.Schema) -> list[str]:
+    """Every addressable path, struct fields included (``key``, ``key.window``, …)."""
+    out: list[str] = []
+
+    def walk(prefix: str, t: pa.DataType) -> None:
+        out.append(prefix)
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                walk(f"{prefix}.{t.field(i).name}", t.field(i).type)
+
+    for f in schema:
+        walk(f.name, f.type)
+    return out
+
+
+def node_sql(node: Any) -> str:
+    return str(node.sql(dialect="spark")) if hasattr(node, "sql") else str(node)
+
+
+def _is_literal(node: Any) -> bool:
+    if isinstance(node, exp.Paren):
+        return _is_literal(node.this)
+    if isinstance(node, exp.Neg):
+        return _is_literal(node.this)
+    if isinstance(node, exp.Cast):
+        return _is_literal(node.this)
+    return isinstance(node, exp.Literal | exp.Boolean | exp.Null)
+
+
+# Spark's timestamp and date literal forms: 2024, 2024-01, 2024-01-01, then a time after a
+# space or T, fractional seconds, and a zone (Z, UTC, +01:00). No zone means UTC.
+_DATETIME = re.compile(
+    r"\s*(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})"
+    r"(?:[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.(\d{1,9}))?)?)?)?)?)?"
+    r"\s*(Z|UTC|[+-]\d{1,2}(?::?\d{2})?)?\s*$"
+)
+
+
+def _parse_datetime(text: str) -> dt.datetime | None:
+    m = _DATETIME.fullmatch(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, frac, zone = m.groups()
+    tz = dt.timezone.utc
+    if zone and zone not in ("Z", "UTC"):
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        hours, minutes = (int(digits[:-2]), int(digits[-2:])) if len(digits) > 2 else (
+            int(digits), 0)  # fmt: skip
+        tz = dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
+    try:
+        return dt.datetime(
+            int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
+            int(second or 0), int((frac or "0")[:6].ljust(6, "0")), tzinfo=tz,
+        )  # fmt: skip
+    except ValueError:
+        return None
+
+
+# A cast's target type, as the Arrow type whose conversion rules (:func:`_convert`) apply.
+_CAST_TYPES: dict[str, pa.DataType] = {
+    **dict.fromkeys(("TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMPLTZ", "DATETIME"), pa.timestamp("us", "UTC")),
+    "TIMESTAMPNTZ": pa.timestamp("us"),
+    "DATE": pa.date32(),
+    **dict.fromkeys(("TINYINT", "SMALLINT", "INT", "BIGINT"), pa.int64()),
+    **dict.fromkeys(("FLOAT", "DOUBLE"), pa.float64()),
+    "DECIMAL": pa.decimal128(38, 18),
+    **dict.fromkeys(("VARCHAR", "TEXT", "CHAR", "NVARCHAR"), pa.string()),
+}  # fmt: skip
+
+
+def _typed_literal(value: Any, to: Any, sql: str) -> Any:
+    """``CAST(literal AS type)``, ``TIMESTAMP '…'``, ``DATE '…'``: the literal as that type."""
+    kind = to.this.name if hasattr(to.this, "name") else str(to.this)
+    target = _CAST_TYPES.get(kind)
+    if target is None:
+        raise ExpressionError(
+            f"unsupported in an edit expression: {sql}: a cast to {kind.lower()}; cast a "
+            "literal to timestamp, date, a number, decimal or string"
+        )
+    if value is None:
+        return None
+    converted = _convert(value, target)
+    if converted is _NO:
+        example = _EXAMPLES.get(_type_name(target), f"write a {kind.lower()}")
+        raise ExpressionError(f"{sql}: {str(value)!r} is not a {kind.lower()}; {example}")
+    return converted
+
+
+def _type_name(t: pa.DataType) -> str:
+    if pa.types.is_timestamp(t):
+        return "timestamp" if t.tz else "timestamp_ntz"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    return str(t)
+
+
+def _coerce(value: Any, t: pa.DataType, path: str, sql: str) -> Any:
+    """``value`` (a literal compared with column ``path`` of type ``t``) as a value of ``t``, or
+    a one-line refusal in the expression's terms."""
+    if value is None:
+        return None
+    converted = _convert(value, t)
+    if converted is _NO:
+        raise ExpressionError(
+            f"cannot compare {path} ({_type_name(t)}) with {sql}; "
+            f"{_EXAMPLES.get(_type_name(t), 'write a literal of the same type')}"
+        )
+    return converted
+
+
+_NO = object()
+_EXAMPLES = {
+    "timestamp": "write a timestamp, e.g. TIMESTAMP '2024-01-01 00:10:00' (UTC unless a zone is given)",
+    "timestamp_ntz": "write a timestamp, e.g. TIMESTAMP '2024-01-01 00:10:00'",
+    "date": "write a date, e.g. DATE '2024-01-01'",
+    "string": "write a string in quotes, e.g. 'k1'",
+}  # fmt: skip
+
+
+def _convert(value: Any, t: pa.DataType) -> Any:  # noqa: C901 - one branch per type family
+    if pa.types.is_timestamp(t):
+        if isinstance(value, str):
+            value = _parse_datetime(value)
+        elif isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+            value = dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)
+        if not isinstance(value, dt.datetime):
+            return _NO
+        if t.tz is None:  # timestamp_ntz: the wall time as written
+            return value.replace(tzinfo=None)
+        return value.astimezone(dt.timezone.utc)
+    if pa.types.is_date(t):
+        if isinstance(value, str):
+            value = _parse_datetime(value)
+        if isinstance(value, dt.datetime):
+            return value.date() if value.time() == dt.time(0) else _NO
+        return value if isinstance(value, dt.date) else _NO
+    if isinstance(value, bool):
+        return value if pa.types.is_boolean(t) else _NO
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return _number(value, t)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return value if isinstance(value, str) else _NO
+    if pa.types.is_boolean(t):
+        return _NO
+    return value  # other types: let Arrow's own casts (checked at parse time) decide
+
+
+def _number(value: Any, t: pa.DataType) -> Any:
+    if isinstance(value, dt.date):
+        return _NO
+    try:
+        if pa.types.is_decimal(t):
+            return decimal.Decimal(str(value))
+        if pa.types.is_integer(t):
+            if isinstance(value, float) and not value.is_integer():
+                return _NO
+            return int(str(value)) if isinstance(value, str) else int(value)
+        return float(value)
+    except (ValueError, decimal.InvalidOperation):
+        return _NO

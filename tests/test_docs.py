@@ -126,6 +126,8 @@ PLACEHOLDERS: dict[str, Callable[[Sandbox], str]] = {
     "/checkpoints/clicks": lambda s: s.checkpoint("clicks", "join-hdfs"),  # a join
     "/checkpoints/sessions": lambda s: s.checkpoint("sessions", "tws-rocksdb"),  # tws: cnt/lst/mp
     "/checkpoints/missing": lambda s: s.new("missing"),
+    "/checkpoints/windows": lambda s: s.checkpoint("windows", "window-hdfs"),  # 10 s windows
+    "/savepoints/windows-recent": lambda s: s.new("windows-recent"),
     "/checkpoints/orders-rocksdb": lambda s: s.new("orders-rocksdb"),
     "/ckpt/orders-rocksdb": lambda s: s.new("orders-rocksdb"),
     "/ckpt/orders-v2": lambda s: s.new("orders-v2"),

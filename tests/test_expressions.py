@@ -3,6 +3,9 @@ constructs it refuses."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+
 import pyarrow as pa
 import pytest
 
@@ -87,3 +90,112 @@ def test_ambiguous_field_names_ask_for_the_path():
     )
     with pytest.raises(ExpressionError, match=r"'k' is ambiguous \(key.k, value.k\)"):
         parse("k = 1", schema)
+
+
+# -- typed comparisons: timestamps, dates, decimals (issue 25: purging old windows) ----------
+UTC = dt.timezone.utc
+WINDOWS = pa.table(
+    {
+        "key": pa.array(
+            [
+                {
+                    "window": {
+                        "start": dt.datetime(2024, 1, 1, 0, m, tzinfo=UTC),
+                        "end": dt.datetime(2024, 1, 1, 0, m + 10, tzinfo=UTC),
+                    },
+                    "day": dt.date(2024, 1, 1 + m // 10),
+                    "k": f"k{m}",
+                }
+                for m in (0, 10, 20, 30)
+            ],
+            pa.struct(
+                [
+                    (
+                        "window",
+                        pa.struct(
+                            [
+                                ("start", pa.timestamp("us", "UTC")),
+                                ("end", pa.timestamp("us", "UTC")),
+                            ]
+                        ),
+                    ),
+                    ("day", pa.date32()),
+                    ("k", pa.string()),
+                ]
+            ),
+        ),
+        "value": pa.array(
+            [
+                {"total": decimal.Decimal(x), "seen": dt.datetime(2024, 1, 1, 0, 5 * i)}
+                for i, x in enumerate(("1.50", "2.25", "3.00", "10.75"))
+            ],
+            pa.struct([("total", pa.decimal128(10, 2)), ("seen", pa.timestamp("us"))]),
+        ),
+    }
+)
+
+
+def window_keys(text: str, *, delete: bool = True) -> list[str]:
+    f = delete_where if delete else keep_where
+    return [r["k"] for r in WINDOWS.filter(f(text, WINDOWS.schema)).column("key").to_pylist()]
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # a string literal facing a timestamp column is a timestamp (UTC unless it says a zone)
+        ("key.window.end <= '2024-01-01 00:20:00'", ["k20", "k30"]),
+        ("key.window.end <= '2024-01-01T00:20:00Z'", ["k20", "k30"]),
+        ("key.window.end <= '2024-01-01 01:20:00+01:00'", ["k20", "k30"]),
+        ("key.window.end < '2024-01-01 00:20:00.000001'", ["k20", "k30"]),
+        ("'2024-01-01 00:20' >= key.window.end", ["k20", "k30"]),  # literal on the left
+        ("key.window.end <= TIMESTAMP '2024-01-01 00:20:00'", ["k20", "k30"]),
+        ("key.window.end <= CAST('2024-01-01 00:20:00' AS TIMESTAMP)", ["k20", "k30"]),
+        ("key.window.end < DATE '2024-01-02'", []),  # every window ends on Jan 1
+        ("key.window.end < '2024'", ["k0", "k10", "k20", "k30"]),  # 2024 = 2024-01-01 00:00
+        # a unique trailing path names a nested field, as export shows it
+        ("window.end <= '2024-01-01 00:20:00'", ["k20", "k30"]),
+        ("window.start BETWEEN '2024-01-01 00:10' AND '2024-01-01 00:20'", ["k0", "k30"]),
+        ("window.start IN ('2024-01-01 00:00', TIMESTAMP '2024-01-01 00:30')", ["k10", "k20"]),
+        ("key.day <= '2024-01-02'", ["k20", "k30"]),
+        ("key.day = DATE '2024-01-04'", ["k0", "k10", "k20"]),
+        ("value.total > 2.5", ["k0", "k10"]),
+        ("value.total = '2.25'", ["k0", "k20", "k30"]),
+        ("value.total >= CAST('3' AS DECIMAL(10, 2))", ["k0", "k10"]),
+        ("value.seen >= '2024-01-01 00:10:00'", ["k0", "k10"]),  # timestamp_ntz: wall time
+    ],
+)
+def test_literals_take_the_type_of_the_column_they_face(text, kept):
+    assert window_keys(text) == kept
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "key.window.end < 5",
+            r"cannot compare key.window.end \(timestamp\) with 5; write a "
+            r"timestamp, e.g. TIMESTAMP '2024-01-01 00:10:00'",
+        ),
+        (
+            "key.window.end < 'yesterday'",
+            r"cannot compare key.window.end \(timestamp\) with "
+            r"'yesterday'",
+        ),
+        ("key.day = '2024-01-01 10:00'", r"cannot compare key.day \(date\)"),
+        ("key.k < 3", r"cannot compare key.k \(string\) with 3; write a string in quotes"),
+        ("key.window.end < DATE 'x'", r"CAST\('x' AS DATE\): 'x' is not a date"),
+        ("key.window.end < TIMESTAMP '2024-13-01'", r"'2024-13-01' is not a timestamp"),
+        ("value.total + 'a' > 1", r"the types in .* do not match \(it combines decimal"),
+        (
+            "CAST(key.k AS TIMESTAMP) IS NULL",
+            r"unsupported in an edit expression: \w*Cast.*literal",
+        ),
+        ("key.window.end < CAST('1' AS BINARY)", r"a cast to binary"),
+        ("window.nope = 1", r"no column 'window.nope'"),
+    ],
+)
+def test_type_mismatches_are_one_line_in_the_expressions_terms(text, message):
+    with pytest.raises(ExpressionError, match=message) as e:
+        parse(text, WINDOWS.schema)
+    assert "\n" not in str(e.value) and "kernel" not in str(e.value)

@@ -313,6 +313,30 @@ def test_cli_edit_keep_where_table_and_drop(orders_sp, tmp_path):
     assert not (tmp_path / "c").exists()
 
 
+def test_cli_edit_purges_old_windows_by_timestamp(tmp_path):
+    """Issue 25: the most common surgery — delete windows that ended before a time — with a
+    plain, a typed and a cast literal and the nested path written as export shows it."""
+    src = FIXTURES / "window-hdfs"
+    ends = [r["window"]["end"] for r in statectl.open(src).read(0).column("key").to_pylist()]
+    cut = sorted(set(ends))[0]  # the oldest window end: purge exactly those windows
+    literal = cut.strftime("%Y-%m-%d %H:%M:%S")
+    for i, where in enumerate((f"window.end <= '{literal}'",
+                               f"key.window.end <= TIMESTAMP '{literal}'",
+                               f"key.window.end <= CAST('{literal}' AS TIMESTAMP)")):  # fmt: skip
+        doc = cli_json("edit", str(src), str(tmp_path / f"e{i}"), "--operator", "0",
+                       "--delete-where", where)  # fmt: skip
+        assert doc["tables"]["default"] == {
+            "before": len(ends), "after": sum(e > cut for e in ends),
+            "removed": sum(e <= cut for e in ends),
+        }  # fmt: skip
+        left = statectl.open(tmp_path / f"e{i}").read(0).column("key").to_pylist()
+        assert sorted(r["window"]["end"] for r in left) == sorted(e for e in ends if e > cut)
+    err = cli_json("edit", str(src), str(tmp_path / "bad"), "--operator", "0",
+                   "--delete-where", "window.end < 5", rc=2)  # fmt: skip
+    assert err["error"].startswith("cannot compare key.window.end (timestamp) with 5")
+    assert not (tmp_path / "bad").exists()
+
+
 # -- statectl diff ---------------------------------------------------------------------------
 def _python_diff(a: pa.Table, b: pa.Table) -> dict[str, int]:
     """An independent reference: dicts keyed by the key's Python value."""
