@@ -279,6 +279,7 @@ def restore(
     transforms: dict[str, str] | None = None,
     aggregation_state_format: int | None = None,
     group_state_format: int | None = None,
+    from_query: Any = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -298,7 +299,9 @@ def restore(
     ``spark_confs``; ``memory`` is then each task's budget), ``"auto"`` or a SparkSession; the
     result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
     function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
-    columns (checked against the planned schemas)."""
+    columns (checked against the planned schemas). ``from_query`` (with ``query``) names the
+    query the savepoint was taken with, so changed aggregations match their buffers by the
+    aggregate that owns them (``max(v)`` vs ``max(w)``) rather than by buffer name."""
 
     options = RestoreOptions(
         backend=backend,
@@ -307,6 +310,7 @@ def restore(
         drop=tuple(drop or ()),
         allow_non_restored=allow_non_restored,
         query=query,
+        from_query=from_query,
         output_mode=output_mode,
         changelog=changelog,
         checkpoint_format=checkpoint_format,

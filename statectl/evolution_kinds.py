@@ -11,7 +11,9 @@
   not found, the aggregate is new and starts at the initial value Spark's own planned
   aggregate gives (``DeclarativeAggregate.initialValues``, evaluated in the planning JVM);
   found more than once, or overlapping another match, it is ambiguous and refused. Stored
-  buffers no query aggregate owns are dropped. A session window's value (and an aggregation's
+  buffers no query aggregate owns are dropped. With the query the savepoint was taken with
+  (``--from-query``), each aggregate is matched by its expression instead (``max(v)`` is not
+  ``max(w)``), so repeated buffer names are no longer ambiguous. A session window's value (and an aggregation's
   at state format 1) is its grouping columns (by the positional rule) followed by such
   buffers, matched the same way;
 - keys widened or renamed: every store's rows are converted before they are placed, so a
@@ -66,11 +68,20 @@ def _run_matches(stored: list[dict], buf: AggregateBuffer, at: int) -> bool:
 
 
 def aggregation_values(
-    stored: str, new: str, buffers: list[AggregateBuffer] | None, offset: int = 0
+    stored: str,
+    new: str,
+    buffers: list[AggregateBuffer] | None,
+    offset: int = 0,
+    savepoint_buffers: list[AggregateBuffer] | None = None,
 ) -> tuple[PartEvolution | None, list[str]]:
     """The query's aggregation buffers from the stored ones, matched by owning aggregate
-    (``offset``: where the buffers start in the stored value, for the notes)."""
+    (``offset``: where the buffers start in the stored value, for the notes).
+    ``savepoint_buffers``: the aggregates of the query the savepoint was taken with
+    (``--from-query``), so each aggregate is matched by what it computes, not its buffer's
+    name."""
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    if savepoint_buffers is not None:
+        return _by_identity(stored, new, _planned_buffers(buffers, b), savepoint_buffers, offset)
     # Spark's own rule ignores names, but here the names say which aggregate owns a buffer:
     # (count, sum) -> (max, count) has the same types and another meaning.
     same_names = [f["name"] for f in a] == [f["name"] for f in b]
@@ -100,6 +111,75 @@ def _planned_buffers(
     return buffers
 
 
+def _by_identity(
+    stored: str,
+    new: str,
+    buffers: list[AggregateBuffer],
+    savepoint_buffers: list[AggregateBuffer],
+    offset: int,
+) -> tuple[PartEvolution | None, list[str]]:
+    """Each query aggregate continues the savepoint query's aggregate with the same expression
+    (``max(v)``), wherever its buffer sits; one the savepoint's query does not have starts at
+    Spark's initial value; the savepoint's aggregates the query lost are dropped."""
+    a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
+    starts = _savepoint_runs(savepoint_buffers, a, offset)
+    matching = _BufferMatching(a, b, offset)
+    for buf in buffers:
+        at = starts.get(buf.expression, [])
+        if len(at) > 1:
+            raise Refused(
+                f"value: {buf.expression} is computed {len(at)} times by the savepoint's query "
+                f"(buffers at fields {', '.join(str(i + offset) for i in at)}); which one it "
+                "continues is ambiguous"
+            )
+        if at and not _run_matches(a, buf, at[0]):
+            raise Refused(
+                f"value: {buf.expression}'s buffer ({_types(buf.fields)}) cannot continue the "
+                f"savepoint's ({_types(a[at[0] : at[0] + len(buf.fields)])}) at field "
+                f"{at[0] + offset}"
+            )
+        if at:
+            matching._kept(buf, at[0])
+        else:
+            matching._added(buf, ", ".join(f["name"] for f in buf.fields))
+    unchanged = [s.index for s in matching.sources] == list(range(len(a)))
+    if unchanged and difference(json.loads(stored), json.loads(new)) is None:
+        return None, []
+    return PartEvolution(new, matching.sources), matching.notes + matching.dropped()
+
+
+def _savepoint_runs(
+    savepoint_buffers: list[AggregateBuffer], stored: list[dict], offset: int
+) -> dict[str, list[int]]:
+    """Where each aggregate of the savepoint's query starts in the stored value, checked to be
+    the stored buffers, field for field."""
+    planned = [(f["name"], canonical(f["type"])) for buf in savepoint_buffers for f in buf.fields]
+    if planned != [(f["name"], canonical(f["type"])) for f in stored]:
+        raise Refused(
+            f"value: --from-query's aggregates have the buffers ({_types(planned)}), the "
+            f"savepoint holds ({_types(stored)}) from field {offset}: name the query the "
+            "savepoint was taken with"
+        )
+    starts: dict[str, list[int]] = {}
+    at = 0
+    for buf in savepoint_buffers:
+        starts.setdefault(buf.expression, []).append(at)
+        at += len(buf.fields)
+    return starts
+
+
+def _types(fields: list[Any]) -> str:
+    """``max: long, sum: double``: buffer fields (dicts, or (name, type) pairs) for a reason."""
+    pairs = [(f["name"], f["type"]) if isinstance(f, dict) else f for f in fields]
+    return ", ".join(f"{n}: {simple_string(t)}" for n, t in pairs)
+
+
+_FROM_QUERY_HINT = (
+    "; name the query the savepoint was taken with (--from-query FILE.py:FUNCTION) to match "
+    "aggregates by what they compute"
+)
+
+
 @dataclass
 class _BufferMatching:
     """The query's aggregation buffers matched, one aggregate at a time, to the stored fields
@@ -119,7 +199,7 @@ class _BufferMatching:
             raise Refused(
                 f"value: the buffer ({names}) of {buf.expression} matches stored buffers at "
                 f"fields {', '.join(str(i + self.offset) for i in found)}; which one it was is "
-                "ambiguous"
+                f"ambiguous{_FROM_QUERY_HINT}"
             )
         if found:
             self._kept(buf, found[0])
@@ -148,6 +228,7 @@ class _BufferMatching:
                 raise Refused(
                     f"value: stored field {i + self.offset} ({a[i]['name']}) matches both "
                     f"{self.used[i]} and {buf.expression}; which one owns it is ambiguous"
+                    f"{_FROM_QUERY_HINT}"
                 )
             self.used[i] = buf.expression
         # Nullability as the state schema records it (buffer attributes may say not null).
@@ -180,6 +261,7 @@ def grouped_values(
     new_key: str,
     new: str,
     buffers: list[AggregateBuffer] | None,
+    savepoint_buffers: list[AggregateBuffer] | None = None,
 ) -> tuple[PartEvolution | None, list[str]]:
     """A value that repeats the grouping columns before the aggregation buffers: a session
     window's (``session_window`` and the key's other columns: as many fields as the key has)
@@ -189,7 +271,9 @@ def grouped_values(
     a, b = json.loads(stored)["fields"], json.loads(new)["fields"]
     n = _grouping_columns(stored_key, stored, new_key, new)
     head, head_notes = positional(struct_of(a[:n]), struct_of(b[:n]), "value")
-    tail, tail_notes = aggregation_values(struct_of(a[n:]), struct_of(b[n:]), buffers, n)
+    tail, tail_notes = aggregation_values(
+        struct_of(a[n:]), struct_of(b[n:]), buffers, n, savepoint_buffers
+    )
     notes = head_notes + tail_notes
     if head is None and tail is None:
         return None, notes
@@ -391,15 +475,21 @@ def evolve_table(
     buffers: list[AggregateBuffer] | None = None,
     aggregation: bool = False,
     grouped: bool = False,
+    savepoint_buffers: list[AggregateBuffer] | None = None,
 ) -> TableEvolution:
     """How a store's rows become the query's; Refused with the field-level reason.
     ``aggregation``: the value is aggregation buffers; ``grouped``: the grouping columns, then
-    the buffers (a session window, an aggregation at state format 1)."""
+    the buffers (a session window, an aggregation at state format 1); ``savepoint_buffers``:
+    the aggregates of the query the savepoint was taken with, to match buffers by identity."""
     key, key_notes = positional(stored_key, new_key, "key")
     if grouped:
-        value, value_notes = grouped_values(stored_key, stored_value, new_key, new_value, buffers)
+        value, value_notes = grouped_values(
+            stored_key, stored_value, new_key, new_value, buffers, savepoint_buffers
+        )
     elif aggregation:
-        value, value_notes = aggregation_values(stored_value, new_value, buffers)
+        value, value_notes = aggregation_values(
+            stored_value, new_value, buffers, savepoint_buffers=savepoint_buffers
+        )
     else:
         value, value_notes = positional(stored_value, new_value, "value")
     return TableEvolution(key, value, key_notes + value_notes)

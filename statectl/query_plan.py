@@ -60,6 +60,9 @@ class PlannedQuery:
     sources: list[PlannedSource] = field(default_factory=list)
     # Streaming aggregations: operator id -> its aggregates' buffers, from the physical plan.
     aggregates: dict[int, list[AggregateBuffer]] = field(default_factory=dict)
+    # restore --from-query: the aggregates of the query the savepoint was taken with, by that
+    # query's operator ids (the savepoint's), so buffers are matched by what they compute.
+    savepoint_aggregates: dict[int, list[AggregateBuffer]] | None = None
 
 
 @dataclass

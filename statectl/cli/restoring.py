@@ -65,6 +65,16 @@ QueryOpt = Annotated[
         "DataFrame; it is planned, not run, to match state to operators and check schemas.",
     ),
 ]
+FromQueryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--from-query",
+        metavar="MODULE:FUNCTION",
+        help="The query the savepoint was taken with (planned, with --query): aggregates "
+        "are matched by what they compute, not by their buffers' names.",
+        rich_help_panel="Evolution",
+    ),
+]
 OutputModeOpt = Annotated[
     str | None,
     typer.Option(
@@ -117,6 +127,7 @@ def restore(
     drop: DropOpt = None,
     allow_non_restored: AllowNonRestoredOpt = False,
     query: QueryOpt = None,
+    from_query: FromQueryOpt = None,
     output_mode: OutputModeOpt = None,
     transform: TransformOpt = None,
     changelog: ChangelogOpt = False,
@@ -151,6 +162,7 @@ def restore(
         drop=tuple(drop or ()),
         allow_non_restored=allow_non_restored,
         query=query,
+        from_query=from_query,
         output_mode=output_mode,
         changelog=changelog,
         checkpoint_format=checkpoint_format,

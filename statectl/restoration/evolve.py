@@ -130,6 +130,7 @@ def _evolve_stores(
                 query.aggregates.get(target.operator_id),
                 aggregation=op.kind is AGGREGATION,
                 grouped=grouped,
+                savepoint_buffers=_savepoint_buffers(query, op),
             )
         except Refused as e:
             return _refused_store(problems, where, store, e)
@@ -141,6 +142,19 @@ def _evolve_stores(
         plan.evolutions[uid] = evolutions
     plan.report.evolved += notes
     return []
+
+
+def _savepoint_buffers(query: PlannedQuery, op: OperatorState) -> Any:
+    """``--from-query``'s aggregates of the savepoint's operator (None without it)."""
+    if query.savepoint_aggregates is None:
+        return None
+    buffers = query.savepoint_aggregates.get(op.operator_id)
+    if buffers is None and (op.kind is AGGREGATION or op.kind is SESSION_WINDOW):
+        raise Refused(
+            f"--from-query has no aggregation at operator {op.operator_id}, where the "
+            "savepoint's is: name the query the savepoint was taken with"
+        )
+    return buffers
 
 
 def _grouped(plan: RestorePlan, op: OperatorState) -> bool:

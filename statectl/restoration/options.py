@@ -28,6 +28,9 @@ class RestoreOptions:
     # --query: MODULE:FUNCTION / FILE.py:FUNCTION, or an already planned query
     query: Any = None
     output_mode: str | None = None
+    # --from-query: the query the savepoint was taken with (MODULE:FUNCTION), planned like
+    # --query, so aggregation buffers are matched by the aggregate that owns them
+    from_query: Any = None
     changelog: bool = False  # RocksDB changelog checkpoints instead of snapshots
     checkpoint_format: int | None = None  # 1 or 2; None: the savepoint source's
     dry_run: bool = False

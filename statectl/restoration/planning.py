@@ -139,6 +139,10 @@ def plan_restore(
     plan.run.started = own_target
     if plan.transforms and query is None:
         plan.problems.append("--transform needs --query: it is checked against the query's schemas")
+    if options.from_query is not None and query is None:
+        plan.problems.append(
+            "--from-query needs --query: it names the savepoint's query for a changed one"
+        )
     if not own_target:
         _check_target(plan, sp, source)
     plan.problems.extend(safety_problems(m, dict(options.mapping)))

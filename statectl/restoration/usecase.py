@@ -4,6 +4,7 @@ problems, so a dry run and a real run refuse exactly the same things."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -27,15 +28,29 @@ def _planned_query(
     """``options.query`` planned with Spark (``spark``, or a local session) under the confs
     the restored query will run with."""
     query = options.query
-    if not isinstance(query, str):
-        return query
-    chosen, n = choose_target(sp, options.backend, options.partitions)
+    if isinstance(query, str):
+        chosen, n = choose_target(sp, options.backend, options.partitions)
+        confs = planning_confs(sp.metadata.pinned_confs, chosen, n)
+        if options.join_state_format is not None:  # new joins of the query start at that format
+            confs[join_state.FORMAT_CONF] = str(options.join_state_format)
+        query = plan_query(
+            query, output_mode=options.output_mode, confs=confs, spark=spark, progress=progress
+        )
+    if query is not None and options.from_query is not None:
+        query = dataclasses.replace(
+            query, savepoint_aggregates=_savepoint_aggregates(sp, options.from_query, spark)
+        )
+    return query
+
+
+def _savepoint_aggregates(sp: Savepoint, from_query: Any, spark: Any) -> dict[int, Any]:
+    """The aggregates of ``--from-query`` (the query the savepoint was taken with), planned
+    under the savepoint's own confs, backend and partition count."""
+    if not isinstance(from_query, str):
+        return dict(from_query.aggregates)
+    chosen, n = choose_target(sp, None, None)
     confs = planning_confs(sp.metadata.pinned_confs, chosen, n)
-    if options.join_state_format is not None:  # new joins of the query start at that format
-        confs[join_state.FORMAT_CONF] = str(options.join_state_format)
-    return plan_query(
-        query, output_mode=options.output_mode, confs=confs, spark=spark, progress=progress
-    )
+    return dict(plan_query(from_query, confs=confs, spark=spark).aggregates)
 
 
 def restore(
