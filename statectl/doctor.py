@@ -78,6 +78,7 @@ class Diagnosis:
     source_offsets: dict[str, Any] | None = None
     recovery: list[str] = field(default_factory=list)
     orphan_checksums: list[str] = field(default_factory=list)
+    newest_commit: int = -1  # commits/N with the highest N, usable or not
 
     @property
     def exit_code(self) -> int:
@@ -182,6 +183,7 @@ def _check_logs(ckpt: Checkpoint, diag: Diagnosis) -> list[int]:
     both parse (the batches a restart or ``--batch`` can use), ascending."""
     offsets, commits = _listed(ckpt, "offsets", diag), _listed(ckpt, "commits", diag)
     usable = [b for b in sorted(set(offsets) & set(commits)) if _parses(ckpt, b, diag)]
+    diag.newest_commit = commits[-1] if commits else -1
     _log_shape_problems(ckpt, offsets, commits, diag)
     if usable:
         diag.latest_committed_batch = usable[-1]
@@ -248,7 +250,10 @@ def _log_shape_problems(
             )
         )
     last_commit = commits[-1] if commits else -1
-    unfinished = sorted(set(offsets) - set(commits))
+    # Entries before the oldest commit are normal: a restored checkpoint starts with the
+    # offsets of the batch before its first commit, which a restart re-plans from.
+    first_commit = commits[0] if commits else -1
+    unfinished = sorted(b for b in set(offsets) - set(commits) if b > first_commit)
     if unfinished and unfinished[-1] > last_commit:
         diag.notes.append(f"batch {unfinished[-1]} is not committed: Spark re-runs it on restart")
         unfinished = unfinished[:-1]
@@ -424,8 +429,9 @@ def _conclude(ckpt: Checkpoint, batches: list[int], diag: Diagnosis) -> None:
             diag.problems.append(Problem("state", "no batch in the logs can be recovered", True))
         return
     diag.source_offsets = dict(ckpt.offsets(chosen).offsets)
+    newest = max(latest or 0, diag.newest_commit)
+    diag.lost_batches = list(range(chosen + 1, newest + 1))
     if latest is not None and chosen < latest:
-        diag.lost_batches = list(range(chosen + 1, latest + 1))
         if not any(p.blocking and p.kind == "state" for p in diag.problems):
             diag.problems.append(
                 Problem("state", f"the state of batch {latest} does not load", True)
