@@ -431,11 +431,9 @@ def _conclude(ckpt: Checkpoint, batches: list[int], diag: Diagnosis) -> None:
     diag.source_offsets = dict(ckpt.offsets(chosen).offsets)
     newest = max(latest or 0, diag.newest_commit)
     diag.lost_batches = list(range(chosen + 1, newest + 1))
-    if latest is not None and chosen < latest:
-        if not any(p.blocking and p.kind == "state" for p in diag.problems):
-            diag.problems.append(
-                Problem("state", f"the state of batch {latest} does not load", True)
-            )
+    stuck = latest is not None and chosen < latest
+    if stuck and not any(p.blocking and p.kind == "state" for p in diag.problems):
+        diag.problems.append(Problem("state", f"the state of batch {latest} does not load", True))
     _recovery(ckpt, chosen, diag)
 
 

@@ -241,7 +241,8 @@ def _consider_incomplete(
             }
         )
         return
-    newest = max((_mtime(io, f.path) for f in files), default=_mtime(io, path))
+    times = [_mtime(io, f.path) for f in files] or [_mtime(io, path)]
+    newest = None if None in times else max(t for t in times if t is not None)
     if newest is None or now - newest < after:
         plan.kept.append({"path": io.url(path), "why": "incomplete, possibly still being written"})
         return

@@ -40,16 +40,21 @@ def test_doctor_recovery_continues_like_an_uninterrupted_run(spark, reference, t
     root, d, full = reference
     ck = tmp_path / "ck"
     shutil.copytree(root / "ck", ck)
-    (ck / "state/0/0/4.zip").unlink()  # batch 3's state of partition 0
+    # The two newest snapshots of partition 0 (batches 4 and 5) are gone; an older zip (batch
+    # 1's) only matters to a restart from there.
+    for v in (6, 5, 2):
+        (ck / f"state/0/0/{v}.zip").unlink()
     diag = diagnose(str(ck))
-    assert diag.latest_committed_batch == 5 and diag.last_recoverable_batch == 2
-    assert any("4.zip" in p.message for p in diag.problems)
-    assert diag.lost_batches == [3, 4, 5]
+    assert diag.latest_committed_batch == 5 and diag.last_recoverable_batch == 3
+    assert any("6.zip" in p.message and p.blocking for p in diag.problems)
+    p0 = next(s for s in diag.stores if s.partition == 0)
+    assert spans(p0.rebuildable) == "0,2-3"
+    assert diag.lost_batches == [4, 5]
     args = shlex.split(diag.recovery[-1])
-    assert args[:2] == ["statectl", "migrate"] and args[-2:] == ["--batch", "2"]
+    assert args[:2] == ["statectl", "migrate"] and args[-2:] == ["--batch", "3"]
     _cli(*args[1:])
-    continued = run(spark, "agg", d, tmp_path / "ck-recovered-2")
-    assert continued == {b: full[b] for b in (3, 4, 5)}
+    continued = run(spark, "agg", d, tmp_path / "ck-recovered-3")
+    assert continued == {b: full[b] for b in (4, 5)}
 
 
 @pytest.mark.spark

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -129,9 +130,9 @@ def test_corrupted_sst(fixture_copy):
     backend = get_backend("rocksdb")
     newest = backend.copy_files(backend_io(), str(d), 4, ReadOptions())
     sst = next(p for p in newest if p.endswith(".sst") and not p.endswith(".crc"))
-    data = bytearray(open(sst, "rb").read())
+    data = bytearray(Path(sst).read_bytes())
     data[len(data) // 2] ^= 0xFF
-    open(sst, "wb").write(bytes(data))
+    Path(sst).write_bytes(bytes(data))
     # The batches whose zip names that SST cannot be rebuilt; the newest other one can.
     using = {
         v - 1
