@@ -53,6 +53,7 @@ class StoreReport:
     store: str
     rebuildable: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    why: dict[int, str] = field(default_factory=dict)  # batch -> why it cannot be rebuilt
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -317,7 +318,9 @@ def _check_state(ckpt: Checkpoint, batches: list[int], diag: Diagnosis) -> None:
                     problem = _version_problem(ckpt, op, store, p, b, encodings[b], verified)
                     if problem is None:
                         report.rebuildable.append(b)
-                    elif problem not in report.problems:
+                        continue
+                    report.why[b] = problem
+                    if problem not in report.problems:
                         report.problems.append(problem)
 
 
@@ -398,6 +401,7 @@ def _mark(diag: Diagnosis, op: int, partition: int, store: str, batch: int, why:
     for s in diag.stores:
         if (s.operator, s.partition, s.store) == (op, partition, store):
             s.rebuildable = [b for b in s.rebuildable if b != batch]
+            s.why[batch] = why
             s.problems.append(why)
 
 
@@ -409,7 +413,7 @@ def _conclude(ckpt: Checkpoint, batches: list[int], diag: Diagnosis) -> None:
     diag.last_recoverable_batch = chosen
     for s in diag.stores:
         if latest is not None and latest not in s.rebuildable:
-            why = s.problems[0] if s.problems else "it does not load"
+            why = s.why.get(latest, "it does not load")
             diag.problems.append(
                 Problem(
                     "state",
@@ -421,8 +425,8 @@ def _conclude(ckpt: Checkpoint, batches: list[int], diag: Diagnosis) -> None:
     older = [b for b in batches if b not in everywhere and (chosen is None or b < chosen)]
     if older:
         diag.notes.append(
-            f"batches {spans(older)} are in the logs but not every store can be rebuilt at "
-            "them (Spark's maintenance removes old state files): not usable as --batch"
+            f"not every store can be rebuilt at logged batches {spans(older)} (Spark's "
+            "maintenance removes old state files): not usable as --batch"
         )
     if chosen is None:
         if latest is not None:

@@ -165,7 +165,7 @@ def test_deleted_changelog(fixture_copy):
     p0 = next(s for s in diag.stores if s.partition == 0)
     assert spans(p0.rebuildable) == "0-9,11" and diag.last_recoverable_batch == 11
     assert not any(p.blocking for p in diag.problems)
-    assert any("10 are in the logs but not every store" in n for n in diag.notes)
+    assert any("rebuilt at logged batches 10 " in n for n in diag.notes)
 
 
 def test_gap_in_the_logs(fixture_copy):
