@@ -33,9 +33,7 @@ def doctor(
 
 
 def gc(
-    path: Annotated[
-        str, typer.Argument(help="A directory of savepoints, or a checkpoint.", metavar="PATH")
-    ],
+    path: Annotated[str, typer.Argument(help="A directory of savepoints, or a checkpoint.")],
     keep_last: Annotated[
         int | None,
         typer.Option("--keep-last", metavar="N", help="Savepoints: keep the newest N per query."),
@@ -57,7 +55,7 @@ def gc(
         typer.Option(
             "--keep-batches",
             metavar="N",
-            help="Checkpoint: keep restarts at the N batches before the latest.",
+            help="Checkpoint: keep N batches before the latest (100).",
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
