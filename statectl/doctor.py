@@ -454,6 +454,11 @@ def _recovery(ckpt: Checkpoint, chosen: int, diag: Diagnosis) -> None:
         if diag.orphan_checksums:
             diag.recovery.append(shlex.join(["rm", "--", *diag.orphan_checksums]))
         diag.recovery.append(_migrate_command(ckpt, chosen))
+        if any(p.kind == "metadata" for p in diag.problems):
+            # No query id to carry: the migrated checkpoint's metadata names none, which Spark
+            # does not parse; without the file Spark writes a new id when the query starts.
+            target = recovered_target(ckpt.root, chosen)
+            diag.recovery.append(shlex.join(["rm", "--", f"{target}/metadata"]))
 
 
 def _migrate_command(ckpt: Checkpoint, batch: int) -> str:

@@ -119,6 +119,12 @@ def test_missing_and_damaged_metadata(fixture_copy):
     assert [p.kind for p in diag.problems] == ["metadata"]
     assert "new query id" in diag.problems[0].message and not diag.problems[0].blocking
     assert diag.last_recoverable_batch == 3 and not diag.recovery
+    (ck / "state/0/1/4.delta").unlink()  # and the latest state: migrate, then drop its null id
+    diag = diagnose(str(ck))
+    assert diag.recovery[-1] == f"rm -- {ck}-recovered-2/metadata"
+    _run_recovery(diag.recovery[0])
+    (ck.parent / f"{ck.name}-recovered-2" / "metadata").unlink()
+    assert diagnose(f"{ck}-recovered-2").last_recoverable_batch == 2
     (ck / "metadata").write_text('{"id": 42')
     diag = diagnose(str(ck))
     assert diag.problems[0].blocking and "metadata" in diag.recovery[0]
