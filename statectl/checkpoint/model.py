@@ -203,6 +203,8 @@ class Checkpoint:
 
     def resolve_batch(self, batch: int | None) -> int:
         """The batch to read: ``batch`` if committed, else the latest committed one."""
+        if batch is not None and batch in self.commit_batches and batch in self.offset_batches:
+            return batch  # a committed batch is readable whatever newer log entries look like
         latest = self.latest_committed_batch
         if latest is None:
             raise StatectlError(
