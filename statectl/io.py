@@ -334,6 +334,7 @@ class FileIO:
 
     def _open_local(self, path: str) -> BinaryIO:
         """A local regular file opened for reading, never blocking (see _SPECIAL_KINDS)."""
+        path = self.fs._strip_protocol(path)  # file:// URLs and relative paths, as fsspec does
         self._check_link(path)
         try:
             before = os.stat(path)
