@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeGuard, TypeVar
 
 import fsspec
 from fsspec.core import split_protocol, url_to_fs
@@ -221,7 +221,7 @@ def _not_regular(mode: int, path: str) -> StatectlError:
     )
 
 
-def is_full(e: BaseException) -> bool:
+def is_full(e: BaseException) -> TypeGuard[OSError]:
     """An OSError of a full filesystem (or a quota, or a file size limit)."""
     return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
 
@@ -364,7 +364,7 @@ class FileIO:
         if self.is_local:
             return self._open_local(path)
         try:
-            return self.fs.open(path, "rb")  # type: ignore[no-any-return]
+            return self.fs.open(path, "rb")
         except FileNotFoundError:
             raise MissingFileError("file does not exist", path) from None
         except IsADirectoryError:

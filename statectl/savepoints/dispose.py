@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import posixpath
 from collections.abc import Callable
@@ -185,15 +186,16 @@ def dispose(url: str, *, force: bool = False) -> dict[str, Any]:
     failed: dict[str, str] = {}
     for p in plan.delete:
         if p != meta_path:
-            _attempt(lambda p=p: io.remove(p), p, failed)
+            _attempt(functools.partial(io.remove, p), p, failed)
     if io.is_local:
         _remove_local_dirs(plan, force, failed)
     else:
         for d in sorted({posixpath.dirname(p) for p in plan.delete}, key=len, reverse=True):
             if d != plan.root and io.exists(d) and not io.list_dir(d):
-                _attempt(lambda d=d: io.remove(d, recursive=True), d, failed)
+                _attempt(functools.partial(io.remove, d, recursive=True), d, failed)
     for p in _left_over(plan, meta_path):
-        failed.setdefault(p, "still there")
+        if p not in failed and not _holds_kept(p, list(failed)):  # not a failure's parent
+            failed[p] = "still there"
     if failed:
         raise _not_deleted(plan, failed)
     io.remove(meta_path)  # last: until now a retry found the savepoint whole enough to dispose
@@ -227,7 +229,7 @@ def _attempt(action: Callable[[], object], path: str, failed: dict[str, str]) ->
 
 
 def _not_deleted(plan: DisposePlan, failed: dict[str, str]) -> StatectlError:
-    items = sorted(failed.items())
+    items = sorted(failed.items(), key=lambda i: (i[1] == "still there", i[0]))  # causes first
     sample = ", ".join(f"{posixpath.relpath(p, plan.root)} ({why})" for p, why in items[:3])
     more = f" and {len(items) - 3} more" if len(items) > 3 else ""
     return StatectlError(
@@ -259,8 +261,8 @@ def _remove_local_dirs(plan: DisposePlan, force: bool, failed: dict[str, str]) -
     A directory that still holds what force keeps is not a failure."""
     for link in plan.keep:
         if os.path.islink(link) and force:
-            _attempt(lambda link=link: os.unlink(link), link, failed)
+            _attempt(functools.partial(os.unlink, link), link, failed)
     _, _, dirs = _local_entries(plan.root)
     for d in sorted(dirs, key=len, reverse=True):
         if not _holds_kept(d, [*plan.keep, *failed]):  # a failure inside is reported already
-            _attempt(lambda d=d: os.rmdir(d), d, failed)
+            _attempt(functools.partial(os.rmdir, d), d, failed)
