@@ -8,14 +8,17 @@ same directory, then a rename, so a crash never leaves a file that looks complet
 from __future__ import annotations
 
 import contextvars
+import errno
 import functools
 import json
+import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeGuard, TypeVar
 
 import fsspec
 from fsspec.core import split_protocol, url_to_fs
@@ -184,6 +187,45 @@ def _storage_errors(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# -- what may be opened ----------------------------------------------------------------------
+# The one rule for every file statectl reads (checkpoints and savepoints alike, local files
+# only: fsspec's remote filesystems have neither links nor special files): only a regular file
+# is opened, checked with stat before the open (a FIFO blocks open() and read() forever, a
+# device such as /dev/zero never ends), opened non-blocking and checked again with fstat (a
+# file swapped between the two is refused). A file that is itself a symbolic link must resolve
+# inside the directory the user named, or inside a directory linked into it (linked
+# directories such as a ``state/0`` on another disk are the user's layout and are followed).
+_SPECIAL_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+NOT_REGULAR_HINT = "statectl opens only regular files; replace it with the file it stands for"
+# A full filesystem, or a quota reached, while writing.
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def below(path: str, root: str) -> bool:
+    """Whether the normalised ``path`` is ``root`` or lies under it (no filesystem access)."""
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _not_regular(mode: int, path: str) -> StatectlError:
+    if stat.S_ISDIR(mode):
+        return StatectlError("is a directory, expected a file", path)
+    kind = _SPECIAL_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+    return CorruptFileError(
+        f"is {kind}, not a regular file; refusing to open it", path, NOT_REGULAR_HINT
+    )
+
+
+def is_full(e: BaseException) -> TypeGuard[OSError]:
+    """An OSError of a full filesystem (or a quota, or a file size limit)."""
+    return isinstance(e, OSError) and e.errno in _FULL_ERRNOS
+
+
 @dataclass(frozen=True)
 class FileInfo:
     """One directory entry: its full path (in the filesystem's own form), base name, size, kind."""
@@ -202,8 +244,11 @@ class FileIO:
     filesystem wants (no protocol for s3fs, an absolute path for the local filesystem).
     """
 
-    def __init__(self, fs: fsspec.AbstractFileSystem) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str | None = None) -> None:
         self.fs = fs
+        # The directory the user named (for_url): files read below it through a symbolic link
+        # must resolve inside it (see _check_link). None: no confinement, regular files only.
+        self.root = root
 
     @classmethod
     def for_url(cls, url: str, **options: Any) -> tuple[FileIO, str]:
@@ -214,8 +259,8 @@ class FileIO:
             fs, path = url_to_fs(url, **merged)
         except (ImportError, ValueError, TypeError) as e:
             raise StatectlError(f"cannot open this URL ({e})", url) from None
-        io = cls(fs)
         root = path.rstrip("/") or "/"
+        io = cls(fs, root)
         if io.protocol not in LOCAL_PROTOCOLS:
             # Errors built from the stripped path ("lake/ckpt") show the URL ("s3://lake/ckpt").
             register_url_root(root, io.url)
@@ -239,8 +284,6 @@ class FileIO:
         (symbolic links included, on the local filesystem)."""
         path = posixpath.join(root, relative_inside(rel, source))
         if self.is_local:
-            import os
-
             real_root = os.path.realpath(root)
             real = os.path.realpath(path)
             if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
@@ -254,8 +297,6 @@ class FileIO:
     def real(self, path: str) -> str:
         """``path`` with symbolic links resolved (local files); as given elsewhere."""
         if self.is_local:
-            import os
-
             return os.path.realpath(path)
         return posixpath.normpath(path).rstrip("/") or "/"
 
@@ -270,6 +311,65 @@ class FileIO:
     def is_local(self) -> bool:
         return self.protocol in ("file", "local")
 
+    # -- opening: the one place a file is opened for reading ----------------------------------
+    def _check_link(self, path: str) -> None:
+        """Refuse a file that is a symbolic link resolving outside the named directory (and
+        outside every directory linked into it on the way to the file)."""
+        root = self.root
+        if root is None or not below(path, root) or not os.path.islink(path):
+            return
+        real = os.path.realpath(path)
+        top = posixpath.normpath(root)
+        allowed = {os.path.realpath(top)}
+        d = posixpath.dirname(posixpath.normpath(path))
+        while d != top and below(d, top):
+            allowed.add(os.path.realpath(d))
+            d = posixpath.dirname(d)
+        if not any(below(real, a) for a in allowed):
+            raise CorruptFileError(
+                f"is a symbolic link to {real}, outside {root}; refusing to follow it",
+                path,
+                "copy the file into the directory instead of linking it",
+            )
+
+    def _open_local(self, path: str) -> BinaryIO:
+        """A local regular file opened for reading, never blocking (see _SPECIAL_KINDS)."""
+        path = self.fs._strip_protocol(path)  # file:// URLs and relative paths, as fsspec does
+        self._check_link(path)
+        try:
+            before = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            what = "is a broken symbolic link" if os.path.islink(path) else "file does not exist"
+            raise MissingFileError(what, path) from None
+        if not stat.S_ISREG(before.st_mode):
+            raise _not_regular(before.st_mode, path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            now = os.fstat(fd)
+            if not stat.S_ISREG(now.st_mode):
+                raise _not_regular(now.st_mode, path)
+            if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+                raise StatectlError("changed while it was being opened; retry", path)
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @_storage_errors
+    def open_read(self, path: str) -> BinaryIO:
+        """``path`` opened for reading in binary: on the local filesystem only a regular file,
+        reached through no link out of the named directory; a missing file or a directory is
+        a one-line error naming it."""
+        if self.is_local:
+            return self._open_local(path)
+        try:
+            return self.fs.open(path, "rb")
+        except FileNotFoundError:
+            raise MissingFileError("file does not exist", path) from None
+        except IsADirectoryError:
+            raise StatectlError("is a directory, expected a file", path) from None
+
     # -- reading ---------------------------------------------------------------------------
     @_storage_errors
     def exists(self, path: str) -> bool:
@@ -281,6 +381,9 @@ class FileIO:
 
     @_storage_errors
     def read_bytes(self, path: str) -> bytes:
+        if self.is_local:
+            with self._open_local(path) as f:
+                return f.read()
         try:
             return self.fs.cat_file(path)
         except FileNotFoundError:
@@ -290,13 +393,7 @@ class FileIO:
 
     def iter_bytes(self, path: str, block: int) -> Iterator[bytes]:
         """The file's bytes ``block`` at a time (a large state file, never held at once)."""
-        try:
-            f = self.fs.open(path, "rb")
-        except FileNotFoundError:
-            raise MissingFileError("file does not exist", path) from None
-        except IsADirectoryError:
-            raise StatectlError("is a directory, expected a file", path) from None
-        with f:
+        with self.open_read(path) as f:
             while chunk := f.read(block):
                 yield chunk
 
@@ -310,6 +407,11 @@ class FileIO:
         try:
             if not self.fs.exists(path):
                 return None
+            if self.is_local:
+                if os.path.isdir(path):
+                    return None
+                with self._open_local(path) as f:  # a FIFO sidecar is refused, not awaited
+                    return f.read()
             return self.fs.cat_file(path)
         except (FileNotFoundError, IsADirectoryError):
             return None
@@ -378,19 +480,12 @@ class FileIO:
         readers: the final key appears only once the copy completed. ``overwrite_hint`` tells the
         user how to overwrite (the flag that does it) when ``path`` exists.
         """
-        parent, name = posixpath.split(path)
-        if not overwrite and self.exists(path):
-            raise StatectlError("already exists; refusing to overwrite", path, overwrite_hint)
-        self.fs.makedirs(parent, exist_ok=True)
-        tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
-        try:
+
+        def fill(tmp: str) -> None:
             with self.fs.open(tmp, "wb") as f:
                 f.write(data)
-            self.fs.mv(tmp, path)
-        except BaseException:
-            if self.fs.exists(tmp):
-                self.fs.rm(tmp)
-            raise
+
+        self._through_temp(path, fill, overwrite, overwrite_hint)
 
     def _through_temp(
         self, path: str, fill: Callable[[str], None], overwrite: bool = False, hint: str = ""
@@ -400,14 +495,22 @@ class FileIO:
         parent, name = posixpath.split(path)
         if not overwrite and self.exists(path):
             raise StatectlError("already exists; refusing to overwrite", path, hint or None)
-        self.fs.makedirs(parent, exist_ok=True)
         tmp = posixpath.join(parent, f".{name}.{uuid.uuid4()}.tmp")
         try:
+            self.fs.makedirs(parent, exist_ok=True)
             fill(tmp)
             self.fs.mv(tmp, path)
-        except BaseException:
+        except BaseException as e:
             if self.fs.exists(tmp):
                 self.fs.rm(tmp)
+            if is_full(e):
+                # Name the target, not the scratch file it was copied from (shutil puts the
+                # source in the error's filename).
+                raise StatectlError(
+                    f"cannot write it: {os.strerror(e.errno or errno.ENOSPC)}",
+                    path,
+                    "free space there or write to another filesystem",
+                ) from e
             raise
 
     @_storage_errors
@@ -424,6 +527,8 @@ class FileIO:
     def copy_atomic(self, src: str, path: str) -> None:
         """Copy ``src`` (on this filesystem; server-side on object stores) to ``path`` through a
         hidden temporary name, like :meth:`write_atomic`; never overwrites."""
+        if self.is_local:
+            self._open_local(src).close()  # a regular file, never a FIFO (no bytes read)
         self._through_temp(path, lambda tmp: self.fs.copy(src, tmp))
 
     @_storage_errors

@@ -9,6 +9,7 @@ every exit path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -20,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from statectl.backends.streamed import sorted_runs as sorted_batch_runs
+from statectl.errors import StatectlError
+from statectl.io import is_full
 
 ENV_TMPDIR = "STATECTL_TMPDIR"
 
@@ -27,13 +30,40 @@ ENV_TMPDIR = "STATECTL_TMPDIR"
 @contextlib.contextmanager
 def spill_dir() -> Iterator[str]:
     """A private temporary directory (``$STATECTL_TMPDIR`` or the system's), removed on every
-    exit: errors, Ctrl-C, and SIGTERM (the CLI turns it into ``SystemExit``)."""
+    exit: errors, Ctrl-C, and SIGTERM (the CLI turns it into ``SystemExit``).
+
+    A full filesystem met inside is the scratch space's (writes to a target go through
+    :class:`statectl.io.FileIO`, which names the target itself): the error names the scratch
+    directory, not a file in it that is gone once this directory is removed."""
     base = os.environ.get(ENV_TMPDIR) or None
-    path = tempfile.mkdtemp(prefix="statectl-spill-", dir=base)
+    try:
+        path = tempfile.mkdtemp(prefix="statectl-spill-", dir=base)
+    except OSError as e:
+        raise scratch_full(e, base) if is_full(e) else e from None
     try:
         yield path
+    except OSError as e:
+        if not is_full(e):
+            raise
+        raise scratch_full(e, base) from e
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def scratch_full(e: OSError, base: str | None) -> StatectlError:
+    """A one-line error for scratch space that filled up, naming the scratch directory: the
+    one holding the ``statectl-*`` directory the failing file was in, else ``base`` (or the
+    system's temporary directory)."""
+    where = base or tempfile.gettempdir()
+    for name in (e.filename, e.filename2):
+        if isinstance(name, str) and "/statectl-" in name:
+            where = name.split("/statectl-", 1)[0] or "/"
+            break
+    return StatectlError(
+        f"cannot write statectl's scratch files here: {os.strerror(e.errno or errno.ENOSPC)}",
+        where,
+        f"free space there, or set {ENV_TMPDIR} (and TMPDIR) to a directory on a larger filesystem",
+    )
 
 
 def read_spills(paths: Iterable[str], budget: int) -> Iterator[pa.RecordBatch]:

@@ -1,7 +1,9 @@
 """``statectl dispose``: delete a savepoint, exactly its own files.
 
-What it deletes is what ``_metadata`` lists, ``_metadata`` itself (first, so a half-deleted
-savepoint is never "complete") and statectl's own temporary files; anything else inside (a
+What it deletes is what ``_metadata`` lists, statectl's own temporary files and ``_metadata``
+itself (last, once everything else is gone: what could not be deleted is reported and a retry
+finds the savepoint again; a half-deleted savepoint is never "complete", readers find its
+listed files missing); anything else inside (a
 user's file, a nested checkpoint, a symbolic link) makes it refuse, and ``force`` deletes
 around it without ever following a link or touching a nested checkpoint.
 """
@@ -10,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
 from statectl.errors import StatectlError
@@ -27,7 +31,7 @@ class DisposePlan:
 
     io: FileIO
     root: str
-    delete: list[str]  # files, _metadata first
+    delete: list[str]  # files, _metadata first (dispose deletes it last)
     keep: list[str]  # files and links that are not the savepoint's (only with force)
     bytes: int
 
@@ -168,33 +172,97 @@ def dispose_plan(url: str, *, force: bool = False) -> DisposePlan:
             "savepoint's own files",
             io.url(root),
         )
-    delete.sort(key=lambda p: p != meta_path)  # _metadata first: never a half-deleted "complete"
+    delete.sort(key=lambda p: p != meta_path)  # listed first; dispose() deletes it last
     return DisposePlan(io, root, delete, sorted(foreign), _size(io, root, delete))
 
 
 def dispose(url: str, *, force: bool = False) -> dict[str, Any]:
+    """Delete the savepoint's files, then its directories, and ``_metadata`` only once
+    everything else of it is gone: whatever cannot be deleted is reported (exit 2) and
+    ``_metadata`` stays, so ``dispose`` can simply be run again."""
     plan = dispose_plan(url, force=force)
     io = plan.io
+    meta_path = posixpath.join(plan.root, METADATA_FILE)
+    failed: dict[str, str] = {}
     for p in plan.delete:
-        io.remove(p)
+        if p != meta_path:
+            _attempt(functools.partial(io.remove, p), p, failed)
     if io.is_local:
-        _remove_local_dirs(plan, force)
+        _remove_local_dirs(plan, force, failed)
     else:
         for d in sorted({posixpath.dirname(p) for p in plan.delete}, key=len, reverse=True):
             if d != plan.root and io.exists(d) and not io.list_dir(d):
-                io.remove(d, recursive=True)
-        if not io.list_dir(plan.root) and io.exists(plan.root):
-            io.remove(plan.root, recursive=True)
+                _attempt(functools.partial(io.remove, d, recursive=True), d, failed)
+    for p in _left_over(plan, meta_path):
+        if p not in failed and not _holds_kept(p, list(failed)):  # not a failure's parent
+            failed[p] = "still there"
+    if failed:
+        raise _not_deleted(plan, failed)
+    io.remove(meta_path)  # last: until now a retry found the savepoint whole enough to dispose
+    _remove_root(plan)
     return plan.to_dict(deleted=True)
 
 
-def _remove_local_dirs(plan: DisposePlan, force: bool) -> None:
-    """Remove the directories the savepoint's files left empty, deepest first; links kept
-    with force are removed as links, never followed."""
+def _remove_root(plan: DisposePlan) -> None:
+    """The savepoint's directory, once empty (with force it may keep files that stay)."""
+    io = plan.io
+    if not io.is_local:
+        if not io.list_dir(plan.root) and io.exists(plan.root):
+            io.remove(plan.root, recursive=True)
+        return
+    with contextlib.suppress(OSError):  # not empty: files kept with force stay
+        os.rmdir(plan.root)
+    if os.path.lexists(plan.root) and not plan.keep:
+        raise StatectlError(
+            "deleted the savepoint's files, but not its (empty) directory; remove it with rmdir",
+            io.url(plan.root),
+        )
+
+
+def _attempt(action: Callable[[], object], path: str, failed: dict[str, str]) -> None:
+    """Run one deletion; a failure is recorded with its reason, and the rest goes on."""
+    try:
+        action()
+    except (OSError, StatectlError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        failed[path] = reason
+
+
+def _not_deleted(plan: DisposePlan, failed: dict[str, str]) -> StatectlError:
+    items = sorted(failed.items(), key=lambda i: (i[1] == "still there", i[0]))  # causes first
+    sample = ", ".join(f"{posixpath.relpath(p, plan.root)} ({why})" for p, why in items[:3])
+    more = f" and {len(items) - 3} more" if len(items) > 3 else ""
+    return StatectlError(
+        f"could not delete {len(items)} of its entries: {sample}{more}; _metadata is kept",
+        plan.io.url(plan.root),
+        "make them deletable and run dispose again",
+    )
+
+
+def _holds_kept(d: str, keep: list[str]) -> bool:
+    return any(k.startswith(d.rstrip("/") + "/") for k in keep)
+
+
+def _left_over(plan: DisposePlan, meta_path: str) -> list[str]:
+    """What is still under the root besides ``_metadata``, the entries kept with force and the
+    directories holding them."""
+    keep = set(plan.keep)
+    if plan.io.is_local:
+        files, links, dirs = _local_entries(plan.root)
+        dirs = [d for d in dirs if not _holds_kept(d, plan.keep)]
+    else:
+        files, links, dirs = [f.path for f in plan.io.walk_files(plan.root)], [], []
+    return [p for p in [*files, *links, *dirs] if p != meta_path and p not in keep]
+
+
+def _remove_local_dirs(plan: DisposePlan, force: bool, failed: dict[str, str]) -> None:
+    """Remove the directories the savepoint's files left empty, deepest first (not the root,
+    which holds ``_metadata``); links kept with force are removed as links, never followed.
+    A directory that still holds what force keeps is not a failure."""
     for link in plan.keep:
         if os.path.islink(link) and force:
-            os.unlink(link)
+            _attempt(functools.partial(os.unlink, link), link, failed)
     _, _, dirs = _local_entries(plan.root)
-    for d in [*sorted(dirs, key=len, reverse=True), plan.root]:
-        with contextlib.suppress(OSError):  # not empty: what is not ours stays
-            os.rmdir(d)
+    for d in sorted(dirs, key=len, reverse=True):
+        if not _holds_kept(d, [*plan.keep, *failed]):  # a failure inside is reported already
+            _attempt(functools.partial(os.rmdir, d), d, failed)

@@ -137,7 +137,7 @@ class Savepoint:
             raise MissingFileError("data file listed in _metadata is missing", path)
         local = path if self.io.is_local else os.path.join(scratch, f"src-{uuid.uuid4()}.parquet")
         digest, size = hashlib.sha256(), 0
-        with self.io.fs.open(path, "rb") as src, contextlib.ExitStack() as stack:
+        with self.io.open_read(path) as src, contextlib.ExitStack() as stack:
             copy = None if self.io.is_local else stack.enter_context(open(local, "wb"))
             while block := src.read(8 << 20):
                 digest.update(block)
