@@ -31,8 +31,9 @@ CASES = {
     "ratev1-hdfs": ("rate", "rocksdb"),
     "rate-hdfs": ("rate-micro-batch", "rocksdb"),
     "rate-rocksdb": ("rate-micro-batch", "hdfs"),
-    # offsets shaped like Kafka's but no initial-offsets file: not surely Kafka, so opaque
-    "pysource-hdfs": ("opaque", "rocksdb"),
+    # offsets shaped like Kafka's but no initial-offsets file: not Kafka; written by Python's
+    # json.dumps (a space after ':'), which no JVM source writes: a Python data source
+    "pysource-hdfs": ("python", "rocksdb"),
 }
 
 
