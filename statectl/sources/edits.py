@@ -159,9 +159,7 @@ def as_written(text: str, kind: SourceKind | None, problem: str | None) -> str:
     return kind.serialise(offset_value(text)) or text
 
 
-def describe_change(
-    old_offset: str | None, new_offset: str | None, kind: SourceKind | None
-) -> str:
+def describe_change(old_offset: str | None, new_offset: str | None, kind: SourceKind | None) -> str:
     """The plan's note on a given position: where the source was, and what changed (Kafka:
     the topic-partitions added, e.g. a new partition at earliest, and those no longer read)."""
     change = kind.change(offset_value(old_offset), offset_value(new_offset)) if kind else ""

@@ -237,7 +237,7 @@ class KafkaKind(SourceKind):
             )
         latest = [f"{t}/{p}" for t, parts in offset.items() for p, o in parts.items() if o == -1]
         if latest:
-            # KafkaMicroBatchPartitionReader.resolveRange / KafkaSourceRDD.resolveRange assert
+            # KafkaBatchPartitionReader.resolveRange (KafkaBatchPartitionReader.scala) asserts
             # that a batch's start offset, if a marker, is EARLIEST: -1 fails the next batch.
             return (
                 f"{', '.join(latest)}: -1 (latest) is not a position Spark continues from "
@@ -386,12 +386,7 @@ class PythonKind(SourceKind):
 
     def matches_text(self, text: str | None, files: Mapping[str, bytes]) -> bool:
         value = offset_value(text)
-        return (
-            not files
-            and isinstance(value, dict)
-            and bool(value)
-            and json.dumps(value) == text
-        )
+        return not files and isinstance(value, dict) and bool(value) and json.dumps(value) == text
 
     def check(self, offset: Any) -> str | None:
         return (

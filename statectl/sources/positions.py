@@ -31,7 +31,6 @@ from urllib.parse import unquote, urlparse
 
 from statectl.query_plan import PlannedSource
 from statectl.sources.edits import (
-    DROP,
     START,
     as_written,
     describe_change,
@@ -338,9 +337,18 @@ def _given(
     else:
         text = _checked(acc, key, text, s, replaced, unchanged_query, entry)
         acc.offsets[key] = acc.previous[key] = text
+        _carry_if_same_kind(acc, key, replaced, entry)
     if replaced is not None:
         _replaced(acc, replaced, unchanged_query, entry)
     return True
+
+
+def _carry_if_same_kind(acc: _Acc, key: str, old: _Old | None, entry: dict[str, Any]) -> None:
+    """A new position for the same source keeps its ``sources/`` files (a rate source's
+    creation time, Kafka's initial offsets): only its offset changed. A swap or a start
+    from the configured start does not (Kafka would read its initial offsets again)."""
+    if old is not None and old.kind is not None and entry.get("kind") == old.kind.name:
+        acc.carried[old.key] = key
 
 
 def _checked(
@@ -358,14 +366,17 @@ def _checked(
     kind = _kind_of(s, old, unchanged_query)
     planned = planned_kind(s.description) if s is not None and not unchanged_query else None
     problem = (
-        _unparsable(where, text, s)
-        or (swap_problem(where, swap, planned) if swap is not None else None)
+        (swap_problem(where, swap, planned) if swap is not None else None)
+        or _unparsable(where, text, s)
         or kind_problem(where, text, swap or kind)
     )
     if problem is not None:
         acc.problems.append(problem)
-    text = as_written(text, swap or kind, problem)
+    chosen = swap or kind
+    text = as_written(text, chosen, problem)
     entry.update(position="given", offset=text)
+    if chosen is not None:
+        entry["kind"] = chosen.name
     _old_position(entry, old, kind, swap)
     return text
 
@@ -558,6 +569,7 @@ def _named_given(
         entry.update(position="given", offset=None)
     else:
         _checked(acc, name, text, s, o, s is None, entry)
+        _carry_if_same_kind(acc, name, o, entry)
     if o is not None:
         entry.setdefault("replaces", o.describe())
     acc.offsets[name] = entry["offset"]
