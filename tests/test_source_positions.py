@@ -286,3 +286,15 @@ def test_source_offsets_values():
     ]:
         with pytest.raises(StatectlError, match=why):
             parse_source_offsets([f"0={value}"])
+
+
+def test_without_a_query_a_drop_renumbers_and_names_stay_the_savepoints(tmp_path):
+    """A join's two file sources: ``0=drop`` (with -n) moves source 1 to index 0 with its
+    seen-files log; ``1=-`` still names the savepoint's source 1."""
+    url, _ = take_savepoint(str(FIXTURES / "join-hdfs"), str(tmp_path / "sp"))
+    opts = RestoreOptions(allow_non_restored=True, source_offsets={"0": "drop", "1": "-"})
+    p = plan_restore(Savepoint.open(url), str(tmp_path / "ck"), opts)
+    assert not p.problems, p.problems
+    assert [(s["index"], s["position"]) for s in p.sources] == [(0, "new"), (None, "dropped")]
+    write_restore(p)
+    assert offsets_written(tmp_path) == ["-"]

@@ -54,20 +54,21 @@ def parse_source_offsets(pairs: list[str]) -> dict[str, str]:
             raise StatectlError(f"--source-offsets wants NAME=JSON (or NAME=-), got {pair!r}")
         if name in out:
             raise StatectlError(f"--source-offsets names source {name!r} twice")
-        out[name] = normalize_offset(text, f"--source-offsets {name}")
+        out[name] = normalize_offset(text, f"--source-offsets {name}", edits=True)
     return out
 
 
-def normalize_offset(value: Any, what: str) -> str:
+def normalize_offset(value: Any, what: str, edits: bool = False) -> str:
     """An offset as Spark's JSON text: a JSON string as given (checked), a dict or a number
-    dumped, ``None``/``"-"`` as ``-`` (from the configured start); ``drop`` and
-    ``KIND:JSON`` (a swap) kept with their JSON checked."""
+    dumped, ``None``/``"-"`` as ``-`` (from the configured start). With ``edits`` (the
+    restore CLI's ``--source-offsets``), ``drop`` and ``KIND:JSON`` (a swap) too, kept with
+    their JSON checked."""
     if value is None or value == START:
         return START
-    if value == DROP:
+    if edits and value == DROP:
         return DROP
     if isinstance(value, str):
-        kind, text = _swap_prefix(value, what)
+        kind, text = _swap_prefix(value, what) if edits else (None, value)
         text = _json_text(text, what)
         return f"{kind}:{text}" if kind else text
     if isinstance(value, (dict, list, int, float)) and not isinstance(value, bool):

@@ -251,6 +251,9 @@ def plan_positions(
     if new is None:
         new = _same_sources(kept, renumber=bool(drops))
         at = {s.index: o for s, o in zip(new, kept, strict=True)}
+        # without --query, NAME is the savepoint's index, whatever a drop renumbered
+        index = {o.key: str(i) for i, o in at.items()}
+        given = {index.get(k, k): v for k, v in given.items()}
     else:
         at = {int(o.key): o for o in old if o.key.isdigit()}
     by_index, more = _resolve(given, new)
