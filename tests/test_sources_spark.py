@@ -317,10 +317,20 @@ def _restore_cli(*args: str) -> None:
     assert res.exit_code == 0, res.output
 
 
+def _uninterrupted(spark, query, ckpt) -> dict[int, list]:
+    """Two batches on one checkpoint, never restored: availableNow takes one batch of a
+    Python data source a run (its latest offset when the run starts is the run's end)."""
+    out: dict[int, list] = {}
+    for _ in range(2):
+        out.update(run(spark, query, ckpt, ckpt))
+    assert sorted(out) == [0, 1]
+    return out
+
+
 def test_python_source_union_file_source_continues_on_rocksdb_at_3_partitions(spark, tmp_path):
     """A union of the Kafka-like Python source with a file source: one batch on HDFS at 2
     partitions, restored to RocksDB at 3 and continued for one batch: the counts of one
-    uninterrupted run over both sources' rows."""
+    uninterrupted run over both sources' rows (run on Spark, and counted in Python)."""
     a = tmp_path / "a"
     write_input(a, 0, 1)
     first = run(spark, union_query(a, 4), a, tmp_path / "ck1", "hdfs")
@@ -334,6 +344,8 @@ def test_python_source_union_file_source_continues_on_rocksdb_at_3_partitions(sp
     expected = _file_keys(a, range(2)) + _topic_keys(range(8))
     assert {**_last(first), **_last(continued)} == dict(expected)
     assert set(_last(continued)) == set(expected)  # every key changed in the second batch
+    uninterrupted = _uninterrupted(spark, union_query(a, 8), tmp_path / "full")
+    assert {**_last(first), **_last(continued)} == _last(uninterrupted)
     assert Checkpoint.open(str(tmp_path / "ck2")).backend(1) == "rocksdb"
 
 
@@ -366,7 +378,8 @@ def test_named_python_source_restored_with_an_offset_given_by_name(spark, tmp_pa
 def test_stream_stream_join_of_two_topics_continues_on_rocksdb_at_3_partitions(spark, tmp_path):
     """A stream-stream join of two Kafka-like topics: one batch on HDFS at 2 partitions,
     restored to RocksDB at 3 (its four join stores per partition repartitioned), one more
-    batch: every matching pair exactly once, as one uninterrupted run outputs them."""
+    batch: every matching pair exactly once, batch by batch as one uninterrupted run (four
+    rows of each topic a batch) outputs them."""
     first = run(spark, join_query(4), tmp_path, tmp_path / "ck1", "hdfs")
     sp_url, meta = take_savepoint(str(tmp_path / "ck1"), str(tmp_path / "sp"))
     assert [json.loads(o) for o in meta.offsets.values()] == [
@@ -379,6 +392,8 @@ def test_stream_stream_join_of_two_topics_continues_on_rocksdb_at_3_partitions(s
     pairs = sorted((f"k{i % 3}", i, j) for i in range(8) for j in range(8) if i % 3 == j % 3)
     got = sorted(first[0] + continued[1])
     assert got == pairs and len(set(got)) == len(got)
+    uninterrupted = _uninterrupted(spark, join_query(8), tmp_path / "full")
+    assert first[0] + continued[1] == uninterrupted[0] + uninterrupted[1]
 
 
 def test_kafka_offsets_are_written_in_json_utils_order(spark):
