@@ -294,7 +294,8 @@ def restore(
     engine's memory, ``workers`` its parallel tasks (default: a quarter of the machine's
     memory up to 2 GiB, a worker per core). ``source_offsets`` sets sources' starting positions: source
     index or description (as the plan's ``sources`` show it) -> offset (JSON text or a dict;
-    ``None`` or ``"-"``: the source's configured start). ``engine`` is ``"local"``, ``"spark"``
+    ``None`` or ``"-"``: the source's configured start; ``"KIND:JSON"`` swaps the source for
+    one of another kind, ``"drop"`` removes it: statectl/sources/edits.py). ``engine`` is ``"local"``, ``"spark"``
     (the stores are built by Spark tasks on ``spark``, the active session, or one from
     ``spark_confs``; ``memory`` is then each task's budget), ``"auto"`` or a SparkSession; the
     result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
@@ -341,7 +342,7 @@ def restore_with(
     once); ``spark`` and ``progress`` as there."""
 
     given = {
-        str(k): normalize_offset(v, f"source_offsets[{k!r}]")
+        str(k): normalize_offset(v, f"source_offsets[{k!r}]", edits=True)
         for k, v in options.source_offsets.items()
     }
     options = dataclasses.replace(options, source_offsets=given)

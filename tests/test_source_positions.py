@@ -230,3 +230,71 @@ def test_a_named_source_of_another_kind_is_not_kept(named_sp, tmp_path):
     k = dataclasses.replace(kafka(0), name="events")
     p = named_plan(named_sp, tmp_path, [k])
     assert any("is not the savepoint's source of that name" in m for m in p.problems)
+
+
+def test_unnamed_savepoint_into_a_query_naming_its_sources_is_refused(sp, tmp_path):
+    """Spark 4.3 refuses to turn on source evolution for a checkpoint of offset log v1
+    (CANNOT_ENABLE_ON_EXISTING_CHECKPOINT), and statectl does not convert it: refused, with
+    the reason, whatever the kind (a file source of the same directory, a Kafka source)."""
+    for source in (
+        PlannedSource(0, f"FileSource[{OLD_DIR}]", OLD_DIR, name="events"),
+        dataclasses.replace(kafka(0), name="k"),
+    ):
+        p = plan(sp, tmp_path, [source], {"0": "-"})
+        assert any("CANNOT_ENABLE_ON_EXISTING_CHECKPOINT" in m for m in p.problems), p.problems
+    assert not plan(sp, tmp_path, [PlannedSource(0, f"FileSource[{OLD_DIR}]", OLD_DIR)]).problems
+
+
+def test_a_named_source_dropped_by_name_without_a_query(named_sp, tmp_path):
+    opts = {"source_offsets": {"events": "drop"}}
+    p = plan_restore(named_sp, str(tmp_path / "ck"), RestoreOptions(**opts))
+    assert any("'events'" in m and "-n" in m for m in p.problems), p.problems
+    p = plan_restore(
+        named_sp, str(tmp_path / "ck"), RestoreOptions(allow_non_restored=True, **opts)
+    )
+    assert not p.problems and [s["position"] for s in p.sources] == ["dropped"]
+    write_restore(p)
+    assert offsets_written(tmp_path, named_sp.metadata.batch_id) == []
+    assert not (tmp_path / "ck" / "sources").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ({"0": 'delta:{"sourceVersion":1,"reservoirId":"x","reservoirVersion":1,"index":-1}'},
+         "the query's source is a Kafka source, not Delta Lake"),
+        ({"0": "drop"}, "with --query the query says which sources it reads"),
+        ({"0": 'kafka:{"t":{"0":-1}}'}, r"t/0: -1 \(latest\)"),
+    ],
+)  # fmt: skip
+def test_swaps_and_drops_the_query_contradicts_are_refused(sp, tmp_path, given, why):
+    p = plan(sp, tmp_path, [kafka(0)], given, n=True)
+    assert any(re.search(why, m) for m in p.problems), p.problems
+
+
+def test_source_offsets_values():
+    assert parse_source_offsets(["0=drop", '1=kafka:{"t": {"0": 1}}', "2=-"]) == {
+        "0": "drop",
+        "1": 'kafka:{"t": {"0": 1}}',
+        "2": "-",
+    }
+    for value, why in [
+        ("opaque:{}", "does not know"),
+        ("file:{}", "seen-files log"),
+        ("kinesis:{}", "'kinesis' is not a source kind"),
+        ("delta:{", "is not JSON"),
+    ]:
+        with pytest.raises(StatectlError, match=why):
+            parse_source_offsets([f"0={value}"])
+
+
+def test_without_a_query_a_drop_renumbers_and_names_stay_the_savepoints(tmp_path):
+    """A join's two file sources: ``0=drop`` (with -n) moves source 1 to index 0 with its
+    seen-files log; ``1=-`` still names the savepoint's source 1."""
+    url, _ = take_savepoint(str(FIXTURES / "join-hdfs"), str(tmp_path / "sp"))
+    opts = RestoreOptions(allow_non_restored=True, source_offsets={"0": "drop", "1": "-"})
+    p = plan_restore(Savepoint.open(url), str(tmp_path / "ck"), opts)
+    assert not p.problems, p.problems
+    assert [(s["index"], s["position"]) for s in p.sources] == [(0, "new"), (None, "dropped")]
+    write_restore(p)
+    assert offsets_written(tmp_path) == ["-"]

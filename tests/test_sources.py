@@ -31,8 +31,9 @@ CASES = {
     "ratev1-hdfs": ("rate", "rocksdb"),
     "rate-hdfs": ("rate-micro-batch", "rocksdb"),
     "rate-rocksdb": ("rate-micro-batch", "hdfs"),
-    # offsets shaped like Kafka's but no initial-offsets file: not surely Kafka, so opaque
-    "pysource-hdfs": ("opaque", "rocksdb"),
+    # offsets shaped like Kafka's but no initial-offsets file: not Kafka; written by Python's
+    # json.dumps (a space after ':'), which no JVM source writes: a Python data source
+    "pysource-hdfs": ("python", "rocksdb"),
 }
 
 
@@ -254,3 +255,112 @@ def test_python_data_source_continues_on_the_other_backend_at_3_partitions(spark
         full.update(run(spark, query, tmp_path / "unused", tmp_path / "full"))
     assert sorted(continued) == [4, 5] and sorted(full) == list(range(6))
     assert continued == {b: full[b] for b in (4, 5)}
+
+
+def restored_source_lines(root: Path, batch: int = 3) -> list[str]:
+    return (root / "offsets" / str(batch)).read_text().split("\n")[2:]
+
+
+DELTA_AT_4 = (
+    '{"sourceVersion":1,"reservoirId":"6f1f7ad2-3c5e-4c4b-9d0e-2b7b1c1d5e42",'
+    '"reservoirVersion":4,"index":-1,"isStartingVersion":false}'
+)
+
+
+def test_kafka_partition_added_and_kafka_swapped_for_delta(tmp_path):
+    """Edits of a Kafka source on restore (CLI, subprocess): a partition added at earliest
+    (-2), the offset re-serialised in JsonUtils.partitionOffsets' order and the plan showing
+    the old and new position; -1 refused (Spark's readers assert a start is earliest); the
+    source swapped for Delta with ``delta:JSON`` (its Kafka sources/ file then not carried);
+    a Delta offset without the prefix, and a swap to a file source, refused with the reason."""
+    sp = json.loads(cli("savepoint", str(FIXTURES / "kafka-hdfs"), str(tmp_path), "--json"))["path"]
+    added = tmp_path / "added"
+    given = '0={"events": {"2": -2, "1": 16, "0": 24}}'
+    plan = json.loads(cli("restore", str(added), "-s", sp, "--json", "--source-offsets", given))
+    (src,) = plan["sources"]
+    assert src["old_offset"] == '{"events":{"0":24,"1":16}}'
+    assert src["offset"] == '{"events":{"0":24,"1":16,"2":-2}}'
+    assert "added events/2 @ earliest" in src["note"]
+    assert restored_source_lines(added) == ['{"events":{"0":24,"1":16,"2":-2}}']
+    assert (added / "sources" / "0" / "0").read_bytes().startswith(b"\x00v1\n")  # still Kafka
+
+    err = cli_fails(
+        "restore", str(tmp_path / "latest"), "-s", sp, "--dry-run",
+        "--source-offsets", '0={"events":{"0":24,"1":16,"2":-1}}',
+    )  # fmt: skip
+    assert "events/2: -1 (latest)" in err and "-2, earliest" in err
+
+    swapped = tmp_path / "delta"
+    plan = json.loads(
+        cli(
+            "restore", str(swapped), "-s", sp, "--json", "--source-offsets", f"0=delta:{DELTA_AT_4}"
+        )
+    )
+    (src,) = plan["sources"]
+    assert src["offset"] == DELTA_AT_4 and src["replaces"] == "source 0 (Kafka)"
+    assert "swapped for a Delta Lake source" in src["note"]
+    assert restored_source_lines(swapped) == [DELTA_AT_4]
+    assert not (swapped / "sources").exists()  # Delta writes nothing under sources/
+    info = json.loads(cli("inspect", str(swapped), "--json", "--no-rows"))
+    assert info["sources"][0]["kind"] == "delta"
+
+    err = cli_fails(
+        "restore",
+        str(tmp_path / "no"),
+        "-s",
+        sp,
+        "--dry-run",
+        "--source-offsets",
+        f"0={DELTA_AT_4}",
+    )
+    assert "not a Kafka offset" in err and f"give it as delta:{DELTA_AT_4}" in err
+    err = cli_fails(
+        "restore", str(tmp_path / "no"), "-s", sp, "--dry-run", "--source-offsets", "0=file:{}"
+    )
+    assert "cannot swap to file" in err and "seen-files log" in err
+
+
+def test_file_source_swapped_for_kafka_and_a_source_dropped(tmp_path):
+    """A file backfill handed over to Kafka (``kafka:JSON``: the seen-files log is not
+    written); a join's first source dropped without ``--query`` (``0=drop``): refused without
+    -n, with -n the second source continues as source 0 with its own seen-files log."""
+    sp = json.loads(cli("savepoint", str(FIXTURES / "agg-hdfs"), str(tmp_path / "a"), "--json"))
+    kafka = tmp_path / "kafka"
+    cli("restore", str(kafka), "-s", sp["path"], "--source-offsets", '0=kafka:{"events":{"0":0}}')
+    assert restored_source_lines(kafka) == ['{"events":{"0":0}}']
+    assert not (kafka / "sources").exists()
+
+    join = json.loads(cli("savepoint", str(FIXTURES / "join-hdfs"), str(tmp_path / "j"), "--json"))
+    err = cli_fails(
+        "restore",
+        str(tmp_path / "no"),
+        "-s",
+        join["path"],
+        "--dry-run",
+        "--source-offsets",
+        "0=drop",
+    )
+    assert "source 0 of the savepoint" in err and "-n" in err
+    whole = tmp_path / "whole"
+    cli("restore", str(whole), "-s", join["path"])
+    dropped = tmp_path / "dropped"
+    plan = json.loads(
+        cli(
+            "restore",
+            str(dropped),
+            "-s",
+            join["path"],
+            "-n",
+            "--json",
+            "--source-offsets",
+            "0=drop",
+        )
+    )
+    assert [(s["index"], s["position"], s.get("from")) for s in plan["sources"]] == [
+        (0, "kept", 1),
+        (None, "dropped", None),
+    ]
+    assert restored_source_lines(dropped) == ['{"logOffset":3}']
+    assert source_files(dropped) == {
+        k.replace("1/", "0/", 1): v for k, v in source_files(whole).items() if k.startswith("1/")
+    }

@@ -5,6 +5,8 @@
   JSON, its ``sources/<index>/`` files, how its position is described and checked.
 * :mod:`statectl.sources.carry`: a checkpoint's sources as inspect, savepoint, restore and
   migrate see them; every source's files carried exactly.
+* :mod:`statectl.sources.edits`: what ``--source-offsets`` asks (an offset, a swap to
+  another kind, from the start, a source dropped), checked and written as Spark writes it.
 * :mod:`statectl.sources.positions`: where each source of a restored query starts.
 """
 
@@ -20,16 +22,12 @@ from statectl.sources.carry import (
     savepoint_sources,
     write_carried_sources,
 )
+from statectl.sources.edits import DROP, START, normalize_offset, parse_source_offsets
 from statectl.sources.kinds import KINDS, OPAQUE, SourceKind, kind_named, recognise
-from statectl.sources.positions import (
-    START,
-    SourcePositions,
-    normalize_offset,
-    parse_source_offsets,
-    plan_positions,
-)
+from statectl.sources.positions import SourcePositions, plan_positions
 
 __all__ = [
+    "DROP",
     "KINDS",
     "OPAQUE",
     "START",

@@ -62,6 +62,15 @@ class SourceKind:
             "cannot check a new position; its offset and sources/ files are kept as they are"
         )
 
+    def change(self, old: Any, new: Any) -> str:
+        """What a new position changes in the old one, in words ("" if nothing to say)."""
+        return ""
+
+    def serialise(self, offset: Any) -> str | None:
+        """A given (checked) offset as this kind's Spark writer writes it in ``offsets/N``;
+        None: written as given."""
+        return None
+
 
 class FileSourceKind(SourceKind):
     """File sources (``readStream.json(...)``, ``parquet``, ...).
@@ -123,6 +132,65 @@ def _topic_offsets(v: Any) -> bool:
 KAFKA_LOG_HEADER = b"\x00v1\n"
 
 
+def _int32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _java_string_hash(s: str) -> int:
+    """``java.lang.String.hashCode``: over UTF-16 code units, 32-bit overflow."""
+    h = 0
+    units = s.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+    return _int32(h)
+
+
+class _ScalaHashMapOrder:
+    """The iteration order of a Scala 2.13 ``mutable.HashMap`` (scala/collection/mutable/
+    HashMap.scala), which Jackson's Scala module writes keys in: buckets by ``improveHash(h) &
+    (table length - 1)``, a bucket's nodes by ascending (signed) hash, then insertion. The
+    table starts at 16 and doubles in ``put0`` when ``size + 1 >= 0.75 * length`` (checked
+    on every put, an update too)."""
+
+    def __init__(self) -> None:
+        self.length = 16
+        self.keys: dict[Any, int] = {}  # key -> improved hash, in insertion order
+
+    def put(self, key: Any, hash_code: int) -> None:
+        if len(self.keys) + 1 >= int(self.length * 0.75):
+            self.length *= 2
+        if key not in self.keys:
+            self.keys[key] = _int32(hash_code ^ ((hash_code & 0xFFFFFFFF) >> 16))
+
+    def order(self) -> list[Any]:
+        return sorted(self.keys, key=lambda k: (self.keys[k] & (self.length - 1), self.keys[k]))
+
+
+def kafka_json(offsets: Mapping[str, Mapping[str, int]]) -> str:
+    """``{"topic":{"partition":offset}}`` exactly as ``JsonUtils.partitionOffsets``
+    (connector/kafka-0-10-sql/.../kafka010/JsonUtils.scala) writes a ``KafkaSourceOffset``:
+    it puts the partitions, sorted by (topic, partition), into a ``mutable.HashMap[String,
+    mutable.HashMap[Int, Long]]`` (``result += topic -> parts`` once per partition) and
+    Jackson writes both maps in their iteration order, compact."""
+    pairs = sorted((t, int(p), o) for t, parts in offsets.items() for p, o in parts.items())
+    topics = _ScalaHashMapOrder()
+    parts: dict[str, _ScalaHashMapOrder] = {}
+    values: dict[tuple[str, int], int] = {}
+    for topic, p, o in pairs:
+        parts.setdefault(topic, _ScalaHashMapOrder()).put(p, _int32(p))
+        values[topic, p] = o
+        topics.put(topic, _java_string_hash(topic))
+    body = ",".join(
+        json.dumps(t, ensure_ascii=False)
+        + ":{"
+        + ",".join(f'"{p}":{values[t, p]}' for p in parts[t].order())
+        + "}"
+        for t in topics.order()
+    )
+    return "{" + body + "}"
+
+
 class KafkaKind(SourceKind):
     """Kafka (connector/kafka-0-10-sql).
 
@@ -162,12 +230,38 @@ class KafkaKind(SourceKind):
         return rows
 
     def check(self, offset: Any) -> str | None:
-        if _topic_offsets(offset):
-            return None
-        return (
-            'a Kafka offset is {"topic":{"partition":offset,...},...} with integer offsets '
-            "(-1 latest, -2 earliest)"
-        )
+        if not _topic_offsets(offset):
+            return (
+                'a Kafka offset is {"topic":{"partition":offset,...},...} with integer offsets '
+                "(-2 earliest)"
+            )
+        latest = [f"{t}/{p}" for t, parts in offset.items() for p, o in parts.items() if o == -1]
+        if latest:
+            # KafkaBatchPartitionReader.resolveRange (KafkaBatchPartitionReader.scala) asserts
+            # that a batch's start offset, if a marker, is EARLIEST: -1 fails the next batch.
+            return (
+                f"{', '.join(latest)}: -1 (latest) is not a position Spark continues from "
+                "(its readers accept only -2, earliest, as a start); give the offset"
+            )
+        return None
+
+    def serialise(self, offset: Any) -> str | None:
+        return kafka_json(offset)
+
+    def change(self, old: Any, new: Any) -> str:
+        if not (_topic_offsets(old) and _topic_offsets(new)):
+            return ""
+        before = {(t, int(p)) for t, parts in old.items() for p in parts}
+        after = {(t, int(p)): o for t, parts in new.items() for p, o in parts.items()}
+        added = [
+            f"{t}/{p} @ {'earliest' if after[t, p] == -2 else after[t, p]}"
+            for t, p in sorted(set(after) - before)
+        ]
+        gone = [f"{t}/{p}" for t, p in sorted(before - set(after))]
+        return "; ".join(
+            [*([f"added {', '.join(added)}"] if added else []),
+             *([f"no longer read: {', '.join(gone)}"] if gone else [])]
+        )  # fmt: skip
 
 
 class RateKind(SourceKind):
@@ -275,19 +369,32 @@ class PythonKind(SourceKind):
     """PySpark Python data sources (python/pyspark/sql/datasource.py: ``DataSource`` with
     ``streamReader`` / ``simpleStreamReader``; the JVM side is ``PythonMicroBatchStream``).
 
-    Offset: the reader's own JSON (the dict its ``latestOffset`` returns, as Python's
-    ``json.dumps`` writes it). It writes nothing under ``sources/``. Its shape is the
-    reader's business, so it is recognised only from a query plan (``--query``); without
-    one it is :data:`OPAQUE`. An edit must be a JSON object (the reader checks the rest)."""
+    Offset: the reader's own JSON, the dict its ``latestOffset`` returns as Python's
+    ``json.dumps`` writes it (python/pyspark/sql/streaming/python_streaming_source_runner.py,
+    default separators ``", "`` and ``": "``). It writes nothing under ``sources/``.
+
+    Recognised without a plan when its ``offsets/N`` line is exactly ``json.dumps`` of a
+    non-empty JSON object and ``sources/<index>/`` is empty: Spark's JVM sources write their
+    offsets with Jackson or json4s, compact, never with a space after ``:``. A Python
+    source whose offset is not an object (or an empty one), or whose line was written by
+    anything else, is :data:`OPAQUE` unless ``--query`` plans it. An edit must be a JSON
+    object (the reader checks the rest); it is written as ``json.dumps`` writes it."""
 
     name = "python"
     title = "Python data source"
     editable = True
 
+    def matches_text(self, text: str | None, files: Mapping[str, bytes]) -> bool:
+        value = offset_value(text)
+        return not files and isinstance(value, dict) and bool(value) and json.dumps(value) == text
+
     def check(self, offset: Any) -> str | None:
         return (
             None if isinstance(offset, dict) else "a Python data source's offset is a JSON object"
         )
+
+    def serialise(self, offset: Any) -> str | None:
+        return json.dumps(offset)
 
 
 FILE = FileSourceKind()
@@ -298,8 +405,8 @@ DELTA = DeltaKind()
 PYTHON = PythonKind()
 OPAQUE = SourceKind()
 
-# Tried in this order; the first that matches wins, else OPAQUE. Python data sources are
-# recognised from a plan only (their offsets are any JSON).
+# Tried in this order; the first that matches wins, then a Python data source by its offset's
+# text (PythonKind.matches_text), else OPAQUE.
 RECOGNISED: tuple[SourceKind, ...] = (FILE, KAFKA, RATE, RATE_MICRO_BATCH, DELTA)
 KINDS: dict[str, SourceKind] = {k.name: k for k in (*RECOGNISED, PYTHON, OPAQUE)}
 
@@ -307,7 +414,10 @@ KINDS: dict[str, SourceKind] = {k.name: k for k in (*RECOGNISED, PYTHON, OPAQUE)
 def recognise(offset_text: str | None, files: Mapping[str, bytes]) -> SourceKind:
     """The kind of a source from its offset line and its ``sources/<index>/`` files."""
     offset = offset_value(offset_text)
-    return next((k for k in RECOGNISED if k.matches(offset, files)), OPAQUE)
+    found = next((k for k in RECOGNISED if k.matches(offset, files)), None)
+    if found is None and PYTHON.matches_text(offset_text, files):
+        return PYTHON
+    return found or OPAQUE
 
 
 def kind_named(name: str | None) -> SourceKind:

@@ -29,11 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from statectl.errors import StatectlError
 from statectl.query_plan import PlannedSource
-from statectl.sources.kinds import SourceKind, kind_named, offset_value, planned_kind
-
-START = "-"  # --source-offsets NAME=- : from the source's configured start
+from statectl.sources.edits import (
+    START,
+    as_written,
+    describe_change,
+    kind_problem,
+    split_drops,
+    split_swap,
+    swap_problem,
+    unnamed_into_named,
+)
+from statectl.sources.kinds import SourceKind, kind_named, planned_kind
 
 
 @dataclass
@@ -48,39 +55,6 @@ class SourcePositions:
     # savepoint source key -> its key in the restored query, for every source that keeps its
     # position: where its carried sources/ files (statectl/sources/carry.py) are written back.
     carried: dict[str, str] = field(default_factory=dict)
-
-
-def parse_source_offsets(pairs: list[str]) -> dict[str, str]:
-    """``NAME=JSON`` options (repeatable) as a mapping; the JSON must at least be JSON."""
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name:
-            raise StatectlError(f"--source-offsets wants NAME=JSON (or NAME=-), got {pair!r}")
-        if name in out:
-            raise StatectlError(f"--source-offsets names source {name!r} twice")
-        out[name] = normalize_offset(text, f"--source-offsets {name}")
-    return out
-
-
-def normalize_offset(value: Any, what: str) -> str:
-    """An offset as Spark's JSON text: a JSON string as given (checked), a dict or a number
-    dumped, ``None``/``"-"`` as ``-`` (from the configured start)."""
-    if value is None or value == START:
-        return START
-    if isinstance(value, str):
-        try:
-            json.loads(value)
-        except ValueError as e:
-            raise StatectlError(f"{what}: {value[:60]!r} is not JSON ({e})") from None
-        if "\n" in value:
-            value = json.dumps(json.loads(value), separators=(",", ":"))
-        return value.strip()
-    if isinstance(value, (dict, list, int, float)) and not isinstance(value, bool):
-        return json.dumps(value, separators=(",", ":"))
-    raise StatectlError(
-        f"{what}: an offset is JSON text, a dict or None, not {type(value).__name__}"
-    )
 
 
 def _local_dir(path: str) -> str:
@@ -140,17 +114,19 @@ def _old_sources(m: Any) -> list[_Old]:
     return out
 
 
-def _kind_problem(where: str, text: str, kind: SourceKind | None) -> str | None:
-    """Why ``--source-offsets where=text`` is not an offset of the source's kind (None: it
-    is, or the kind is not known: a savepoint older than the recorded kinds)."""
-    if kind is None:
-        return None
-    why = kind.check(offset_value(text))
-    if why is None:
-        return None
-    if not kind.editable:
-        return f"--source-offsets {where}: refused: {why}"
-    return f"--source-offsets {where}={text}: not a {kind.title} offset: {why}"
+def _old_position(
+    entry: dict[str, Any], old: _Old | None, kind: SourceKind | None, swap: SourceKind | None
+) -> None:
+    """The plan of a given offset says where the source was and what changed; a swap
+    replaces the old source (whose sources/ files are then not carried)."""
+    if old is None:
+        return
+    entry["old_offset"] = old.offset
+    entry["note"] = describe_change(old.offset, entry["offset"], kind if swap is None else None)
+    was = old.kind.title if old.kind is not None else "file" if old.is_file else None
+    if swap is not None and was != swap.title:
+        entry["replaces"] = f"{old.describe()} ({was or 'kind not recorded'})"
+        entry["note"] += f"; swapped for a {swap.title} source, its sources/ files not carried"
 
 
 def _kind_of(s: PlannedSource | None, old: _Old | None, unchanged_query: bool) -> SourceKind | None:
@@ -243,11 +219,12 @@ class _Acc:
         self.carried[o.key] = key
 
 
-def _same_sources(old: list[_Old]) -> list[PlannedSource]:
-    """No ``--query``: the savepoint's own sources, positions replaceable by index."""
+def _same_sources(old: list[_Old], renumber: bool) -> list[PlannedSource]:
+    """No ``--query``: the savepoint's own sources (less those dropped: the rest numbered
+    again in order, as Spark numbers them), positions replaceable by index."""
     return [
         PlannedSource(
-            int(o.key) if o.key.isdigit() else i,
+            int(o.key) if o.key.isdigit() and not renumber else i,
             o.describe(),
             (o.directory or "?") if o.is_file else None,
         )
@@ -262,19 +239,29 @@ def plan_positions(
     allow_non_restored: bool,
 ) -> SourcePositions:
     """Match the savepoint's sources (``m``: its metadata) to the query's (``new``: planned,
-    None without ``--query``: the same sources as before) and apply ``given``."""
+    None without ``--query``: the same sources as before, less those ``given`` as
+    ``drop``) and apply ``given``."""
     old = _old_sources(m)
+    given, drops, problems = split_drops(given, [o.key for o in old], new is not None)
     if m.offset_log_version != 1:
-        return _named_positions(m, old, new, given, allow_non_restored)
+        return _named_positions(m, old, new, given, allow_non_restored, drops, problems)
+    problems += unnamed_into_named([s.name for s in new or [] if s.name is not None])
     unchanged_query = new is None
-    new = _same_sources(old) if new is None else new
-    by_index, problems = _resolve(given, new)
-    acc = _Acc(problems)
-    olds = {o.key: o for o in old}
-    match = _matches(new, old, by_index, problems, unchanged_query)
+    kept = [o for o in old if o.key not in drops]
+    if new is None:
+        new = _same_sources(kept, renumber=bool(drops))
+        at = {s.index: o for s, o in zip(new, kept, strict=True)}
+        # without --query, NAME is the savepoint's index, whatever a drop renumbered
+        index = {o.key: str(i) for i, o in at.items()}
+        given = {index.get(k, k): v for k, v in given.items()}
+    else:
+        at = {int(o.key): o for o in old if o.key.isdigit()}
+    by_index, more = _resolve(given, new)
+    acc = _Acc(problems + more)
+    match = _matches(new, old, by_index, acc.problems, at if unchanged_query else None)
     acc.used.update(o.key for o in match.values())
     for s in new:
-        _place(acc, s, by_index, match, olds.get(str(s.index)), unchanged_query)
+        _place(acc, s, by_index, match, at.get(s.index), unchanged_query)
     _drop_unused(acc, [o for o in old if o.key not in acc.used], allow_non_restored, True)
     return acc.result(acc.previous)
 
@@ -284,12 +271,12 @@ def _matches(
     old: list[_Old],
     by_index: dict[int, str],
     problems: list[str],
-    unchanged_query: bool,
+    same: dict[int, _Old] | None,
 ) -> dict[int, _Old]:
-    """New source index -> the savepoint source it continues (given ones excepted)."""
-    if unchanged_query:  # the savepoint's own sources, each at its index
-        olds = {o.key: o for o in old}
-        return {s.index: olds[str(s.index)] for s in new if s.index not in by_index}
+    """New source index -> the savepoint source it continues (given ones excepted).
+    ``same``: no ``--query``, the savepoint's own sources by their (new) index."""
+    if same is not None:
+        return {s.index: same[s.index] for s in new if s.index not in by_index}
     return _match(new, old, by_index, problems)
 
 
@@ -335,10 +322,11 @@ def _given(
 ) -> bool:
     """``--source-offsets`` for the new source ``s``; False when it is refused (no entry)."""
     key = str(s.index)
+    swap, _ = split_swap(text)
     if text == START:
         entry.update(position="new", offset=None)
         acc.offsets[key] = acc.previous[key] = None
-    elif s.is_file:
+    elif s.is_file and (swap is None or not unchanged_query):
         if replaced is not None:
             acc.used.add(replaced.key)  # refused here; not "dropped" as well
         acc.problems.append(
@@ -350,22 +338,57 @@ def _given(
         )
         return False
     else:
-        problem = _unparsable(key, text, s)
-        problem = problem or _kind_problem(key, text, _kind_of(s, replaced, unchanged_query))
-        if problem is not None:
-            acc.problems.append(problem)
-        entry.update(position="given", offset=text)
+        text = _checked(acc, key, text, s, replaced, unchanged_query, entry)
         acc.offsets[key] = acc.previous[key] = text
+        _carry_if_same_kind(acc, key, replaced, entry)
     if replaced is not None:
         _replaced(acc, replaced, unchanged_query, entry)
     return True
+
+
+def _carry_if_same_kind(acc: _Acc, key: str, old: _Old | None, entry: dict[str, Any]) -> None:
+    """A new position for the same source keeps its ``sources/`` files (a rate source's
+    creation time, Kafka's initial offsets): only its offset changed. A swap or a start
+    from the configured start does not (Kafka would read its initial offsets again)."""
+    if old is not None and old.kind is not None and entry.get("kind") == old.kind.name:
+        acc.carried[old.key] = key
+
+
+def _checked(
+    acc: _Acc,
+    where: str,
+    text: str,
+    s: PlannedSource | None,
+    old: _Old | None,
+    unchanged_query: bool,
+    entry: dict[str, Any],
+) -> str:
+    """A given offset (``JSON`` or ``KIND:JSON``, a swap) checked against the kind it is
+    for; its entry (old and new position) filled; the text to write returned."""
+    swap, text = split_swap(text)
+    kind = _kind_of(s, old, unchanged_query)
+    planned = planned_kind(s.description) if s is not None and not unchanged_query else None
+    problem = (
+        (swap_problem(where, swap, planned) if swap is not None else None)
+        or _unparsable(where, text, s)
+        or kind_problem(where, text, swap or kind)
+    )
+    if problem is not None:
+        acc.problems.append(problem)
+    chosen = swap or kind
+    text = as_written(text, chosen, problem)
+    entry.update(position="given", offset=text)
+    if chosen is not None:
+        entry["kind"] = chosen.name
+    _old_position(entry, old, kind, swap)
+    return text
 
 
 def _replaced(acc: _Acc, replaced: _Old, unchanged_query: bool, entry: dict[str, Any]) -> None:
     """The savepoint's source at a given source's index: replaced by it (a changed query
     says so), never also reported as dropped."""
     if not unchanged_query and replaced.key not in acc.used:
-        entry["replaces"] = replaced.describe()
+        entry.setdefault("replaces", replaced.describe())
     acc.used.add(replaced.key)
 
 
@@ -465,6 +488,8 @@ def _named_positions(
     new: list[PlannedSource] | None,
     given: dict[str, str],
     allow_non_restored: bool,
+    drops: set[str],
+    problems: list[str],
 ) -> SourcePositions:
     """Offset log v2: sources keyed by the names the query gives them (``readStream.name``).
 
@@ -472,10 +497,10 @@ def _named_positions(
     its configured start, a missing one is forgotten), so a restore matches by name: a kept
     name keeps its offset and seen-files log, a new one starts (or takes ``--source-offsets
     NAME=JSON``), a dropped one needs ``-n``."""
-    acc = _Acc([])
+    acc = _Acc(problems)
     olds = {o.key: o for o in old}
     planned = _planned_names(new, acc.problems) if new is not None else {}
-    names: list[str] = list(m.offsets) if new is None else list(planned)
+    names = [k for k in m.offsets if k not in drops] if new is None else list(planned)
     acc.problems += [
         f"--source-offsets {name}: the query has no source of that name (it has "
         f"{', '.join(names) or 'none'})"
@@ -543,14 +568,13 @@ def _named_given(
             )
         )
         return False
-    if text != START:
-        problem = _unparsable(name, text, s)
-        problem = problem or _kind_problem(name, text, _kind_of(s, o, s is None))
-        if problem is not None:
-            acc.problems.append(problem)
-    entry.update(position="given", offset=None if text == START else text)
+    if text == START:
+        entry.update(position="given", offset=None)
+    else:
+        _checked(acc, name, text, s, o, s is None, entry)
+        _carry_if_same_kind(acc, name, o, entry)
     if o is not None:
-        entry["replaces"] = o.describe()
+        entry.setdefault("replaces", o.describe())
     acc.offsets[name] = entry["offset"]
     return True
 
