@@ -279,6 +279,10 @@ def restore(
     transforms: dict[str, str] | None = None,
     aggregation_state_format: int | None = None,
     group_state_format: int | None = None,
+    new_query_id: bool = False,
+    watermark: str | int | None = None,
+    offset_log: int | None = None,
+    row_checksums: bool | None = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
     savepoint's), any partition count. With ``dry_run`` nothing is written and the returned
@@ -298,7 +302,10 @@ def restore(
     ``spark_confs``; ``memory`` is then each task's budget), ``"auto"`` or a SparkSession; the
     result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
     function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
-    columns (checked against the planned schemas)."""
+    columns (checked against the planned schemas). ``new_query_id`` writes a new query id (a
+    fork that runs beside the original; default: the savepoint's, the same query continues);
+    ``watermark`` (epoch ms or an ISO time) is the event-time watermark the next batch starts
+    from; ``offset_log`` (1 or 2) and ``row_checksums`` choose the log and row formats."""
 
     options = RestoreOptions(
         backend=backend,
@@ -321,6 +328,10 @@ def restore(
         workers=workers,
         engine=engine,
         spark_confs=spark_confs,
+        new_query_id=new_query_id,
+        watermark=watermark,
+        offset_log=offset_log,
+        row_checksums=row_checksums,
     )
     return restore_with(savepoint, target, options, spark=spark, progress=progress)
 
@@ -378,6 +389,11 @@ def migrate(
     join_state_format: int | None = None,
     aggregation_state_format: int | None = None,
     group_state_format: int | None = None,
+    checkpoint_format: int | None = None,
+    new_query_id: bool = False,
+    watermark: str | int | None = None,
+    offset_log: int | None = None,
+    row_checksums: bool | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
@@ -385,7 +401,9 @@ def migrate(
     ``memory``, ``workers``, ``engine``, ``spark_confs``, ``join_state_format`` and
     ``aggregation_state_format``, ``group_state_format`` as for
     :func:`restore` (the savepoint runs on the same engine); ``spark`` a SparkSession means the
-    Spark engine."""
+    Spark engine. ``checkpoint_format``, ``new_query_id``, ``watermark``, ``offset_log`` and
+    ``row_checksums`` as for :func:`restore`; ``batch`` reprocesses from an earlier committed
+    batch (docs/guide.md)."""
 
     options = MigrateOptions(
         backend=backend,
@@ -402,6 +420,11 @@ def migrate(
         workers=workers,
         engine=engine,
         spark_confs=spark_confs,
+        checkpoint_format=checkpoint_format,
+        new_query_id=new_query_id,
+        watermark=watermark,
+        offset_log=offset_log,
+        row_checksums=row_checksums,
     )
     return migrate_with(source, target, options, spark=spark)
 

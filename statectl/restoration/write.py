@@ -104,7 +104,7 @@ def write_restore(plan: RestorePlan, *, before_finish: Callable[[], None] | None
         _write_canonical(plan)
     if before_finish is not None:
         before_finish()
-    io.write_atomic(under(root, "metadata"), stream_metadata_bytes(m.query_id), overwrite=True)
+    io.write_atomic(under(root, "metadata"), stream_metadata_bytes(plan.query_id), overwrite=True)
 
 
 def _pinned_confs(plan: RestorePlan, pinned: dict[str, str]) -> dict[str, str]:
@@ -151,7 +151,7 @@ def _write_offsets(plan: RestorePlan, m: Any, offsets: Offsets, previous: Offset
     """``offsets/N`` (and ``N-1``, whose offsets a restart re-plans batch N from)."""
     _, io, root = _handles(plan)
     meta = offset_seq_meta(
-        m.batch_watermark_ms,
+        plan.watermarks(m)[0],
         m.batch_timestamp_ms,
         _pinned_confs(plan, m.pinned_confs),
         _offset_metadata_extra(m.offset_metadata_extra, offsets),
@@ -170,7 +170,7 @@ def _write_offsets(plan: RestorePlan, m: Any, offsets: Offsets, previous: Offset
 def _write_commit(plan: RestorePlan, m: Any) -> None:
     """``commits/N``, last of the logs: batch N is done, the query resumes at N+1."""
     _, io, root = _handles(plan)
-    commit: dict[str, Any] = {"nextBatchWatermarkMs": m.next_batch_watermark_ms}
+    commit: dict[str, Any] = {"nextBatchWatermarkMs": plan.watermarks(m)[1]}
     if plan.checkpoint_format == 2:
         commit["stateUniqueIds"] = {str(k): v for k, v in sorted(plan.run.unique_ids.items())}
     version = plan.checkpoint_format

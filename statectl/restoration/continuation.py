@@ -1,0 +1,155 @@
+"""How a restored checkpoint goes on from its batch: the query id it runs under (the same
+query continued, or a fork: ``--new-query-id``) and the event-time watermark its next batch
+starts from (``--watermark``: kept, repaired or rewound), with the state rows that next batch
+evicts under it. Each planner records its decision in the plan and what it means in the
+plan's report; the writer (statectl/restoration/write.py) reads the decisions.
+
+The watermark lives in the logs only: ``offsets/N``'s ``batchWatermarkMs`` and ``commits/N``'s
+``nextBatchWatermarkMs``. Spark 4.3 restarts at batch N+1 with the larger of the two
+(``MicroBatchExecution.populateStartOffsets``), filters late rows of batch N+1 with offsets/N's
+(the previous batch's, SPARK-40925) and evicts with the restarted one; no operator keeps it in
+its state. A new value therefore goes into both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statectl.errors import StatectlError
+from statectl.operators import JOIN_KINDS
+from statectl.restoration.plan import RestorePlan
+from statectl.savepoints.format import OperatorState
+from statectl.savepoints.store import Savepoint
+
+# Spark's EventTimeWatermark.delayKey: the column of a state key (or value) that carries the
+# event time the operator evicts by.
+DELAY_KEY = "spark.watermarkDelayMs"
+
+
+def plan_query_id(plan: RestorePlan, m: Any, new_query_id: bool) -> None:
+    """The id the target's ``metadata`` gets: the savepoint's (the same query continues, so
+    sinks that deduplicate by query id and batch id keep doing so), or a new one (a fork that
+    runs beside the original)."""
+    plan.fork = new_query_id
+    plan.query_id = str(uuid.uuid4()) if new_query_id else m.query_id
+
+
+def parse_time(value: str | int) -> int:
+    """``--watermark``: epoch milliseconds, or an ISO 8601 time (UTC unless it says)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise StatectlError(
+            f"--watermark wants epoch milliseconds or an ISO time "
+            f"(2024-01-01T00:00:00Z), not {text!r}"
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def _iso(ms: int) -> str:
+    t = dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _event_time_field(schema_json: str) -> tuple[str, bool] | None:
+    """The field carrying the watermark's delay metadata and whether it is a window struct
+    (Spark evicts by the window's ``end``), or None."""
+    try:
+        fields = json.loads(schema_json).get("fields", [])
+    except (ValueError, AttributeError):
+        return None
+    for f in fields:
+        if isinstance(f, dict) and DELAY_KEY in (f.get("metadata") or {}):
+            return f["name"], isinstance(f.get("type"), dict)
+    return None
+
+
+def _evicted_rows(sp: Savepoint, op: OperatorState, watermark_ms: int) -> int | None:
+    """Rows of ``op`` whose event time is at or before the watermark (Spark's eviction
+    predicate ``eventTime <= watermark``), or None when its eviction does not follow a key
+    or value column (joins, dedupe within watermark, transformWithState timers)."""
+    if op.kind in JOIN_KINDS or op.column_families:
+        return None
+    total = 0
+    for table in op.tables:
+        found = [
+            (part, hit)
+            for part, schema in (("key", table.key_schema), ("value", table.value_schema))
+            if (hit := _event_time_field(schema)) is not None
+        ]
+        if not found:
+            return None
+        part, (name, window) = found[0]
+        rows = sp.read_table(table)
+        column = pc.struct_field(rows.column(part).combine_chunks(), name)
+        if window:
+            column = pc.struct_field(column, "end")
+        micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+        total += int(pc.sum(pc.less_equal(micros, watermark_ms * 1000)).as_py() or 0)
+    return total
+
+
+def plan_watermark(plan: RestorePlan, m: Any, asked: str | int | None) -> None:
+    """``--watermark``: the event-time watermark the next batch starts from, and how many
+    restored state rows that batch evicts under it."""
+    if asked is None:
+        return
+    ms = parse_time(asked)
+    if m.savepoint_type == "native":
+        plan.problems.append(
+            "a native savepoint keeps its logs as they are; convert it first to set "
+            "--watermark: statectl savepoint --type canonical SAVEPOINT"
+        )
+        return
+    plan.watermark_ms = ms
+    before = max(m.batch_watermark_ms, m.next_batch_watermark_ms)
+    sp = plan.run.sp
+    assert sp is not None
+    evicts: dict[str, int | None] = {}
+    for op in m.operators:
+        if op.uid in plan.restored:
+            evicts[op.uid] = _evicted_rows(sp, op, ms)
+    direction = "rewound" if ms < before else "moved forward" if ms > before else "kept"
+    plan.report.watermark = {
+        "from_ms": before,
+        "to_ms": ms,
+        "from": _iso(before),
+        "to": _iso(ms),
+        "evicts": evicts,
+    }
+    plan.conversions.append(f"watermark {direction}: {_iso(before)} -> {_iso(ms)}")
+    for uid, n in evicts.items():
+        what = "not counted (it does not evict by a state column)" if n is None else f"{n} rows"
+        plan.conversions.append(f"uid {uid}: the next batch evicts {what}")
+
+
+def plan_logs(plan: RestorePlan, m: Any, offset_log: int | None, row_checksums: bool | None) -> None:
+    """``--offset-log`` and ``--row-checksums``: the offset log version and whether state rows
+    carry Spark's row checksums (SPARK-54106)."""
+    if offset_log not in (None, 1, 2):
+        raise StatectlError(f"--offset-log must be 1 or 2, not {offset_log}")
+    plan.offset_log_version = m.offset_log_version
+    if offset_log is not None and offset_log != m.offset_log_version:
+        plan.problems.append(
+            f"--offset-log {offset_log}: converting offset log v{m.offset_log_version} is not "
+            "supported yet (v2 names each source, v1 orders them)"
+        )
+    if row_checksums:
+        plan.problems.append(
+            "--row-checksums: statectl does not write Spark's row checksums yet; restore "
+            "without them (Spark 4.3 runs such a checkpoint with rowChecksum.enabled=false "
+            "pinned)"
+        )
