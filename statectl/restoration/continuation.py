@@ -136,7 +136,9 @@ def plan_watermark(plan: RestorePlan, m: Any, asked: str | int | None) -> None:
         plan.conversions.append(f"uid {uid}: the next batch evicts {what}")
 
 
-def plan_logs(plan: RestorePlan, m: Any, offset_log: int | None, row_checksums: bool | None) -> None:
+def plan_logs(
+    plan: RestorePlan, m: Any, offset_log: int | None, row_checksums: bool | None
+) -> None:
     """``--offset-log`` and ``--row-checksums``: the offset log version and whether state rows
     carry Spark's row checksums (SPARK-54106)."""
     if offset_log not in (None, 1, 2):
