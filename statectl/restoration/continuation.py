@@ -132,8 +132,13 @@ def plan_watermark(plan: RestorePlan, m: Any, asked: str | int | None) -> None:
     }
     plan.conversions.append(f"watermark {direction}: {_iso(before)} -> {_iso(ms)}")
     for uid, n in evicts.items():
-        what = "not counted (it does not evict by a state column)" if n is None else f"{n} rows"
-        plan.conversions.append(f"uid {uid}: the next batch evicts {what}")
+        if n is None:
+            plan.conversions.append(
+                f"uid {uid}: rows the next batch evicts not counted (no event-time column in "
+                "its state)"
+            )
+        else:
+            plan.conversions.append(f"uid {uid}: the next batch evicts {n} rows")
 
 
 def plan_logs(
