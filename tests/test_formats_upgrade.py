@@ -22,6 +22,7 @@ from statectl.state import Selection, read_state
 from tests.helpers.cli import assert_one_line_error, cli_json
 from tests.helpers.cli import run as cli
 from tests.helpers.fixtures import FIXTURES
+from tests.helpers.restore import assert_exactly_once
 from tests.helpers.rows import normalize
 from tests.helpers.spark import PROVIDERS, build, run, write_input
 
@@ -155,6 +156,35 @@ def test_checkpoint_format_2_on_hdfs_and_unsupported_conversions_are_refused(tmp
     assert_one_line_error(proc, "--offset-log must be 1 or 2")
 
 
+LOG_V2 = FIXTURES / "spark42-agg-logv2-ckptv2-rocksdb"  # one source "events", commit log v3
+
+
+def test_offset_log_v2_down_to_v1(tmp_path):
+    """--offset-log 1: the named source becomes source 0 (offset line and sources/0), source
+    evolution is unpinned, v2's metadata fields go, and the commit log v3 (sink evolution,
+    Spark 4.2+) comes down to the checkpoint format's version; the plan names each."""
+    doc = statectl.migrate(LOG_V2, tmp_path / "t", offset_log=1).to_dict()
+    assert doc["offset_log_version"] == 1
+    notes = " ".join(doc["conversions"])
+    assert "offset log v2 -> v1: source 'events' becomes source 0" in notes
+    assert "commit log v3 -> v2" in notes
+    batch = doc["resumes_at_batch"] - 1
+    lines = (tmp_path / "t" / "offsets" / str(batch)).read_text().split("\n")
+    src = (LOG_V2 / "offsets" / str(batch)).read_text().split("\n")
+    assert lines[0] == "v1" and lines[2:] == [src[2].removeprefix("events:")]
+    meta = json.loads(lines[1])
+    assert "sourceMetadataInfo" not in meta
+    assert meta["conf"]["spark.sql.streaming.queryEvolution.enableSourceEvolution"] == "false"
+    version, commit = _log(tmp_path / "t", "commits", batch)
+    assert version == "v2" and "sinkMetadataMap" not in commit and commit["stateUniqueIds"]
+    assert sorted(p.name for p in (tmp_path / "t" / "sources").iterdir()) == ["0"]
+    assert sorted(p.name for p in (tmp_path / "t" / "sources" / "0").iterdir()) == sorted(
+        p.name for p in (LOG_V2 / "sources" / "events").iterdir() if not p.name.endswith(".crc")
+    )
+    ckpt = Checkpoint.open(str(tmp_path / "t"))
+    assert ckpt.offsets(batch).version == 1
+
+
 # -- Spark: the real query on what statectl wrote -------------------------------------------
 
 
@@ -286,3 +316,21 @@ def test_reprocess_from_batch_recipe(spark, late_run, tmp_path):
     assert {b: rows for b, rows in again.items() if rows} == {
         b: rows for b, rows in out.items() if b >= 2 and rows
     }
+
+
+@pytest.mark.spark
+def test_offset_log_v1_from_named_sources_runs_unnamed(spark, tmp_path):
+    """A query with named sources (offset log v2) migrated with --offset-log 1 runs on Spark
+    4.3 without names and continues exactly."""
+    named = {"spark.sql.streaming.queryEvolution.enableSourceEvolution": "true"}
+    d = tmp_path / "input"
+    write_input(d, 0, 2)
+    first = run(spark, "agg-named", d, tmp_path / "ck1", "hdfs", named)
+    doc = statectl.migrate(tmp_path / "ck1", tmp_path / "ck2", offset_log=1).to_dict()
+    assert doc["offset_log_version"] == 1
+    write_input(d, 2, 1)
+    continued = run(spark, "agg", d, tmp_path / "ck2")
+    full = run(spark, "agg", d, tmp_path / "ck3", "hdfs")
+    assert_exactly_once(first, continued, full)
+    assert sorted(continued) == [2] and continued[2]
+    assert Checkpoint.open(str(tmp_path / "ck2")).offsets(2).version == 1

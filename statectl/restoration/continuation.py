@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statectl.checkpoint.model import SOURCE_EVOLUTION_CONF
 from statectl.errors import StatectlError
 from statectl.operators import JOIN_KINDS
 from statectl.restoration.plan import RestorePlan
@@ -141,19 +142,67 @@ def plan_watermark(plan: RestorePlan, m: Any, asked: str | int | None) -> None:
             plan.conversions.append(f"uid {uid}: the next batch evicts {n} rows")
 
 
+def _rekey(d: dict[str, Any] | None, keys: dict[str, str]) -> dict[str, Any] | None:
+    return None if d is None else {keys.get(k, k): v for k, v in d.items()}
+
+
+def _offset_log_v1(plan: RestorePlan) -> None:
+    """Offset log v2 -> v1: the one named source becomes source 0 (its offset line, its
+    ``sources/0`` files) and source evolution is unpinned; v1 orders sources by their place in
+    the plan, which statectl knows only for one source."""
+    pos = plan.positions
+    names = list(pos.offsets) if pos is not None else []
+    if pos is None or len(names) != 1:
+        plan.problems.append(
+            f"--offset-log 1: offset log v2 names {len(names)} sources and v1 orders them by "
+            "their place in the query's plan, which the checkpoint does not record; only a "
+            "query with one source converts"
+        )
+        return
+    keys = {names[0]: "0"}
+    pos.offsets = _rekey(pos.offsets, keys) or {}
+    pos.previous_offsets = _rekey(pos.previous_offsets, keys)
+    pos.source_logs = _rekey(pos.source_logs, keys) or {}
+    pos.carried = {old: keys.get(new, new) for old, new in pos.carried.items()}
+    plan.pinned_overrides[SOURCE_EVOLUTION_CONF] = "false"
+    plan.conversions.append(
+        f"offset log v2 -> v1: source {names[0]!r} becomes source 0 (sources/0); "
+        f"{SOURCE_EVOLUTION_CONF}=false: run the query without readStream.name()"
+    )
+
+
 def plan_logs(
     plan: RestorePlan, m: Any, offset_log: int | None, row_checksums: bool | None
 ) -> None:
-    """``--offset-log`` and ``--row-checksums``: the offset log version and whether state rows
-    carry Spark's row checksums (SPARK-54106)."""
+    """``--offset-log`` and ``--row-checksums``: the offset log version written (with the
+    commit log version that goes with it) and whether state rows carry Spark's row checksums
+    (SPARK-54106)."""
     if offset_log not in (None, 1, 2):
         raise StatectlError(f"--offset-log must be 1 or 2, not {offset_log}")
-    plan.offset_log_version = m.offset_log_version
-    if offset_log is not None and offset_log != m.offset_log_version:
-        plan.problems.append(
-            f"--offset-log {offset_log}: converting offset log v{m.offset_log_version} is not "
-            "supported yet (v2 names each source, v1 orders them)"
-        )
+    source = m.offset_log_version
+    plan.offset_log_version = offset_log or source
+    commit = m.source_checkpoint.get("commit_log_version")
+    plan.commit_log_version = 3 if commit == 3 else None
+    if offset_log is not None and offset_log != source:
+        if m.savepoint_type == "native":
+            plan.problems.append(
+                "a native savepoint keeps its logs as they are; convert it first: statectl "
+                "savepoint --type canonical SAVEPOINT"
+            )
+        elif offset_log == 1:
+            _offset_log_v1(plan)
+            if commit == 3:
+                # Commit log v3 (sink evolution) comes with v2 offsets (Spark 4.2+); Spark
+                # before 4.2 reads commit logs up to v2.
+                plan.commit_log_version = None
+                plan.conversions.append(
+                    "commit log v3 -> v" + str(plan.checkpoint_format) + ": sink metadata dropped"
+                )
+        else:
+            plan.problems.append(
+                "--offset-log 2: offset log v2 keys each source by the name the query gives it "
+                "(readStream.name()), which a v1 checkpoint does not record; not supported yet"
+            )
     if row_checksums:
         plan.problems.append(
             "--row-checksums: statectl does not write Spark's row checksums yet; restore "

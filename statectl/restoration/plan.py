@@ -108,8 +108,12 @@ class RestorePlan:
     # --watermark: offsets/N's batchWatermarkMs and commits/N's nextBatchWatermarkMs (None:
     # the savepoint's as they are).
     watermark_ms: int | None = None
-    # --offset-log: the offset log version written (None: the savepoint's).
+    # --offset-log: the offset log version written (None: the savepoint's), and the commit
+    # log version (3: sink evolution's, kept; None: the checkpoint format's).
     offset_log_version: int | None = None
+    commit_log_version: int | None = None
+    # Pinned confs the conversions set (offset log v1: source evolution off).
+    pinned_overrides: dict[str, str] = field(default_factory=dict)
     report: PlanReport = field(default_factory=PlanReport)
     run: Execution = field(default_factory=Execution, repr=False, compare=False)
 
