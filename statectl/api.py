@@ -302,10 +302,9 @@ def restore(
     ``spark_confs``; ``memory`` is then each task's budget), ``"auto"`` or a SparkSession; the
     result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
     function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
-    columns (checked against the planned schemas). ``new_query_id`` writes a new query id (a
-    fork that runs beside the original; default: the savepoint's, the same query continues);
-    ``watermark`` (epoch ms or an ISO time) is the event-time watermark the next batch starts
-    from; ``offset_log`` (1 or 2) and ``row_checksums`` choose the log and row formats."""
+    columns (checked against the planned schemas). ``new_query_id``: a new query id (a fork;
+    default: the savepoint's); ``watermark`` (epoch ms or ISO time): the event-time watermark
+    to resume at; ``offset_log`` (1, 2) and ``row_checksums``: log and row formats."""
 
     options = RestoreOptions(
         backend=backend,
