@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import tempfile
 import uuid
 from typing import Any
 
@@ -94,13 +95,24 @@ def _evicted_rows(sp: Savepoint, op: OperatorState, watermark_ms: int) -> int | 
         if not found:
             return None
         part, (name, window) = found[0]
-        rows = sp.read_table(table)
-        column = pc.struct_field(rows.column(part).combine_chunks(), name)
-        if window:
-            column = pc.struct_field(column, "end")
-        micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-        total += int(pc.sum(pc.less_equal(micros, watermark_ms * 1000)).as_py() or 0)
+        with tempfile.TemporaryDirectory(prefix="statectl-wm-") as scratch:
+            for f in table.files:
+                for rows in sp.iter_file(table, f, _chunk_rows, scratch):
+                    total += _at_or_before(rows, part, name, window, watermark_ms)
     return total
+
+
+def _chunk_rows(bytes_per_row: int) -> int:
+    """Rows per chunk counted: about 64 MiB of Parquet data at a time."""
+    return max(1, (64 << 20) // max(bytes_per_row, 1))
+
+
+def _at_or_before(rows: pa.Table, part: str, name: str, window: bool, watermark_ms: int) -> int:
+    column = pc.struct_field(rows.column(part).combine_chunks(), name)
+    if window:
+        column = pc.struct_field(column, "end")
+    micros = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return int(pc.sum(pc.less_equal(micros, watermark_ms * 1000)).as_py() or 0)
 
 
 def plan_watermark(plan: RestorePlan, m: Any, asked: str | int | None) -> None:
