@@ -17,6 +17,7 @@ import pytest
 import statectl
 from statectl.checkpoint.model import Checkpoint
 from statectl.errors import StatectlError
+from statectl.restoration import continuation
 from statectl.restoration.continuation import parse_time
 from statectl.state import Selection, read_state
 from tests.helpers.cli import assert_one_line_error, cli_json
@@ -334,3 +335,31 @@ def test_offset_log_v1_from_named_sources_runs_unnamed(spark, tmp_path):
     assert_exactly_once(first, continued, full)
     assert sorted(continued) == [2] and continued[2]
     assert Checkpoint.open(str(tmp_path / "ck2")).offsets(2).version == 1
+
+
+@pytest.mark.spark
+def test_row_checksums_turned_on_are_verified_by_spark(spark, tmp_path, monkeypatch):
+    """--row-checksums on a checkpoint without them: Spark 4.3 loads the restored state with
+    the pinned row checksums on both backends and continues exactly; the same restore with
+    every checksum off by one bit fails in Spark, so Spark did verify them."""
+    d = tmp_path / "input"
+    write_input(d, 0, 2)
+    first = run(spark, "agg", d, tmp_path / "ck1", "hdfs")
+    for backend in ("hdfs", "rocksdb"):
+        doc = statectl.migrate(
+            tmp_path / "ck1", tmp_path / backend, backend=backend, row_checksums=True
+        ).to_dict()
+        assert doc["row_checksums"] and any("row checksums on" in c for c in doc["conversions"])
+    real = continuation.crc32c
+    monkeypatch.setattr(continuation, "crc32c", lambda b: real(b) ^ 1)
+    statectl.migrate(tmp_path / "ck1", tmp_path / "bad", row_checksums=True)
+    monkeypatch.undo()
+    write_input(d, 2, 1)
+    full = run(spark, "agg", d, tmp_path / "full", "hdfs")
+    for backend in ("hdfs", "rocksdb"):
+        continued = run(spark, "agg", d, tmp_path / backend)
+        assert_exactly_once(first, continued, full)
+        meta = Checkpoint.open(str(tmp_path / backend)).offsets(2)
+        assert meta.conf["spark.sql.streaming.stateStore.rowChecksum.enabled"] == "true"
+    with pytest.raises(Exception, match=r"(?i)checksum"):
+        run(spark, "agg", d, tmp_path / "bad")

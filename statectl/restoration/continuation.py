@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import struct
 import tempfile
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.checkpoint.model import SOURCE_EVOLUTION_CONF
+from statectl.checkpoint.model import ROW_CHECKSUM_CONF, SOURCE_EVOLUTION_CONF
+from statectl.checksums import crc32c
 from statectl.errors import StatectlError
 from statectl.operators import JOIN_KINDS
 from statectl.restoration.plan import RestorePlan
@@ -183,12 +186,9 @@ def _offset_log_v1(plan: RestorePlan) -> None:
     )
 
 
-def plan_logs(
-    plan: RestorePlan, m: Any, offset_log: int | None, row_checksums: bool | None
-) -> None:
-    """``--offset-log`` and ``--row-checksums``: the offset log version written (with the
-    commit log version that goes with it) and whether state rows carry Spark's row checksums
-    (SPARK-54106)."""
+def plan_logs(plan: RestorePlan, m: Any, offset_log: int | None) -> None:
+    """``--offset-log``: the offset log version written, with the commit log version that
+    goes with it."""
     if offset_log not in (None, 1, 2):
         raise StatectlError(f"--offset-log must be 1 or 2, not {offset_log}")
     source = m.offset_log_version
@@ -215,9 +215,47 @@ def plan_logs(
                 "--offset-log 2: offset log v2 keys each source by the name the query gives it "
                 "(readStream.name()), which a v1 checkpoint does not record; not supported yet"
             )
-    if row_checksums:
+
+
+def plan_row_checksums(plan: RestorePlan, m: Any, asked: bool | None) -> None:
+    """``--row-checksums``: every restored store row carries Spark's row checksum (SPARK-54106,
+    Spark 4.1+), pinned on, as :func:`with_row_checksums` writes it. Default and
+    ``--no-row-checksums``: plain rows, pinned off (what restore has always written)."""
+    if not asked:
+        return
+    if m.savepoint_type == "native":
         plan.problems.append(
-            "--row-checksums: statectl does not write Spark's row checksums yet; restore "
-            "without them (Spark 4.3 runs such a checkpoint with rowChecksum.enabled=false "
-            "pinned)"
+            "--row-checksums: a native savepoint restores its files as they are; convert it "
+            "first: statectl savepoint --type canonical SAVEPOINT"
         )
+        return
+    cf = [uid for uid in plan.restored if m.operator(uid).column_families]
+    if cf or plan.join_state_format in (3, 4) or plan.started_empty:
+        plan.problems.append(
+            "--row-checksums: statectl writes row checksums for plain stores only, not for "
+            "column families (transformWithState, joins at formats 3/4) or new operators"
+        )
+        return
+    plan.row_checksums = True
+    plan.pinned_overrides[ROW_CHECKSUM_CONF] = "true"
+    plan.conversions.append(
+        f"row checksums on: each state row carries CRC32C(key, value), {ROW_CHECKSUM_CONF}="
+        "true pinned (Spark 4.1+ reads it)"
+    )
+
+
+def with_row_checksums(
+    encoder: Callable[..., tuple[pa.Array, pa.Array]], header: int, *args: Any
+) -> tuple[pa.Array, pa.Array]:
+    """``encoder``'s keys and values, each value behind Spark's row checksum: int32 LE
+    CRC32C(key bytes ‖ value bytes), then (RocksDB, ``header`` 8) the value's int32 LE length
+    (``KeyValueChecksumEncoder``; checked against Spark-written fixtures of both backends).
+    Top-level so that the Spark engine can ship it to executors."""
+    keys, values = encoder(*args)
+    out = []
+    for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
+        head = struct.pack("<I", crc32c(k + v))
+        if header == 8:
+            head += struct.pack("<i", len(v))
+        out.append(head + v)
+    return keys, pa.array(out, type=values.type)

@@ -112,7 +112,9 @@ class RestorePlan:
     # log version (3: sink evolution's, kept; None: the checkpoint format's).
     offset_log_version: int | None = None
     commit_log_version: int | None = None
-    # Pinned confs the conversions set (offset log v1: source evolution off).
+    # --row-checksums: store rows carry Spark's row checksum (continuation.with_row_checksums).
+    row_checksums: bool = False
+    # Pinned confs the conversions set (offset log v1: source evolution off; row checksums).
     pinned_overrides: dict[str, str] = field(default_factory=dict)
     report: PlanReport = field(default_factory=PlanReport)
     run: Execution = field(default_factory=Execution, repr=False, compare=False)
@@ -215,6 +217,7 @@ class RestorePlan:
             "fork": self.fork,
             "watermark": self.report.watermark,
             "offset_log_version": self.offset_log_version,
+            "row_checksums": self.row_checksums,
         }
 
 

@@ -159,13 +159,15 @@ def plan_restore(
     _match(plan, m, options, query)
     _sources(plan, m, options, query)
     continuation.plan_watermark(plan, m, options.watermark)
-    continuation.plan_logs(plan, m, options.offset_log, options.row_checksums)
+    continuation.plan_logs(plan, m, options.offset_log)
     formats.check_requested(options.state_formats)
     if m.savepoint_type == "native":
         plan.problems.extend(
             formats.native_format_problems(options.join_state_format, options.state_formats)
         )
         plan.problems.extend(native_problems(plan, m))
+        continuation.plan_row_checksums(plan, m, options.row_checksums)
         return plan
     _state_formats(plan, m, options, query)
+    continuation.plan_row_checksums(plan, m, options.row_checksums)
     return plan
