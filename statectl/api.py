@@ -279,6 +279,10 @@ def restore(
     transforms: dict[str, str] | None = None,
     aggregation_state_format: int | None = None,
     group_state_format: int | None = None,
+    new_query_id: bool = False,
+    watermark: str | int | None = None,
+    offset_log: int | None = None,
+    row_checksums: bool | None = None,
     from_query: Any = None,
 ) -> RestoreResult:
     """Write a Spark checkpoint at ``target`` from a savepoint: either backend (default: the
@@ -300,9 +304,10 @@ def restore(
     ``spark_confs``; ``memory`` is then each task's budget), ``"auto"`` or a SparkSession; the
     result's ``engine`` says which ran. ``transforms`` maps a uid to ``"FILE.py:FUNCTION"``, a
     function ``(batch: pyarrow.RecordBatch, store: str)`` returning the query's key and value
-    columns (checked against the planned schemas). ``from_query`` (with ``query``) names the
-    query the savepoint was taken with, so changed aggregations match their buffers by the
-    aggregate that owns them (``max(v)`` vs ``max(w)``) rather than by buffer name."""
+    columns (checked against the planned schemas). ``new_query_id``: a new query id (a fork;
+    default: the savepoint's); ``watermark`` (epoch ms or ISO time): the event-time watermark
+    to resume at; ``offset_log`` (1, 2) and ``row_checksums``: log and row formats;
+    ``from_query`` (with ``query``): the savepoint's query, to match aggregates by identity."""
 
     options = RestoreOptions(
         backend=backend,
@@ -326,6 +331,10 @@ def restore(
         workers=workers,
         engine=engine,
         spark_confs=spark_confs,
+        new_query_id=new_query_id,
+        watermark=watermark,
+        offset_log=offset_log,
+        row_checksums=row_checksums,
     )
     return restore_with(savepoint, target, options, spark=spark, progress=progress)
 
@@ -383,6 +392,11 @@ def migrate(
     join_state_format: int | None = None,
     aggregation_state_format: int | None = None,
     group_state_format: int | None = None,
+    checkpoint_format: int | None = None,
+    new_query_id: bool = False,
+    watermark: str | int | None = None,
+    offset_log: int | None = None,
+    row_checksums: bool | None = None,
 ) -> MigrateResult:
     """A savepoint of ``source`` restored at ``target`` in one step (change backend and/or
     partition count). The intermediate savepoint is deleted unless ``keep_savepoint`` names a
@@ -390,7 +404,9 @@ def migrate(
     ``memory``, ``workers``, ``engine``, ``spark_confs``, ``join_state_format`` and
     ``aggregation_state_format``, ``group_state_format`` as for
     :func:`restore` (the savepoint runs on the same engine); ``spark`` a SparkSession means the
-    Spark engine."""
+    Spark engine. ``checkpoint_format``, ``new_query_id``, ``watermark``, ``offset_log`` and
+    ``row_checksums`` as for :func:`restore`; ``batch`` reprocesses from an earlier committed
+    batch (docs/guide.md)."""
 
     options = MigrateOptions(
         backend=backend,
@@ -407,6 +423,11 @@ def migrate(
         workers=workers,
         engine=engine,
         spark_confs=spark_confs,
+        checkpoint_format=checkpoint_format,
+        new_query_id=new_query_id,
+        watermark=watermark,
+        offset_log=offset_log,
+        row_checksums=row_checksums,
     )
     return migrate_with(source, target, options, spark=spark)
 

@@ -56,6 +56,8 @@ CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 MERGE_OPERATOR_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
+# Named sources, offset log v2 (Spark 4.2+).
+SOURCE_EVOLUTION_CONF = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
 
 
 @dataclass

@@ -118,6 +118,43 @@ RestoreOverwriteOpt = Annotated[
 ]
 
 
+# formats (issue 23): how the restored checkpoint goes on, and the log formats it is written in.
+NewQueryIdOpt = Annotated[
+    bool,
+    typer.Option(
+        "--new-query-id",
+        help="Fork: a new query id, to run beside the original.",
+        rich_help_panel="Where",
+    ),
+]
+WatermarkOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--watermark",
+        metavar="TIME",
+        help="Event-time watermark to resume at (ISO or epoch ms).",
+        rich_help_panel="Conversions",
+    ),
+]
+OffsetLogOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--offset-log",
+        metavar="1|2",
+        help="Offset log version (default: the source's).",
+        rich_help_panel="Conversions",
+    ),
+]
+RowChecksumsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--row-checksums/--no-row-checksums",
+        help="Spark 4.1+ row checksums in state (default: off).",
+        rich_help_panel="Conversions",
+    ),
+]
+
+
 def restore(
     target: TargetArg,
     savepoint_path: SavepointOpt,
@@ -138,6 +175,10 @@ def restore(
     source_offsets: SourceOffsetsOpt = None,
     dry_run: DryRunOpt = False,
     overwrite: RestoreOverwriteOpt = False,
+    new_query_id: NewQueryIdOpt = False,
+    watermark: WatermarkOpt = None,
+    offset_log: OffsetLogOpt = None,
+    row_checksums: RowChecksumsOpt = None,
     memory: MemoryOpt = None,
     workers: WorkersOpt = None,
     engine: EngineOpt = "local",
@@ -171,6 +212,10 @@ def restore(
         join_state_format=join_state_format,
         aggregation_state_format=aggregation_state_format,
         group_state_format=group_state_format,
+        new_query_id=new_query_id,
+        watermark=watermark,
+        offset_log=offset_log,
+        row_checksums=row_checksums,
         memory=memory,
         workers=workers,
     )
@@ -253,6 +298,7 @@ def _print_restore(info: dict[str, Any], verb: str) -> None:
         f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
         f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
     )
+    _print_continuation(info)
     for uid, op_id in info["restored"].items():
         print(f"  {uid} -> operator {op_id}")
     for note in info.get("conversions", []):
@@ -292,6 +338,11 @@ def migrate(
             "--overwrite", help="Replace an interrupted statectl migrate (never a checkpoint)."
         ),
     ] = False,
+    checkpoint_format: CheckpointFormatOpt = None,
+    new_query_id: NewQueryIdOpt = False,
+    watermark: WatermarkOpt = None,
+    offset_log: OffsetLogOpt = None,
+    row_checksums: RowChecksumsOpt = None,
     memory: MemoryOpt = None,
     workers: WorkersOpt = None,
     engine: EngineOpt = "local",
@@ -316,6 +367,11 @@ def migrate(
         join_state_format=join_state_format,
         aggregation_state_format=aggregation_state_format,
         group_state_format=group_state_format,
+        checkpoint_format=checkpoint_format,
+        new_query_id=new_query_id,
+        watermark=watermark,
+        offset_log=offset_log,
+        row_checksums=row_checksums,
         memory=memory,
         workers=workers,
         **engine_args(engine, spark_conf),
@@ -331,7 +387,17 @@ def _print_migrate(source: str, info: dict[str, Any]) -> None:
         f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
         f"resumes at batch {info['resumes_at_batch']})"
     )
+    _print_continuation(info)
     for note in info.get("conversions", []):
         print(f"  {note}")
     for p in info["problems"]:
         sys.stderr.write(f"statectl: error: {p}\n")
+
+
+def _print_continuation(info: dict[str, Any]) -> None:
+    """Whether the new checkpoint continues the query or forks it (formats, issue 23)."""
+    qid = info.get("query_id") or "-"
+    if info.get("fork"):
+        print(f"  fork: new query id {qid} (runs beside the original)")
+    else:
+        print(f"  continues query {qid} (same query id)")

@@ -89,11 +89,14 @@ def migrate(
     dst = _Target(target, src_io, src_root, options.overwrite)
     _check(options, dst, src_io, src_root)
     # The local engine only (Spark's runs the savepoint path), a checkpoint (not a native
-    # savepoint), and no savepoint to keep (a kept one must hold the state).
+    # savepoint), no savepoint to keep (a kept one must hold the state), no --watermark
+    # (the plan counts the rows it evicts in the savepoint), no --row-checksums (new bytes).
     fast = (
         options.passthrough
         and engine.runs_locally
         and options.keep_savepoint is None
+        and options.watermark is None
+        and not options.row_checksums
         and src_io.exists(posixpath.join(src_root, "offsets"))
     )
     try:

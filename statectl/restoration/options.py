@@ -46,6 +46,13 @@ class RestoreOptions:
     workers: int | None = None
     engine: Any = "local"  # "local", "spark", "auto", a SparkSession or an engine
     spark_confs: Mapping[str, str] | None = None
+    # How the restored checkpoint goes on (statectl/restoration/continuation.py): a new query
+    # id (a fork beside the original) instead of the savepoint's, and the event-time
+    # watermark its next batch starts from (epoch ms or ISO time; None: the savepoint's).
+    new_query_id: bool = False
+    watermark: str | int | None = None
+    offset_log: int | None = None  # --offset-log 1 or 2; None: the savepoint's
+    row_checksums: bool | None = None  # --row-checksums / --no-row-checksums; None: off
 
     @property
     def rocksdb_layout(self) -> str:
@@ -82,6 +89,12 @@ class MigrateOptions:
     # Operators whose bytes stay the same skip the savepoint (statectl/passthrough.py);
     # False takes the savepoint path for every operator (tests compare the two).
     passthrough: bool = True
+    # As RestoreOptions' (restore_options passes them on).
+    checkpoint_format: int | None = None
+    new_query_id: bool = False
+    watermark: str | int | None = None
+    offset_log: int | None = None
+    row_checksums: bool | None = None
 
     @property
     def state_formats(self) -> dict[str, int]:
@@ -101,4 +114,9 @@ class MigrateOptions:
             join_state_format=self.join_state_format,
             aggregation_state_format=self.aggregation_state_format,
             group_state_format=self.group_state_format,
+            checkpoint_format=self.checkpoint_format,
+            new_query_id=self.new_query_id,
+            watermark=self.watermark,
+            offset_log=self.offset_log,
+            row_checksums=self.row_checksums,
         )

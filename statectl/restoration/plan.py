@@ -35,6 +35,9 @@ class PlanReport:
     # (statectl/sources/positions.py).
     sources: list[dict[str, Any]] = field(default_factory=list)
     interrupted: dict[str, Any] | None = None  # what the interrupted restore's marker says
+    # --watermark: from/to (ms and ISO) and the rows the next batch evicts, by uid (None:
+    # not counted) (statectl/restoration/continuation.py)
+    watermark: dict[str, Any] | None = None
 
 
 @dataclass
@@ -98,6 +101,21 @@ class RestorePlan:
     # since Spark refuses a stored non-nullable field the query plans nullable.
     query_schemas: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
     transforms: dict[str, str] = field(default_factory=dict)  # uid -> FILE.py:FUNCTION
+    # The id the target's ``metadata`` gets: the savepoint's (the same query continues) or,
+    # with --new-query-id, a new one (``fork``) (statectl/restoration/continuation.py).
+    query_id: str | None = None
+    fork: bool = False
+    # --watermark: offsets/N's batchWatermarkMs and commits/N's nextBatchWatermarkMs (None:
+    # the savepoint's as they are).
+    watermark_ms: int | None = None
+    # --offset-log: the offset log version written (None: the savepoint's), and the commit
+    # log version (3: sink evolution's, kept; None: the checkpoint format's).
+    offset_log_version: int | None = None
+    commit_log_version: int | None = None
+    # --row-checksums: store rows carry Spark's row checksum (continuation.with_row_checksums).
+    row_checksums: bool = False
+    # Pinned confs the conversions set (offset log v1: source evolution off; row checksums).
+    pinned_overrides: dict[str, str] = field(default_factory=dict)
     report: PlanReport = field(default_factory=PlanReport)
     run: Execution = field(default_factory=Execution, repr=False, compare=False)
 
@@ -133,6 +151,12 @@ class RestorePlan:
     @engine.setter
     def engine(self, engine: Any) -> None:
         self.run.engine = engine
+
+    def watermarks(self, m: Any) -> tuple[int, int]:
+        """offsets/N's ``batchWatermarkMs`` and commits/N's ``nextBatchWatermarkMs``."""
+        if self.watermark_ms is None:
+            return m.batch_watermark_ms, m.next_batch_watermark_ms
+        return self.watermark_ms, self.watermark_ms
 
     @property
     def target_backend(self) -> Backend:
@@ -189,6 +213,11 @@ class RestorePlan:
             "evolved": self.evolved,
             "problems": self.problems,
             "ok": not self.problems,
+            "query_id": self.query_id,
+            "fork": self.fork,
+            "watermark": self.report.watermark,
+            "offset_log_version": self.offset_log_version,
+            "row_checksums": self.row_checksums,
         }
 
 

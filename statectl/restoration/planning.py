@@ -11,7 +11,7 @@ from typing import Any
 from statectl.errors import StatectlError
 from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery
-from statectl.restoration import formats, matching
+from statectl.restoration import continuation, formats, matching
 from statectl.restoration.options import RestoreOptions
 from statectl.restoration.plan import Execution, RestorePlan, choose_target
 from statectl.restoration.safety import native_problems, safety_problems
@@ -57,16 +57,28 @@ def _check_target(plan: RestorePlan, sp: Savepoint, source: str | None) -> None:
     plan.problems.extend(problems)
 
 
+# What a checkpoint format change means to the Spark that runs the target.
+_FORMAT_CHANGES = {
+    2: "checkpoint format {} -> {}: state files named by unique id, listed in commits/N "
+    "(Spark 4.0+; what Real-Time Mode needs)",
+    1: "checkpoint format {} -> {}: plain state file names (any Spark; Real-Time Mode refuses "
+    "it with CHECKPOINT_FORMAT_V1_NOT_SUPPORTED)",
+}
+
+
 def _checkpoint_format(plan: RestorePlan, m: Any, asked: int | None) -> None:
     """Format 2 (RocksDB snapshots only) when the savepoint came from it, or when asked."""
     if asked not in (None, 1, 2):
         raise StatectlError(f"--checkpoint-format must be 1 or 2, not {asked}")
-    wanted = asked or int(m.source_checkpoint.get("checkpoint_format_version") or 1)
+    source = int(m.source_checkpoint.get("checkpoint_format_version") or 1)
+    wanted = asked or source
     if wanted == 2 and not plan.target_backend.capabilities.checkpoint_format_2_in(plan.layout):
         if asked == 2:
             plan.problems.append("checkpoint format 2 needs --backend rocksdb without --changelog")
         wanted = 1
     plan.checkpoint_format = wanted
+    if wanted != source:
+        plan.conversions.append(_FORMAT_CHANGES[wanted].format(source, wanted))
 
 
 def _match(plan: RestorePlan, m: Any, options: RestoreOptions, query: PlannedQuery | None) -> None:
@@ -147,14 +159,19 @@ def plan_restore(
         _check_target(plan, sp, source)
     plan.problems.extend(safety_problems(m, dict(options.mapping)))
     _checkpoint_format(plan, m, options.checkpoint_format)
+    continuation.plan_query_id(plan, m, options.new_query_id)
     _match(plan, m, options, query)
     _sources(plan, m, options, query)
+    continuation.plan_watermark(plan, m, options.watermark)
+    continuation.plan_logs(plan, m, options.offset_log)
     formats.check_requested(options.state_formats)
     if m.savepoint_type == "native":
         plan.problems.extend(
             formats.native_format_problems(options.join_state_format, options.state_formats)
         )
         plan.problems.extend(native_problems(plan, m))
+        continuation.plan_row_checksums(plan, m, options.row_checksums)
         return plan
     _state_formats(plan, m, options, query)
+    continuation.plan_row_checksums(plan, m, options.row_checksums)
     return plan

@@ -25,6 +25,7 @@ from statectl.evolution import TableEvolution
 from statectl.io import FileIO
 from statectl.operators import OperatorKind
 from statectl.passthrough import restore_raw_stores
+from statectl.restoration.continuation import with_row_checksums
 from statectl.restoration.plan import RestorePlan
 from statectl.restoration.targets import under
 from statectl.savepoints.format import OperatorState
@@ -98,6 +99,17 @@ def _evolved_encode(
     return _encode_store(backend, kind, key, value, table)
 
 
+def _encoder(plan: RestorePlan, op: OperatorState, kind: OperatorKind) -> Any:
+    """The encoder of ``op``'s stores; with --row-checksums each value gets Spark's row
+    checksum (statectl/restoration/continuation.py)."""
+    schemas = {t.name: plan.target_schemas(op.uid, t) for t in op.tables}
+    encoder = functools.partial(_evolved_encode, plan.backend, schemas, kind)
+    if not plan.row_checksums:
+        return encoder
+    header = plan.target_backend.entry_codec(row_checksum=True).checksum_bytes
+    return functools.partial(with_row_checksums, encoder, header)
+
+
 def _restore_stores(
     sp: Savepoint, op: OperatorState, plan: RestorePlan, codec: str, store_dir: StoreDir
 ) -> list[list[tuple[int, str | None]]]:
@@ -115,12 +127,7 @@ def _restore_stores(
         plan.run.io,
         store_dir,
         plan.engine or Engine.of(),
-        encoder=functools.partial(
-            _evolved_encode,
-            plan.backend,
-            {t.name: plan.target_schemas(op.uid, t) for t in op.tables},
-            kind,
-        ),
+        encoder=_encoder(plan, op, kind),
         # Spark runs a single-partition operator in one task and never creates the others.
         only=[0] if kind.single_partition else None,
         convert=functools.partial(evolved_rows, evolutions) if evolutions else None,

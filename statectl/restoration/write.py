@@ -104,7 +104,7 @@ def write_restore(plan: RestorePlan, *, before_finish: Callable[[], None] | None
         _write_canonical(plan)
     if before_finish is not None:
         before_finish()
-    io.write_atomic(under(root, "metadata"), stream_metadata_bytes(m.query_id), overwrite=True)
+    io.write_atomic(under(root, "metadata"), stream_metadata_bytes(plan.query_id), overwrite=True)
 
 
 def _pinned_confs(plan: RestorePlan, pinned: dict[str, str]) -> dict[str, str]:
@@ -121,6 +121,7 @@ def _pinned_confs(plan: RestorePlan, pinned: dict[str, str]) -> dict[str, str]:
     # statectl writes plain rows; the restarted query keeps writing them.
     if confs.get(ROW_CHECKSUM_CONF) == "true":
         confs[ROW_CHECKSUM_CONF] = "false"
+    confs.update(plan.pinned_overrides)  # the log conversions' (continuation.py)
     return confs
 
 
@@ -134,6 +135,7 @@ def _offset_metadata_extra(extra: dict[str, Any], offsets: dict[str, Any]) -> di
 
 
 Offsets = dict[str, str | None]
+V2_METADATA = ("sourceMetadataInfo", "controlBatchInfo")
 
 
 def _source_positions(
@@ -150,31 +152,29 @@ def _source_positions(
 def _write_offsets(plan: RestorePlan, m: Any, offsets: Offsets, previous: Offsets | None) -> None:
     """``offsets/N`` (and ``N-1``, whose offsets a restart re-plans batch N from)."""
     _, io, root = _handles(plan)
+    version = plan.offset_log_version or m.offset_log_version
+    extra = _offset_metadata_extra(m.offset_metadata_extra, offsets)
+    if version == 1:  # v2's OffsetSeqMetadataV2 fields (an --offset-log 1 conversion)
+        extra = {k: v for k, v in extra.items() if k not in V2_METADATA}
     meta = offset_seq_meta(
-        m.batch_watermark_ms,
-        m.batch_timestamp_ms,
-        _pinned_confs(plan, m.pinned_confs),
-        _offset_metadata_extra(m.offset_metadata_extra, offsets),
+        plan.watermarks(m)[0], m.batch_timestamp_ms, _pinned_confs(plan, m.pinned_confs), extra
     )
     b = m.batch_id
     if b > 0:
         io.write_atomic(
-            under(root, "offsets", str(b - 1)),
-            offset_log_bytes(previous or offsets, meta, m.offset_log_version),
+            under(root, "offsets", str(b - 1)), offset_log_bytes(previous or offsets, meta, version)
         )
-    io.write_atomic(
-        under(root, "offsets", str(b)), offset_log_bytes(offsets, meta, m.offset_log_version)
-    )
+    io.write_atomic(under(root, "offsets", str(b)), offset_log_bytes(offsets, meta, version))
 
 
 def _write_commit(plan: RestorePlan, m: Any) -> None:
     """``commits/N``, last of the logs: batch N is done, the query resumes at N+1."""
     _, io, root = _handles(plan)
-    commit: dict[str, Any] = {"nextBatchWatermarkMs": m.next_batch_watermark_ms}
+    commit: dict[str, Any] = {"nextBatchWatermarkMs": plan.watermarks(m)[1]}
     if plan.checkpoint_format == 2:
         commit["stateUniqueIds"] = {str(k): v for k, v in sorted(plan.run.unique_ids.items())}
     version = plan.checkpoint_format
-    if m.source_checkpoint.get("commit_log_version") == 3:
+    if plan.commit_log_version == 3:
         # Commit log v3 (sink evolution) stays v3 with its sinkMetadataMap: Spark keeps the
         # version of the latest commit, and takes the checkpoint format from stateUniqueIds.
         version = 3
