@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io as _io
 import json
 import os
@@ -105,28 +106,41 @@ def _nested_as_text(flat: pa.Table) -> pa.Table:
 
 def write_chunks(chunks: Iterator[pa.Table], fmt: str, out: BinaryIO) -> int:
     """:func:`encode_table` of the chunks' concatenation, written a chunk at a time (a Parquet
-    row group, JSON lines, CSV rows under one header); returns the row count."""
+    row group, JSON lines, CSV rows under one header); returns the row count.
+
+    The writer is closed here on every path: left to the garbage collector after a failure, a
+    ParquetWriter closes itself after ``out`` is closed and prints a traceback on stderr."""
     rows = 0
     writer: Any = None
-    for table in chunks:
-        rows += table.num_rows
-        if fmt == "parquet":
-            table = exportable(table)
-            if writer is None:
-                writer = pq.ParquetWriter(out, table.schema)
-            writer.write_table(table)
-        elif fmt == "jsonl":
-            out.write(encode_table(table, fmt))
-        elif fmt == "csv":
-            flat = _nested_as_text(_flatten_all(exportable(table)))
-            if writer is None:
-                writer = pacsv.CSVWriter(out, flat.schema)
-            writer.write_table(flat)
-        else:
-            raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+    try:
+        for table in chunks:
+            rows += table.num_rows
+            writer = _write_chunk(writer, table, fmt, out)
+    except BaseException:
+        if writer is not None:
+            with contextlib.suppress(Exception):  # the output is discarded anyway
+                writer.close()
+        raise
     if writer is not None:
         writer.close()
     return rows
+
+
+def _write_chunk(writer: Any, table: pa.Table, fmt: str, out: BinaryIO) -> Any:
+    """One chunk written; returns the writer (made on the first chunk) that writes the next."""
+    if fmt == "parquet":
+        table = exportable(table)
+        writer = writer or pq.ParquetWriter(out, table.schema)
+        writer.write_table(table)
+    elif fmt == "jsonl":
+        out.write(encode_table(table, fmt))
+    elif fmt == "csv":
+        flat = _nested_as_text(_flatten_all(exportable(table)))
+        writer = writer or pacsv.CSVWriter(out, flat.schema)
+        writer.write_table(flat)
+    else:
+        raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+    return writer
 
 
 def format_of(path: str) -> str:

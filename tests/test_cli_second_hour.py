@@ -90,3 +90,30 @@ def test_a_refused_plan_is_not_headed_would_restore(savepoints, tmp_path):
     proc = run("restore", "-s", sp, str(target), "--dry-run", check_rc=2)
     assert proc.stdout.startswith("Cannot restore"), proc.stdout
     assert "not empty" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def damaged_checkpoint(tmp_path_factory) -> pathlib.Path:
+    """agg-hdfs with partition 1's last delta truncated (its checksum file removed): partition
+    0 exports first, so the failure comes with an output file half written."""
+    ck = tmp_path_factory.mktemp("damaged") / "ck"
+    subprocess.run(["cp", "-r", str(FIXTURES / "agg-hdfs"), str(ck)], check=True)
+    part = ck / "state" / "0" / "1"
+    last = max(part.glob("*.delta"), key=lambda p: int(p.stem))
+    last.write_bytes(last.read_bytes()[:30])
+    for crc in part.glob(".*.crc"):
+        crc.unlink()
+    return ck
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])
+def test_export_of_damaged_state_is_one_line_and_json_keeps_stderr_clean(
+    damaged_checkpoint, tmp_path, fmt
+):
+    out = tmp_path / f"out.{fmt}"
+    proc = run("export", str(damaged_checkpoint), "-o", str(out), check_rc=None)
+    assert_one_line_error(proc, "4.delta")  # no "Exception ignored in: ParquetWriter.__del__"
+    proc = run("export", str(damaged_checkpoint), "-o", str(out), "--json", check_rc=2)
+    assert proc.stderr == ""
+    assert "4.delta" in json.loads(proc.stdout)["error"]
+    assert not out.exists()
