@@ -117,3 +117,94 @@ def test_export_of_damaged_state_is_one_line_and_json_keeps_stderr_clean(
     assert proc.stderr == ""
     assert "4.delta" in json.loads(proc.stdout)["error"]
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def big_rocksdb(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """A savepoint of agg-rocksdb's query with 150,000 keys, and its restore as a RocksDB
+    checkpoint at 4 partitions: large enough that two workers spend seconds in their
+    temporary RocksDB directories."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    import statectl
+
+    where = tmp_path_factory.mktemp("big")
+    base = statectl.open(str(FIXTURES / "agg-rocksdb"))
+    (op,) = base.operators
+    key_type, value_type = (op.tables[0].schema.field(c).type for c in ("key", "value"))
+    ids = pa.array(np.arange(150_000, dtype=np.int64))
+    ones = pa.array(np.ones(len(ids), dtype=np.int64))
+    key = pa.StructArray.from_arrays(
+        [pc.binary_join_element_wise("key-", pc.cast(ids, pa.string()), "")], fields=list(key_type)
+    )
+    value = pa.StructArray.from_arrays(
+        [ones, ids, pc.cast(ids, pa.float64()), ones], fields=list(value_type)
+    )
+    batch = pa.RecordBatch.from_arrays([key, value], names=["key", "value"])
+    sp = where / "sp"
+    statectl.SavepointWriter.from_savepoint(base).with_state(op.uid, iter([batch])).write(str(sp))
+    ck = where / "ck"
+    statectl.restore(str(sp), str(ck), backend="rocksdb", partitions=4)
+    return {"savepoint": sp, "checkpoint": ck}
+
+
+def _interrupt_when_workers_write(args: list[str], tmp: pathlib.Path, how: str):
+    """``statectl ARGS --workers 2`` with its own TMPDIR, interrupted (``how``: SIGTERM to the
+    process, or SIGINT to its process group as Ctrl-C in a terminal sends it) once a worker is
+    inside a temporary RocksDB directory."""
+    import signal
+    import time
+
+    tmp.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "statectl.cli", *args, "--workers", "2"],
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp.rglob("statectl-rocksdb-*")):
+        assert proc.poll() is None, f"finished before it could be interrupted: {proc.stderr}"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    if how == "SIGTERM":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def test_sigterm_of_a_restore_says_what_it_left_and_leaks_no_temporary_directory(
+    big_rocksdb, tmp_path
+):
+    target = tmp_path / "target"
+    rc, err = _interrupt_when_workers_write(
+        ["restore", "-s", str(big_rocksdb["savepoint"]), str(target), "--partitions", "4"],
+        tmp_path / "tmp",
+        "SIGTERM",
+    )
+    assert rc == 143, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("statectl: terminated") and "--overwrite" in line, line
+    assert str(target) in line and "unfinished restore" in line
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert (target / "metadata").read_text().startswith("STATECTL_RESTORE_IN_PROGRESS")
+
+
+def test_ctrl_c_of_a_savepoint_of_rocksdb_state_leaks_no_temporary_directory(
+    big_rocksdb, tmp_path
+):
+    rc, err = _interrupt_when_workers_write(
+        ["savepoint", str(big_rocksdb["checkpoint"]), str(tmp_path / "sps")],
+        tmp_path / "tmp",
+        "SIGINT",
+    )
+    assert rc == 130, err
+    assert err.strip().splitlines()[-1].startswith("statectl: interrupted"), err
+    assert "Traceback" not in err
+    assert list((tmp_path / "tmp").iterdir()) == []

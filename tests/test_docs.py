@@ -263,10 +263,12 @@ make docs
 
 def run_command(cmd: DocCommand, sandbox: Sandbox) -> subprocess.CompletedProcess:
     argv, env = cmd.resolve(sandbox)
+    tmp = sandbox.tmp / "tmpdir"  # the command's TMPDIR: it must leave nothing there
+    tmp.mkdir(exist_ok=True)
     proc = subprocess.run(
         [sys.executable, "-m", "statectl.cli", *argv[1:]],
         cwd=sandbox.cwd,
-        env={**os.environ, **sandbox.env, **env},
+        env={**os.environ, **sandbox.env, **env, "TMPDIR": str(tmp)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -275,6 +277,8 @@ def run_command(cmd: DocCommand, sandbox: Sandbox) -> subprocess.CompletedProces
         f"{cmd.where}: {shlex.join(argv)} exited {proc.returncode}, the docs say "
         f"{cmd.expected_rc}\n{proc.stdout}\n{proc.stderr}"
     )
+    # Not a statectl-log4j-* (every --query run left one) nor any other temporary file.
+    assert list(tmp.iterdir()) == [], f"{cmd.where}: left {list(tmp.iterdir())} in TMPDIR"
     return proc
 
 

@@ -1,6 +1,9 @@
 """The ``statectl`` command line: parse, call one use case, render (rich for people, JSON for CI).
 
 Known errors become one line on stderr and exit code 2; ``--debug`` shows the traceback.
+Interrupted (Ctrl-C, SIGTERM, SIGHUP), a command says so and names the target it left marked;
+every temporary file it or its worker processes made lives in one scratch directory that is
+removed however the command ends (workers killed mid-way cannot clean up after themselves).
 Heavy modules (pyarrow, the backends) are imported inside the commands so ``--help`` is fast.
 
 This module owns running the CLI (:func:`run`, :func:`main`) and reporting failures
@@ -14,7 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import sys
+import tempfile
+from collections.abc import Iterator
 
 from statectl.cli import reading, restoring, savepoints
 from statectl.cli.app import Command, app, print_json, state
@@ -80,6 +87,48 @@ def render_error(exc: BaseException, as_json: bool) -> int:
     return code
 
 
+# Exit codes of a command stopped by a signal: exit_on_termination's 128 + the signal, and
+# Typer's 130 for Ctrl-C (it turns KeyboardInterrupt into a silent exit 130).
+_SIGNAL_EXITS = {
+    128 + signal.SIGINT: "interrupted",
+    128 + signal.SIGTERM: "terminated (SIGTERM)",
+    128 + signal.SIGHUP: "hung up (SIGHUP)",
+}
+
+
+@contextlib.contextmanager
+def _run_scratch() -> Iterator[None]:
+    """Every temporary file of this command (its own and its forked workers', which inherit
+    ``tempfile.tempdir``) under one ``statectl-run-*`` directory, removed at the end: a worker
+    killed on Ctrl-C or SIGTERM never runs its own clean-up."""
+    previous = tempfile.tempdir
+    try:
+        scratch = tempfile.mkdtemp(prefix="statectl-run-")
+    except OSError:  # no writable temporary directory: each step reports its own failure
+        yield
+        return
+    tempfile.tempdir = scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def interrupted_message(what: str) -> str:
+    """``statectl: interrupted``, naming each target this run left marked unfinished and how
+    to redo it."""
+    from statectl.in_progress import marked_targets
+
+    line = f"statectl: {what}"
+    for command, target in marked_targets():
+        line += (
+            f"; {target} is left marked as an unfinished {command} (Spark will not start from "
+            f"it): run the {command} again with --overwrite to replace it"
+        )
+    return line + "\n"
+
+
 def main() -> None:
     """Run the CLI: usage errors are Typer's (exit 2); every failure is one line, exit 2.
 
@@ -89,11 +138,15 @@ def main() -> None:
     from statectl.processes import exit_on_termination
 
     try:
-        with exit_on_termination():
+        with _run_scratch(), exit_on_termination():
             app(prog_name="statectl")
     except KeyboardInterrupt:
-        sys.stderr.write("statectl: interrupted\n")
+        sys.stderr.write(interrupted_message("interrupted"))
         sys.exit(130)
+    except SystemExit as e:
+        if isinstance(e.code, int) and e.code in _SIGNAL_EXITS:
+            sys.stderr.write(interrupted_message(_SIGNAL_EXITS[e.code]))
+        raise
     except Exception as e:
         if _state["debug"] or os.environ.get("STATECTL_DEBUG") == "1":
             raise
