@@ -208,3 +208,40 @@ def test_ctrl_c_of_a_savepoint_of_rocksdb_state_leaks_no_temporary_directory(
     assert err.strip().splitlines()[-1].startswith("statectl: interrupted"), err
     assert "Traceback" not in err
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def _with_stdout(stdout: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "statectl.cli", *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_a_full_stdout_is_one_line_on_stderr_and_exit_2(as_json):
+    """``> /dev/full``: the write fails with ENOSPC (the error object used to be written to
+    the same failing stdout, raising again: a traceback and exit 1)."""
+    with open("/dev/full", "w") as full:
+        proc = _with_stdout(
+            full.fileno(), "inspect", str(FIXTURES / "agg-hdfs"), *(["--json"] if as_json else [])
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "statectl: error: standard output: No space left on device\n"
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_a_closed_pipe_is_a_quiet_conventional_exit(as_json):
+    """``| head -1`` that already went away: exit 141 (128 + SIGPIPE) and nothing on stderr
+    (it used to be exit 1, silently, or a traceback)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = _with_stdout(
+            write_end, "list", str(FIXTURES), *(["--json"] if as_json else [])
+        )
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Iterator
 
 from statectl.cli import reading, restoring, savepoints
-from statectl.cli.app import Command, app, print_json, state
+from statectl.cli.app import Command, StdoutFailed, app, guarded_stdout, print_json, state
 
 # --debug's switch under the name it had in cli.py: bench/fuzz.py runs main() in-process and
 # resets it between runs (the same dict the app's callback sets).
@@ -87,6 +87,10 @@ def render_error(exc: BaseException, as_json: bool) -> int:
     return code
 
 
+# A reader that went away (``statectl list | head -1``): the conventional quiet exit of a
+# process whose pipe closed, as if killed by SIGPIPE.
+_CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
+
 # Exit codes of a command stopped by a signal: exit_on_termination's 128 + the signal, and
 # Typer's 130 for Ctrl-C (it turns KeyboardInterrupt into a silent exit 130).
 _SIGNAL_EXITS = {
@@ -138,8 +142,13 @@ def main() -> None:
     from statectl.processes import exit_on_termination
 
     try:
-        with _run_scratch(), exit_on_termination():
+        with _run_scratch(), exit_on_termination(), guarded_stdout():
             app(prog_name="statectl")
+    except StdoutFailed as e:
+        # Never to stdout again (it failed), even under --json: one line on stderr.
+        if not e.closed:
+            sys.stderr.write(f"statectl: error: {e}\n")
+        sys.exit(_CLOSED_PIPE_EXIT if e.closed else 2)
     except KeyboardInterrupt:
         sys.stderr.write(interrupted_message("interrupted"))
         sys.exit(130)

@@ -7,10 +7,12 @@ import their use cases when they run, so ``statectl --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -201,3 +203,52 @@ def console() -> Console:
     from rich.console import Console
 
     return Console()
+
+
+class StdoutFailed(Exception):
+    """Writing to standard output failed (``closed``: the reader went away, as ``| head``
+    does). Not an OSError, so no library on the way (click catches EPIPE) takes it for its
+    own, and the error is never written to the stdout that failed."""
+
+    def __init__(self, error: OSError) -> None:
+        self.error = error
+        self.closed = isinstance(error, BrokenPipeError)
+        super().__init__(f"standard output: {error.strerror or error}")
+
+
+class _GuardedStdout:
+    """``sys.stdout`` whose failed writes raise :class:`StdoutFailed`; everything else is the
+    real stream's (rich and print() see a text stream as before)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise StdoutFailed(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise StdoutFailed(e) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """Standard output's failures as :class:`StdoutFailed` while the block runs, flushed at its
+    end (a buffered write to a full disk fails only then)."""
+    real = sys.stdout
+    sys.stdout = _GuardedStdout(real)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        finally:
+            sys.stdout = real
