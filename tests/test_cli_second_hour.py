@@ -245,3 +245,21 @@ def test_a_closed_pipe_is_a_quiet_conventional_exit(as_json):
     finally:
         os.close(write_end)
     assert (proc.returncode, proc.stderr) == (141, "")
+
+
+def test_storage_option_after_the_command_is_taken_as_before_it(tmp_path):
+    (tmp_path / "empty").mkdir()
+    run("list", str(tmp_path / "empty"), "--storage-option", "anon=true")
+    run("list", str(tmp_path / "empty"), "--storage-option=anon=true")
+    proc = run("list", str(tmp_path / "empty"), "--storage-option", "bad", check_rc=None)
+    assert_one_line_error(proc, "--storage-option must look like KEY=VALUE")
+
+
+def test_backend_names_are_taken_in_any_case(savepoints, tmp_path):
+    doc = json.loads(
+        run(
+            "restore", "-s", str(savepoints["canonical"]), str(tmp_path / "t"),
+            "--backend", "RocksDB", "--dry-run", "--json",
+        ).stdout
+    )  # fmt: skip
+    assert doc["backend"] == "rocksdb"

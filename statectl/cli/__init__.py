@@ -133,6 +133,46 @@ def interrupted_message(what: str) -> str:
     return line + "\n"
 
 
+_GLOBAL_WITH_VALUE = "--storage-option"
+
+
+def global_options_first(argv: list[str]) -> list[str]:
+    """``argv`` with every ``--storage-option VALUE`` written after the command moved before
+    it, where Typer takes global options (``statectl list s3://x --storage-option k=v`` used to
+    be a bare "No such option"). No command has an option of that name."""
+    command_at = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == _GLOBAL_WITH_VALUE:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            command_at = i
+            break
+        i += 1
+    if command_at is None:
+        return argv
+    head, rest, moved = argv[:command_at], [], []
+    tail = argv[command_at:]
+    j = 0
+    while j < len(tail):
+        arg = tail[j]
+        if arg == "--":
+            rest += tail[j:]
+            break
+        if arg == _GLOBAL_WITH_VALUE and j + 1 < len(tail):
+            moved += tail[j : j + 2]
+            j += 2
+        elif arg.startswith(_GLOBAL_WITH_VALUE + "="):
+            moved.append(arg)
+            j += 1
+        else:
+            rest.append(arg)
+            j += 1
+    return head + moved + rest
+
+
 def main() -> None:
     """Run the CLI: usage errors are Typer's (exit 2); every failure is one line, exit 2.
 
@@ -143,7 +183,7 @@ def main() -> None:
 
     try:
         with _run_scratch(), exit_on_termination(), guarded_stdout():
-            app(prog_name="statectl")
+            app(args=global_options_first(sys.argv[1:]), prog_name="statectl")
     except StdoutFailed as e:
         # Never to stdout again (it failed), even under --json: one line on stderr.
         if not e.closed:
