@@ -41,9 +41,7 @@ def _damaged_copy(src: pathlib.Path, dst: pathlib.Path, suffix: str) -> pathlib.
     return victim
 
 
-def test_dry_run_fails_where_the_restore_fails_and_the_restore_leaves_nothing(
-    savepoints, tmp_path
-):
+def test_dry_run_fails_where_the_restore_fails_and_the_restore_leaves_nothing(savepoints, tmp_path):
     sp = tmp_path / "sp"
     victim = _damaged_copy(savepoints["canonical"], sp, ".parquet")
     target = tmp_path / "target"
@@ -196,9 +194,7 @@ def test_sigterm_of_a_restore_says_what_it_left_and_leaks_no_temporary_directory
     assert (target / "metadata").read_text().startswith("STATECTL_RESTORE_IN_PROGRESS")
 
 
-def test_ctrl_c_of_a_savepoint_of_rocksdb_state_leaks_no_temporary_directory(
-    big_rocksdb, tmp_path
-):
+def test_ctrl_c_of_a_savepoint_of_rocksdb_state_leaks_no_temporary_directory(big_rocksdb, tmp_path):
     rc, err = _interrupt_when_workers_write(
         ["savepoint", str(big_rocksdb["checkpoint"]), str(tmp_path / "sps")],
         tmp_path / "tmp",
@@ -239,9 +235,7 @@ def test_a_closed_pipe_is_a_quiet_conventional_exit(as_json):
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        proc = _with_stdout(
-            write_end, "list", str(FIXTURES), *(["--json"] if as_json else [])
-        )
+        proc = _with_stdout(write_end, "list", str(FIXTURES), *(["--json"] if as_json else []))
     finally:
         os.close(write_end)
     assert (proc.returncode, proc.stderr) == (141, "")

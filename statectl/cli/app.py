@@ -182,7 +182,9 @@ MemoryOpt = Annotated[
 WorkersOpt = Annotated[
     int | None,
     typer.Option(
-        "--workers", help="Parallel partition tasks (default: one per core).", rich_help_panel=ENGINE
+        "--workers",
+        help="Parallel partition tasks (default: one per core).",
+        rich_help_panel=ENGINE,
     ),
 ]
 EngineOpt = Annotated[
@@ -352,7 +354,7 @@ def guarded_stdout() -> Iterator[None]:
     """Standard output's failures as :class:`StdoutFailed` while the block runs, flushed at its
     end (a buffered write to a full disk fails only then)."""
     real = sys.stdout
-    sys.stdout = _GuardedStdout(real)  # type: ignore[assignment]
+    sys.stdout = _GuardedStdout(real)  # type: ignore[assignment,unused-ignore]
     try:
         yield
     finally:

@@ -13,14 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from statectl.cli.app import (
-    CONVERSIONS,
-    ENGINE,
     EVOLUTION,
     OUTPUT,
     WHAT,
     WHERE,
     AggregationStateFormatOpt,
-    BatchOpt,
     ChangelogOpt,
     EngineOpt,
     GroupStateFormatOpt,
