@@ -257,3 +257,23 @@ def test_backend_names_are_taken_in_any_case(savepoints, tmp_path):
         ).stdout
     )  # fmt: skip
     assert doc["backend"] == "rocksdb"
+
+
+def test_query_file_imports_a_module_beside_it(savepoints, tmp_path):
+    """``--query jobs/job.py:build`` from elsewhere: ``import sibling`` in job.py works, as
+    under ``python jobs/job.py``. The sibling raises on import, so the check needs no Spark:
+    the error names the sibling's exception, not ``No module named 'sibling'``."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "statectl_sibling_x.py").write_text("raise RuntimeError('the sibling was imported')\n")
+    (jobs / "job.py").write_text("import statectl_sibling_x\n\ndef build(spark):\n    pass\n")
+    proc = run(
+        "restore", "-s", str(savepoints["canonical"]), str(tmp_path / "t"),
+        "--query", f"{jobs / 'job.py'}:build", "--dry-run", check_rc=None,
+    )  # fmt: skip
+    assert_one_line_error(proc, "RuntimeError: the sibling was imported")
+
+
+def test_restore_from_a_missing_savepoint_says_no_such_directory(tmp_path):
+    proc = run("restore", "-s", str(tmp_path / "missing"), str(tmp_path / "t"), check_rc=None)
+    assert_one_line_error(proc, "missing: no such directory")

@@ -21,6 +21,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator
 
 from statectl.cli import reading, restoring, savepoints
@@ -198,7 +199,8 @@ def main() -> None:
         raise
     except Exception as e:
         if _state["debug"] or os.environ.get("STATECTL_DEBUG") == "1":
-            raise
+            # The traceback, then the same report and exit code as without --debug.
+            traceback.print_exc()
         sys.exit(render_error(e, json_requested(sys.argv[1:])))
 
 

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from statectl import join_state
+from statectl.errors import MissingFileError
 from statectl.in_progress import discard_unfinished, target_was_empty
+from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.restoration.options import RestoreOptions
 from statectl.restoration.plan import RestorePlan, choose_target
@@ -68,6 +70,7 @@ def restore(
     elif choices:
         raise TypeError("pass either options or keyword choices, not both")
     engine = runner or engine_for(options.engine, memory=options.memory, workers=options.workers)
+    _exists(savepoint)
     sp = open_savepoint(savepoint)
     query = _planned_query(sp, options, spark, progress)
     plan = plan_restore(sp, target, options, query)
@@ -80,6 +83,14 @@ def restore(
     if not options.dry_run:
         _write(plan)
     return plan
+
+
+def _exists(url: str) -> None:
+    """A savepoint path that names nothing is said so ("not a complete savepoint" suggested
+    a damaged one)."""
+    io, root = FileIO.for_url(url)
+    if not io.exists(root):
+        raise MissingFileError("no such directory", root)
 
 
 def _write(plan: RestorePlan) -> None:
