@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import io as _io
 import json
 import os
@@ -50,7 +51,15 @@ def jsonable(value: Any, t: pa.DataType) -> Any:
         return [jsonable(v, t.value_type) for v in value]
     if isinstance(value, float):
         return _jsonable_float(value)
+    if isinstance(value, dt.datetime):
+        return iso_timestamp(value)
     return value
+
+
+def iso_timestamp(value: dt.datetime) -> str:
+    """ISO 8601 with ``T`` (``2024-01-01T00:00:01+00:00``; no offset for TIMESTAMP_NTZ), the
+    one form JSON lines and CSV both write."""
+    return value.isoformat()
 
 
 def _jsonable_map(value: Any, t: pa.DataType) -> Any:
@@ -92,7 +101,15 @@ def encode_table(table: pa.Table, fmt: str) -> bytes:
 
 
 def _nested_as_text(flat: pa.Table) -> pa.Table:
-    """CSV has no nested values: lists and maps (after flattening) as their JSON text."""
+    """CSV has no nested values: lists and maps (after flattening) as their JSON text; and
+    timestamps as JSON lines write them (Arrow's CSV writer puts a space and ``Z``)."""
+    for name in [f.name for f in flat.schema if pa.types.is_timestamp(f.type)]:
+        idx = flat.schema.get_field_index(name)
+        as_text = pa.array(
+            [None if v is None else iso_timestamp(v) for v in flat.column(name).to_pylist()],
+            pa.string(),
+        )
+        flat = flat.set_column(idx, name, as_text)
     for name in [f.name for f in flat.schema if pa.types.is_nested(f.type)]:
         idx = flat.schema.get_field_index(name)
         t = flat.schema.field(idx).type

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.helpers.cli import assert_one_line_error, run
+from tests.helpers.cli import assert_one_line_error, run, run_cli
 from tests.helpers.fixtures import FIXTURES
 
 
@@ -73,11 +73,13 @@ def test_a_damaged_native_savepoint_is_refused_before_anything_is_written(savepo
         assert not target.exists()
 
 
-def test_the_dry_run_of_a_sound_savepoint_still_passes(savepoints, tmp_path):
-    target = tmp_path / "target"
-    proc = run("restore", "-s", str(savepoints["canonical"]), str(target), "--dry-run")
-    assert proc.stdout.startswith("Would restore")
-    assert not target.exists()
+def test_the_dry_run_of_a_sound_savepoint_passes_naming_paths_as_written(savepoints, tmp_path):
+    sp = str(savepoints["canonical"])
+    proc = run_cli("restore", "-s", sp, "target", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # As the user wrote them: not file:///.../target.
+    assert proc.stdout.startswith(f"Would restore {sp} -> target ("), proc.stdout
+    assert not (tmp_path / "target").exists()
 
 
 def test_a_refused_plan_is_not_headed_would_restore(savepoints, tmp_path):
@@ -277,3 +279,20 @@ def test_query_file_imports_a_module_beside_it(savepoints, tmp_path):
 def test_restore_from_a_missing_savepoint_says_no_such_directory(tmp_path):
     proc = run("restore", "-s", str(tmp_path / "missing"), str(tmp_path / "t"), check_rc=None)
     assert_one_line_error(proc, "missing: no such directory")
+
+
+def test_json_lines_and_csv_write_timestamps_alike_in_iso_8601(tmp_path):
+    """agg-types has a TIMESTAMP and a TIMESTAMP_NTZ grouping column: JSON lines wrote
+    ``2024-01-01 00:00:01+00:00``, CSV ``2024-01-01 00:00:01.000000Z``."""
+    src = str(FIXTURES / "agg-types-hdfs")
+    run("export", src, "-o", str(tmp_path / "s.jsonl"))
+    run("export", src, "-o", str(tmp_path / "s.csv"))
+    rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    import csv
+
+    with open(tmp_path / "s.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["key"]["ts"] for r in rows] == [r["key.ts"] for r in table]
+    assert [r["key"]["tsn"] for r in rows] == [r["key.tsn"] for r in table]
+    assert rows[1]["key"]["ts"] == "2024-01-01T00:00:01+00:00"
+    assert rows[1]["key"]["tsn"] == "2024-01-01T00:00:01"

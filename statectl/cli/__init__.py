@@ -128,7 +128,7 @@ def interrupted_message(what: str) -> str:
     line = f"statectl: {what}"
     for command, target in marked_targets():
         line += (
-            f"; {target} is left marked as an unfinished {command} (Spark will not start from "
+            f"; {target.removeprefix('file://')} is left marked as an unfinished {command} (Spark will not start from "
             f"it): run the {command} again with --overwrite to replace it"
         )
     return line + "\n"

@@ -214,7 +214,9 @@ def restore(
         lambda: restore_with(savepoint_path, target, options, progress=progress)
     )
     verb = "Cannot restore" if not result.ok else "Would restore" if dry_run else "Restored"
-    _report(result, as_json, lambda info: _print_restore(info, verb))
+    _report(
+        result, as_json, lambda info: _print_restore(info, verb, (savepoint_path, target))
+    )
 
 
 def _progress_printer(as_json: bool) -> Callable[[str], None]:
@@ -280,12 +282,13 @@ def _restore_options(
     )
 
 
-def _print_restore(info: dict[str, Any], verb: str) -> None:
-    """A restore's document for people on stdout; dropped state and problems also on stderr."""
+def _print_restore(info: dict[str, Any], verb: str, paths: tuple[str, str]) -> None:
+    """A restore's document for people on stdout, with the paths as the user wrote them
+    (``paths``; the document has URLs); dropped state and problems also on stderr."""
     from statectl.render import render_source
 
     print(
-        f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
+        f"{verb} {paths[0]} -> {paths[1]} ({info['backend']}, "
         f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
     )
     for uid, op_id in info["restored"].items():
@@ -374,13 +377,14 @@ def migrate(
     )
     # A refused migrate's plan is a RestoreResult (RestoreError.result): both print alike.
     result = _result_or_plan(lambda: migrate_with(source, target, options))
-    _report(result, as_json, lambda info: _print_migrate(source, info))
+    _report(result, as_json, lambda info: _print_migrate(source, target, info))
 
 
-def _print_migrate(source: str, info: dict[str, Any]) -> None:
-    """A migrate's document for people on stdout; problems on stderr."""
+def _print_migrate(source: str, target: str, info: dict[str, Any]) -> None:
+    """A migrate's document for people on stdout (the paths as the user wrote them); problems
+    on stderr."""
     print(
-        f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
+        f"Migrated {source} -> {target} ({info['backend']}, {info['partitions']} partitions, "
         f"resumes at batch {info['resumes_at_batch']})"
     )
     for note in info.get("conversions", []):
