@@ -296,3 +296,14 @@ def test_json_lines_and_csv_write_timestamps_alike_in_iso_8601(tmp_path):
     assert [r["key"]["tsn"] for r in rows] == [r["key.tsn"] for r in table]
     assert rows[1]["key"]["ts"] == "2024-01-01T00:00:01+00:00"
     assert rows[1]["key"]["tsn"] == "2024-01-01T00:00:01"
+
+
+def test_stats_and_diff_show_keys_as_json_not_python_reprs():
+    window = str(FIXTURES / "window-hdfs")
+    stats = run("inspect", window, "--stats").stdout
+    diff = run("diff", window, str(FIXTURES / "agg-hdfs")).stdout
+    for out in (stats, diff):
+        assert "datetime.datetime" not in out and "ZoneInfo" not in out, out
+        assert "2024-01-01T00:00:50+00:00" in out, out
+    assert stats.startswith(f"{window} (batch")  # the path as typed, not file://
+    assert diff.startswith(f"A {window} (batch")
