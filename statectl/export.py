@@ -16,7 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from statectl.engine import Engine, spill_dir
-from statectl.errors import StatectlError
+from statectl.errors import StatectlError, wording
 from statectl.io import FileIO
 from statectl.processor.reading import handle_of
 from statectl.reader import open_source, selection_table
@@ -232,7 +232,7 @@ def export_state(
     the Spark engine reads one partition per Spark task (None: here)."""
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
-    hint = "pass --overwrite (overwrite=True) to replace it"
+    hint = f"pass {wording('--overwrite', 'overwrite=True')} to replace it"
     if not overwrite and io.exists(out):  # before any reading
         raise StatectlError("already exists; refusing to overwrite", out, hint)
     table_name = selection_table(store, join_side, state_var, timers)

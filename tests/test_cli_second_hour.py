@@ -307,3 +307,12 @@ def test_stats_and_diff_show_keys_as_json_not_python_reprs():
         assert "2024-01-01T00:00:50+00:00" in out, out
     assert stats.startswith(f"{window} (batch")  # the path as typed, not file://
     assert diff.startswith(f"A {window} (batch")
+
+
+def test_cli_errors_name_cli_options_not_api_arguments(tmp_path):
+    proc = run(
+        "export", str(FIXTURES / "agg-hdfs"), "-o", str(tmp_path / "x.csv"), "--store", "nope",
+        check_rc=None,
+    )  # fmt: skip
+    assert_one_line_error(proc, "--store")
+    assert "table=" not in proc.stderr

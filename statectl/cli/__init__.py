@@ -180,7 +180,10 @@ def main() -> None:
     Typer runs in standalone mode, so it prints usage errors itself and exits with code 2
     (typer vendors its own click: importing ``click`` here would fail without it installed).
     """
+    from statectl.errors import use_cli_wording
     from statectl.processes import exit_on_termination
+
+    use_cli_wording()
 
     try:
         with _run_scratch(), exit_on_termination(), guarded_stdout():
