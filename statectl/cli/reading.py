@@ -20,7 +20,9 @@ from statectl.cli.app import (
     print_json,
 )
 
-PathArg = Annotated[str, typer.Argument(help="Checkpoint directory (local path or URL).")]
+PathArg = Annotated[
+    str, typer.Argument(help="Checkpoint or savepoint directory (local path or URL).")
+]
 
 
 def inspect(
