@@ -214,9 +214,7 @@ def restore(
         lambda: restore_with(savepoint_path, target, options, progress=progress)
     )
     verb = "Cannot restore" if not result.ok else "Would restore" if dry_run else "Restored"
-    _report(
-        result, as_json, lambda info: _print_restore(info, verb, (savepoint_path, target))
-    )
+    _report(result, as_json, lambda info: _print_restore(info, verb, (savepoint_path, target)))
 
 
 def _progress_printer(as_json: bool) -> Callable[[str], None]:
