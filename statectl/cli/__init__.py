@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -108,7 +109,8 @@ def _run_scratch() -> Iterator[None]:
     killed on Ctrl-C or SIGTERM never runs its own clean-up."""
     previous = tempfile.tempdir
     try:
-        scratch = tempfile.mkdtemp(prefix="statectl-run-")
+        _remove_stale_runs(tempfile.gettempdir())
+        scratch = tempfile.mkdtemp(prefix=f"statectl-run-{os.getpid()}-")
     except OSError:  # no writable temporary directory: each step reports its own failure
         yield
         return
@@ -118,6 +120,32 @@ def _run_scratch() -> Iterator[None]:
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+_RUN_DIR = re.compile(r"statectl-run-(\d+)-")
+
+
+def _remove_stale_runs(base: str) -> None:
+    """Scratch directories of statectl runs killed with kill -9 (no clean-up ran), removed by
+    the next run: those of this user whose process is gone."""
+    with os.scandir(base) as entries:
+        for e in entries:
+            m = _RUN_DIR.match(e.name)
+            if m is None or not e.is_dir(follow_symlinks=False):
+                continue
+            if e.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(m.group(1))):
+                continue
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
 
 
 def interrupted_message(what: str) -> str:
