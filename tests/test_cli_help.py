@@ -82,3 +82,25 @@ def test_the_top_level_help_reads_at_80_columns():
     assert "…" not in out
     for name in COMMANDS:
         assert re.search(rf"\b{name}\b", out), name
+
+
+def test_backend_engine_and_output_mode_complete_their_values():
+    """What the shell completion (``--install-completion``) offers for the fixed values."""
+    for words, want in (
+        ("statectl restore T --backend r", ["rocksdb"]),
+        ("statectl migrate S T --engine s", ["spark"]),
+        ("statectl restore T --output-mode u", ["update"]),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "statectl.cli"],
+            env={
+                **os.environ,
+                "_STATECTL_COMPLETE": "complete_bash",
+                "COMP_WORDS": words,
+                "COMP_CWORD": str(len(words.split()) - 1),
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.stdout.split() == want, (words, proc.stdout, proc.stderr)
