@@ -6,6 +6,7 @@ Every error a user can cause is a :class:`StatectlError`: the CLI prints it on o
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 
 # Roots opened on remote filesystems, stripped ("lake/ckpt") -> the FileIO's url(). Paths in
@@ -26,6 +27,22 @@ def display_path(path: str) -> str:
         if len(root) > len(best) and (path == root or path.startswith(root + "/")):
             best = root
     return _URL_ROOTS[best](path) if best else path
+
+
+# Who reads the messages: "api" (Python: ``overwrite=True``) or "cli" (``--overwrite``); the
+# command line sets it before it runs a command.
+_SURFACE: contextvars.ContextVar[str] = contextvars.ContextVar("statectl_surface", default="api")
+
+
+def use_cli_wording() -> None:
+    """Messages name command-line options from now on (this context, and forked workers)."""
+    _SURFACE.set("cli")
+
+
+def wording(cli: str, api: str) -> str:
+    """``cli`` in a message the command line prints, else ``api`` (what a Python caller
+    passes): a hint names the option of the surface the user is on."""
+    return cli if _SURFACE.get() == "cli" else api
 
 
 class StatectlError(Exception):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import io as _io
 import json
 import os
@@ -14,7 +16,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from statectl.engine import Engine, spill_dir
-from statectl.errors import StatectlError
+from statectl.errors import StatectlError, wording
 from statectl.io import FileIO
 from statectl.processor.reading import handle_of
 from statectl.reader import open_source, selection_table
@@ -49,7 +51,15 @@ def jsonable(value: Any, t: pa.DataType) -> Any:
         return [jsonable(v, t.value_type) for v in value]
     if isinstance(value, float):
         return _jsonable_float(value)
+    if isinstance(value, dt.datetime):
+        return iso_timestamp(value)
     return value
+
+
+def iso_timestamp(value: dt.datetime) -> str:
+    """ISO 8601 with ``T`` (``2024-01-01T00:00:01+00:00``; no offset for TIMESTAMP_NTZ), the
+    one form JSON lines and CSV both write."""
+    return value.isoformat()
 
 
 def _jsonable_map(value: Any, t: pa.DataType) -> Any:
@@ -91,7 +101,15 @@ def encode_table(table: pa.Table, fmt: str) -> bytes:
 
 
 def _nested_as_text(flat: pa.Table) -> pa.Table:
-    """CSV has no nested values: lists and maps (after flattening) as their JSON text."""
+    """CSV has no nested values: lists and maps (after flattening) as their JSON text; and
+    timestamps as JSON lines write them (Arrow's CSV writer puts a space and ``Z``)."""
+    for name in [f.name for f in flat.schema if pa.types.is_timestamp(f.type)]:
+        idx = flat.schema.get_field_index(name)
+        as_text = pa.array(
+            [None if v is None else iso_timestamp(v) for v in flat.column(name).to_pylist()],
+            pa.string(),
+        )
+        flat = flat.set_column(idx, name, as_text)
     for name in [f.name for f in flat.schema if pa.types.is_nested(f.type)]:
         idx = flat.schema.get_field_index(name)
         t = flat.schema.field(idx).type
@@ -105,28 +123,41 @@ def _nested_as_text(flat: pa.Table) -> pa.Table:
 
 def write_chunks(chunks: Iterator[pa.Table], fmt: str, out: BinaryIO) -> int:
     """:func:`encode_table` of the chunks' concatenation, written a chunk at a time (a Parquet
-    row group, JSON lines, CSV rows under one header); returns the row count."""
+    row group, JSON lines, CSV rows under one header); returns the row count.
+
+    The writer is closed here on every path: left to the garbage collector after a failure, a
+    ParquetWriter closes itself after ``out`` is closed and prints a traceback on stderr."""
     rows = 0
     writer: Any = None
-    for table in chunks:
-        rows += table.num_rows
-        if fmt == "parquet":
-            table = exportable(table)
-            if writer is None:
-                writer = pq.ParquetWriter(out, table.schema)
-            writer.write_table(table)
-        elif fmt == "jsonl":
-            out.write(encode_table(table, fmt))
-        elif fmt == "csv":
-            flat = _nested_as_text(_flatten_all(exportable(table)))
-            if writer is None:
-                writer = pacsv.CSVWriter(out, flat.schema)
-            writer.write_table(flat)
-        else:
-            raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+    try:
+        for table in chunks:
+            rows += table.num_rows
+            writer = _write_chunk(writer, table, fmt, out)
+    except BaseException:
+        if writer is not None:
+            with contextlib.suppress(Exception):  # the output is discarded anyway
+                writer.close()
+        raise
     if writer is not None:
         writer.close()
     return rows
+
+
+def _write_chunk(writer: Any, table: pa.Table, fmt: str, out: BinaryIO) -> Any:
+    """One chunk written; returns the writer (made on the first chunk) that writes the next."""
+    if fmt == "parquet":
+        table = exportable(table)
+        writer = writer or pq.ParquetWriter(out, table.schema)
+        writer.write_table(table)
+    elif fmt == "jsonl":
+        out.write(encode_table(table, fmt))
+    elif fmt == "csv":
+        flat = _nested_as_text(_flatten_all(exportable(table)))
+        writer = writer or pacsv.CSVWriter(out, flat.schema)
+        writer.write_table(flat)
+    else:
+        raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+    return writer
 
 
 def format_of(path: str) -> str:
@@ -201,7 +232,7 @@ def export_state(
     the Spark engine reads one partition per Spark task (None: here)."""
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
-    hint = "pass --overwrite (overwrite=True) to replace it"
+    hint = f"pass {wording('--overwrite', 'overwrite=True')} to replace it"
     if not overwrite and io.exists(out):  # before any reading
         raise StatectlError("already exists; refusing to overwrite", out, hint)
     table_name = selection_table(store, join_side, state_var, timers)

@@ -5,10 +5,15 @@ A restore writes the target's ``metadata`` first with this marker and replaces i
 (``StreamMetadata.read``) and fails on the marker's first token, so a query started on an
 interrupted restore stops at once (naming ``STATECTL_RESTORE_IN_PROGRESS``) instead of starting
 from scratch; ``list`` and ``inspect`` report it; a re-run with ``--overwrite`` replaces it.
+
+This module also owns what a failed or interrupted run leaves: a restore that fails takes back
+the target it created (:func:`discard_unfinished`), and the command line names the targets an
+interrupted run left marked (:func:`marked_targets`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -21,6 +26,10 @@ from statectl.errors import StatectlError
 from statectl.io import FileIO
 
 IN_PROGRESS_TOKEN = "STATECTL_RESTORE_IN_PROGRESS"
+
+# Targets this process has marked (command, target URL), in order: when a run is interrupted
+# the command line names those still marked and how to redo them.
+_MARKED: list[tuple[str, str]] = []
 
 # FileIO.write_atomic's temporary name for the marker itself: a restore killed while writing the
 # marker leaves a directory holding only this.
@@ -70,7 +79,10 @@ def describe_in_progress(info: dict[str, Any]) -> str:
 
 def marker_bytes(command: str, source: str, target: str) -> bytes:
     """The marker a restore (``command``: restore or migrate) of ``source`` into ``target``
-    writes first: who writes it, from where, since when."""
+    writes first: who writes it, from where, since when. The target is remembered for
+    :func:`marked_targets`."""
+    if (command, target) not in _MARKED:
+        _MARKED.append((command, target))
     info = {
         "command": command,
         "source": source,
@@ -80,3 +92,45 @@ def marker_bytes(command: str, source: str, target: str) -> bytes:
         "host": socket.gethostname(),
     }
     return f"{IN_PROGRESS_TOKEN}\n{json.dumps(info)}".encode()
+
+
+def marked_targets() -> list[tuple[str, str]]:
+    """(command, target URL) of the targets this process marked that still hold the marker:
+    what an interrupted restore or migrate leaves behind."""
+    out = []
+    for command, url in _MARKED:
+        with contextlib.suppress(Exception):  # only for a message: never fatal
+            io, root = FileIO.for_url(url)
+            if read_in_progress(io, root) is not None:
+                out.append((command, url))
+    return out
+
+
+def target_was_empty(io: FileIO, root: str) -> bool:
+    """Nothing is at ``root`` yet (absent, or an empty directory): a run that fails there must
+    leave it that way."""
+    try:
+        return not io.exists(root) or (io.is_dir(root) and not io.list_dir(root))
+    except (OSError, StatectlError):
+        return False
+
+
+def discard_unfinished(io: FileIO, root: str, existed: bool) -> None:
+    """Take back what a failed restore wrote at ``root``, where nothing was before: only a
+    target holding the marker (or nothing at all) is touched, the marker goes last (stopped
+    half-way, what is left is still an overwritable restore), and a directory that existed
+    (empty) is kept. Failures to clean are ignored: the marker then stays, and says so."""
+    with contextlib.suppress(OSError, StatectlError):
+        if not io.exists(root):
+            return
+        entries = io.list_dir(root)
+        if entries and read_in_progress(io, root) is None:
+            return  # not ours to delete
+        for entry in entries:
+            if entry.name != "metadata":
+                io.remove(entry.path, recursive=entry.is_dir and not entry.is_link)
+        if existed:
+            if io.exists(posixpath.join(root, "metadata")):
+                io.remove(posixpath.join(root, "metadata"))
+        else:
+            io.remove(root, recursive=True)

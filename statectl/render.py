@@ -47,6 +47,28 @@ def json_text(value: Any) -> str:
     return json.dumps(value, separators=(", ", ": "), default=str)
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with what JSON lacks written as export writes it: timestamps and dates in ISO
+    8601, bytes as hex, decimals and the rest as text."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def value_text(value: Any) -> str:
+    """A state key or value for people: compact JSON (``{"k": "k2", "window": {"start":
+    "2024-01-01T00:00:50+00:00", ...}}``), never a Python repr (``datetime.datetime(...)``)."""
+    return json.dumps(_plain(value), separators=(", ", ": "), ensure_ascii=False)
+
+
 def display_path(url: str) -> str:
     """Local paths without the ``file://`` prefix fsspec gives them."""
     return url.removeprefix("file://") if url.startswith("file:///") else url

@@ -39,9 +39,18 @@ def spark_message(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def _java_options(confs: dict[str, str]) -> str:
-    """The driver's Java options: the user's, then a log4j2 configuration at level error."""
-    conf_dir = tempfile.mkdtemp(prefix="statectl-log4j-")
+def _lasting_tmp() -> str:
+    """Where a file named in an error goes: the temporary directory, outside the command's
+    own scratch directory (``statectl-run-*``, removed when the command ends)."""
+    tmp = tempfile.gettempdir()
+    if os.path.basename(tmp).startswith("statectl-run-"):
+        return os.path.dirname(tmp)
+    return tmp
+
+
+def _java_options(confs: dict[str, str], conf_dir: str) -> str:
+    """The driver's Java options: the user's, then a log4j2 configuration at level error
+    (written in ``conf_dir``: log4j reads it once, as the JVM starts)."""
     conf = os.path.join(conf_dir, "log4j2.properties")
     with open(conf, "w") as f:
         f.write(QUIET_LOG4J2)
@@ -96,12 +105,15 @@ def quiet_session(
         return active
     if progress:
         progress(f"{starting} (the JVM takes 20-40 s to start)")
-    java_opts = _java_options(confs)
     started = time.monotonic()
     with (
-        tempfile.NamedTemporaryFile(prefix="statectl-spark-", suffix=".log", delete=False) as log,
+        tempfile.TemporaryDirectory(prefix="statectl-log4j-") as conf_dir,
+        tempfile.NamedTemporaryFile(
+            prefix="statectl-spark-", suffix=".log", dir=_lasting_tmp(), delete=False
+        ) as log,
         _stderr_to(log, started, progress is not None),
     ):
+        java_opts = _java_options(confs, conf_dir)
         try:
             builder = SparkSession.builder.appName(app_name).config(
                 "spark.ui.showConsoleProgress", "false"

@@ -27,6 +27,11 @@ def load_query_function(spec: str) -> Any:
     if module_name.endswith(".py"):
         if not os.path.isfile(module_name):
             raise StatectlError("--query names a file that does not exist", module_name)
+        # As `python FILE.py` does: the file's folder is on the import path, so a job that
+        # imports a module beside it loads.
+        folder = os.path.dirname(os.path.abspath(module_name))
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         name = "_statectl_query_" + os.path.splitext(os.path.basename(module_name))[0]
         mod_spec = importlib.util.spec_from_file_location(name, module_name)
         assert mod_spec and mod_spec.loader

@@ -184,4 +184,7 @@ def test_debug_shows_traceback(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert proc.returncode != 0 and "Traceback" in proc.stderr
+    assert "Traceback" in proc.stderr
+    # The same exit code and closing line as without --debug (it used to turn 2 into 1).
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("statectl: error: ")

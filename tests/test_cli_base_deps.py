@@ -83,3 +83,35 @@ def test_bad_input_is_one_line_exit_2(base_venv, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("statectl: error: ")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_restore_help_reads_at_80_columns(base_venv):
+    """What tests/test_cli_help.py checks, with only the base dependencies."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "STATECTL"))}
+    proc = subprocess.run(
+        [str(base_venv / "bin" / "statectl"), "restore", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "COLUMNS": "80"},
+        cwd=base_venv,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80 and "…" not in proc.stdout
+    assert "--allow-non-restored-state" in proc.stdout and "<list[str]>" not in proc.stdout
+    assert "What to restore:" in lines and "Usage: statectl restore [OPTIONS] TARGET" in lines
+
+
+def test_a_full_stdout_is_one_line_with_base_dependencies(base_venv):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [str(base_venv / "bin" / "statectl"), "inspect", str(FIXTURES / "agg-hdfs"), "--json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=base_venv,
+        )
+    assert proc.returncode == 2
+    assert proc.stderr == "statectl: error: standard output: No space left on device\n"

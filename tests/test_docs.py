@@ -265,10 +265,12 @@ make docs
 
 def run_command(cmd: DocCommand, sandbox: Sandbox) -> subprocess.CompletedProcess:
     argv, env = cmd.resolve(sandbox)
+    tmp = sandbox.tmp / "tmpdir"  # the command's TMPDIR: it must leave nothing there
+    tmp.mkdir(exist_ok=True)
     proc = subprocess.run(
         [sys.executable, "-m", "statectl.cli", *argv[1:]],
         cwd=sandbox.cwd,
-        env={**os.environ, **sandbox.env, **env},
+        env={**os.environ, **sandbox.env, **env, "TMPDIR": str(tmp)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -277,6 +279,8 @@ def run_command(cmd: DocCommand, sandbox: Sandbox) -> subprocess.CompletedProces
         f"{cmd.where}: {shlex.join(argv)} exited {proc.returncode}, the docs say "
         f"{cmd.expected_rc}\n{proc.stdout}\n{proc.stderr}"
     )
+    # Not a statectl-log4j-* (every --query run left one) nor any other temporary file.
+    assert list(tmp.iterdir()) == [], f"{cmd.where}: left {list(tmp.iterdir())} in TMPDIR"
     return proc
 
 
@@ -332,3 +336,24 @@ def run_api_md(tmp_path, request, *, spark: bool, sandbox: Sandbox | None = None
         for t in set(literals) & set(PLACEHOLDERS):
             code = code.replace(f'"{t}"', repr(PLACEHOLDERS[t](sandbox)))
         exec(compile(code, f"docs/api.md block {i + 1}", "exec"), namespace)
+
+
+def fenced_blocks(name: str, language: str) -> list[str]:
+    """The fenced blocks of ``language`` in ``name``."""
+    return re.findall(rf"^```{language}\n(.*?)^```$", (ROOT / name).read_text(), re.M | re.S)
+
+
+def test_readme_statectl_toml_gives_the_storage_options_it_shows(tmp_path, monkeypatch):
+    """README's ``statectl.toml``, read by statectl's own reader: its ``[storage."s3://lake/"]``
+    options apply to a path under the prefix and to no other bucket."""
+    from statectl.io import storage_options_for
+
+    (block,) = fenced_blocks("README.md", "toml")
+    (tmp_path / "statectl.toml").write_text(block)
+    monkeypatch.setenv("STATECTL_CONFIG", str(tmp_path / "statectl.toml"))
+    assert storage_options_for("s3://lake/checkpoints/orders") == {
+        "endpoint_url": "http://minio:9000",
+        "key": "minio",
+        "secret": "minio123",
+    }
+    assert storage_options_for("s3://elsewhere/x") == {}

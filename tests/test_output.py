@@ -166,7 +166,7 @@ def test_export_refusal_names_the_overwrite_flag(tmp_path):
     proc = run("export", str(FIXTURES / "agg-hdfs"), "-o", str(out), check_rc=2)
     assert proc.stderr.strip() == (
         f"statectl: error: {out}: already exists; refusing to overwrite "
-        "(pass --overwrite (overwrite=True) to replace it)"
+        "(pass --overwrite to replace it)"  # the CLI's option, not the API's overwrite=True
     )
     assert out.read_text() == "x"
 

@@ -1,6 +1,9 @@
 """The ``statectl`` command line: parse, call one use case, render (rich for people, JSON for CI).
 
 Known errors become one line on stderr and exit code 2; ``--debug`` shows the traceback.
+Interrupted (Ctrl-C, SIGTERM, SIGHUP), a command says so and names the target it left marked;
+every temporary file it or its worker processes made lives in one scratch directory that is
+removed however the command ends (workers killed mid-way cannot clean up after themselves).
 Heavy modules (pyarrow, the backends) are imported inside the commands so ``--help`` is fast.
 
 This module owns running the CLI (:func:`run`, :func:`main`) and reporting failures
@@ -14,10 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
+import signal
 import sys
+import tempfile
+import traceback
+from collections.abc import Iterator
 
 from statectl.cli import operations, reading, restoring, savepoints
-from statectl.cli.app import Command, app, print_json, state
+from statectl.cli.app import Command, StdoutFailed, app, guarded_stdout, print_json, state
 
 # --debug's switch under the name it had in cli.py: bench/fuzz.py runs main() in-process and
 # resets it between runs (the same dict the app's callback sets).
@@ -82,23 +91,149 @@ def render_error(exc: BaseException, as_json: bool) -> int:
     return code
 
 
+# A reader that went away (``statectl list | head -1``): the conventional quiet exit of a
+# process whose pipe closed, as if killed by SIGPIPE.
+_CLOSED_PIPE_EXIT = 128 + signal.SIGPIPE
+
+# Exit codes of a command stopped by a signal: exit_on_termination's 128 + the signal, and
+# Typer's 130 for Ctrl-C (it turns KeyboardInterrupt into a silent exit 130).
+_SIGNAL_EXITS = {
+    128 + signal.SIGINT: "interrupted",
+    128 + signal.SIGTERM: "terminated (SIGTERM)",
+    128 + signal.SIGHUP: "hung up (SIGHUP)",
+}
+
+
+@contextlib.contextmanager
+def _run_scratch() -> Iterator[None]:
+    """Every temporary file of this command (its own and its forked workers', which inherit
+    ``tempfile.tempdir``) under one ``statectl-run-*`` directory, removed at the end: a worker
+    killed on Ctrl-C or SIGTERM never runs its own clean-up."""
+    previous = tempfile.tempdir
+    try:
+        _remove_stale_runs(tempfile.gettempdir())
+        scratch = tempfile.mkdtemp(prefix=f"statectl-run-{os.getpid()}-")
+    except OSError:  # no writable temporary directory: each step reports its own failure
+        yield
+        return
+    tempfile.tempdir = scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+_RUN_DIR = re.compile(r"statectl-run-(\d+)-")
+
+
+def _remove_stale_runs(base: str) -> None:
+    """Scratch directories of statectl runs killed with kill -9 (no clean-up ran), removed by
+    the next run: those of this user whose process is gone."""
+    with os.scandir(base) as entries:
+        for e in entries:
+            m = _RUN_DIR.match(e.name)
+            if m is None or not e.is_dir(follow_symlinks=False):
+                continue
+            if e.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(m.group(1))):
+                continue
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def interrupted_message(what: str) -> str:
+    """``statectl: interrupted``, naming each target this run left marked unfinished and how
+    to redo it."""
+    from statectl.in_progress import marked_targets
+
+    line = f"statectl: {what}"
+    for command, target in marked_targets():
+        line += (
+            f"; {target.removeprefix('file://')} is left marked as an unfinished {command} (Spark will not start from "
+            f"it): run the {command} again with --overwrite to replace it"
+        )
+    return line + "\n"
+
+
+_GLOBAL_WITH_VALUE = "--storage-option"
+
+
+def global_options_first(argv: list[str]) -> list[str]:
+    """``argv`` with every ``--storage-option VALUE`` written after the command moved before
+    it, where Typer takes global options (``statectl list s3://x --storage-option k=v`` used to
+    be a bare "No such option"). No command has an option of that name."""
+    command_at = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == _GLOBAL_WITH_VALUE:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            command_at = i
+            break
+        i += 1
+    if command_at is None:
+        return argv
+    head, rest, moved = argv[:command_at], [], []
+    tail = argv[command_at:]
+    j = 0
+    while j < len(tail):
+        arg = tail[j]
+        if arg == "--":
+            rest += tail[j:]
+            break
+        if arg == _GLOBAL_WITH_VALUE and j + 1 < len(tail):
+            moved += tail[j : j + 2]
+            j += 2
+        elif arg.startswith(_GLOBAL_WITH_VALUE + "="):
+            moved.append(arg)
+            j += 1
+        else:
+            rest.append(arg)
+            j += 1
+    return head + moved + rest
+
+
 def main() -> None:
     """Run the CLI: usage errors are Typer's (exit 2); every failure is one line, exit 2.
 
     Typer runs in standalone mode, so it prints usage errors itself and exits with code 2
     (typer vendors its own click: importing ``click`` here would fail without it installed).
     """
+    from statectl.errors import use_cli_wording
     from statectl.processes import exit_on_termination
 
+    use_cli_wording()
+
     try:
-        with exit_on_termination():
-            app(prog_name="statectl")
+        with _run_scratch(), exit_on_termination(), guarded_stdout():
+            app(args=global_options_first(sys.argv[1:]), prog_name="statectl")
+    except StdoutFailed as e:
+        # Never to stdout again (it failed), even under --json: one line on stderr.
+        if not e.closed:
+            sys.stderr.write(f"statectl: error: {e}\n")
+        sys.exit(_CLOSED_PIPE_EXIT if e.closed else 2)
     except KeyboardInterrupt:
-        sys.stderr.write("statectl: interrupted\n")
+        sys.stderr.write(interrupted_message("interrupted"))
         sys.exit(130)
+    except SystemExit as e:
+        if isinstance(e.code, int) and e.code in _SIGNAL_EXITS:
+            sys.stderr.write(interrupted_message(_SIGNAL_EXITS[e.code]))
+        raise
     except Exception as e:
         if _state["debug"] or os.environ.get("STATECTL_DEBUG") == "1":
-            raise
+            # The traceback, then the same report and exit code as without --debug.
+            traceback.print_exc()
         sys.exit(render_error(e, json_requested(sys.argv[1:])))
 
 

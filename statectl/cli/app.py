@@ -7,10 +7,12 @@ import their use cases when they run, so ``statectl --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -23,23 +25,107 @@ if TYPE_CHECKING:
 
 def _flags_without_type(params: list[Any]) -> list[Any]:
     """Typer's rich help prints ``<bool>`` after every flag (--json, --help, ...): a flag takes no
-    value, so show none (an empty metavar is what Typer prints instead of the type)."""
+    value, so show none (an empty metavar is what Typer prints instead of the type). Arguments
+    get their name in capitals as their metavar."""
     for p in params:
         if getattr(p, "is_flag", False) and getattr(p, "metavar", "") is None:
             p.metavar = ""
+        # An argument is shown by its name in capitals (Typer's usage line showed {target}).
+        if getattr(p, "param_type_name", "") == "argument" and p.metavar is None:
+            p.metavar = p.name.upper()
+        # An option without a metavar of its own: N for a number, else its name in capitals
+        # (Typer showed the Python type: <int>, <list[str]>).
+        if getattr(p, "param_type_name", "") == "option" and p.metavar is None:
+            p.metavar = "N" if _takes_int(p) else _name_metavar(p)
     return params
 
 
+def _takes_int(param: Any) -> bool:
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return annotation is int or int in getattr(annotation, "__args__", ())
+
+
+def _name_metavar(param: Any) -> str:
+    longest = max(param.opts, key=len)
+    return longest.lstrip("-").replace("-", "_").upper()
+
+
 class Command(TyperCommand):
-    """Every command's class: its flags render without a type placeholder."""
+    """Every command's class: its flags render without a type placeholder, and its help is
+    laid out for a terminal of any width (see :meth:`format_help`)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """Required arguments as ``TARGET``, the convention of usage lines (Typer writes
+        ``{TARGET}``); optional ones stay ``[TARGET]``."""
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:].replace("}", "", 1) if p.startswith("{") else p for p in pieces]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """Usage, the docstring rewrapped, then one section per ``rich_help_panel`` (in the
+        order the options come): an option's help goes under its name when the name is long.
+        Typer's rich tables cut option names and broke words at 80 columns."""
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = _help_record(param, ctx)
+            if record is not None:
+                sections.setdefault(_panel_of(param), []).append(record)
+        order = ["Arguments", *PANELS]
+        for name, records in sorted(
+            sections.items(),
+            key=lambda kv: (kv[0] == "Options", order.index(kv[0]) if kv[0] in order else 99),
+        ):
+            with formatter.section(name):
+                formatter.write_dl(records, col_max=_NAME_COLUMN)
+        self.format_epilog(ctx, formatter)
+
+
+# Option names longer than this put their help on the next line.
+_NAME_COLUMN = 26
+
+
+def _panel_of(param: Any) -> str:
+    if getattr(param, "param_type_name", "") == "argument":
+        return "Arguments"
+    return getattr(param, "rich_help_panel", None) or "Options"
+
+
+def _help_record(param: Any, ctx: Any) -> tuple[str, str] | None:
+    """An option's (names and metavar, help); an argument's (its metavar, help)."""
+    if getattr(param, "param_type_name", "") == "argument":
+        name = param.metavar or param.name.upper()
+        return name, " ".join((param.help or "").split())
+    record = param.get_help_record(ctx)
+    if record is None:
+        return None
+    names, text = record
+    return names, " ".join(text.split())
 
 
 class _Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """As :meth:`Command.format_help`; each command with its whole first paragraph,
+        rewrapped (not cut to a line)."""
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        records = [r for r in (_help_record(p, ctx) for p in self.get_params(ctx)) if r]
+        with formatter.section("Options"):
+            formatter.write_dl(records, col_max=_NAME_COLUMN)
+        commands = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                summary = (cmd.help or "").strip().split("\n\n")[0]
+                commands.append((name, " ".join(summary.split())))
+        with formatter.section("Commands"):
+            formatter.write_dl(commands, col_max=_NAME_COLUMN)
 
 
 app = typer.Typer(
@@ -53,13 +139,31 @@ app = typer.Typer(
 # Set by the global --debug option; read by statectl.cli.main when a command fails.
 state = {"debug": False}
 
+# Panels of restore's and migrate's --help (docs: every helper files its options under one).
+WHAT, WHERE, CONVERSIONS, EVOLUTION, ENGINE, OUTPUT = (
+    "What to restore",
+    "Where",
+    "Conversions",
+    "Evolution",
+    "Engine",
+    "Output",
+)
+
+
+PANELS = (WHAT, WHERE, CONVERSIONS, EVOLUTION, ENGINE, OUTPUT)
+
+
+def _choices(*values: str) -> Callable[[str], list[str]]:
+    """Shell completion of an option's fixed values."""
+    return lambda incomplete: [v for v in values if v.startswith(incomplete.lower())]
+
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
-NoVerifyOpt = Annotated[
-    bool,
-    typer.Option(
-        "--no-verify", help="Skip checksums over state files and the key placement check."
-    ),
+OutputJsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print machine-readable JSON.", rich_help_panel=OUTPUT)
 ]
+_NO_VERIFY_HELP = "Skip checksums and the key placement check."
+NoVerifyOpt = Annotated[bool, typer.Option("--no-verify", help=_NO_VERIFY_HELP)]
 WideOpt = Annotated[
     bool,
     typer.Option(
@@ -70,30 +174,36 @@ MemoryOpt = Annotated[
     str | None,
     typer.Option(
         "--memory",
-        help="Memory budget of the local engine, e.g. 512M or 4G (default: a quarter of the "
-        "machine's RAM up to 2G, or $STATECTL_MEMORY); state larger than it is spilled to temporary files.",
+        metavar="SIZE",
+        help="Memory budget, e.g. 512M (default: RAM/4, at most 2G).",
+        rich_help_panel=ENGINE,
     ),
 ]
 WorkersOpt = Annotated[
     int | None,
     typer.Option(
         "--workers",
-        help="Parallel partition tasks (default: one per core, or $STATECTL_WORKERS).",
+        help="Parallel partition tasks (default: one per core).",
+        rich_help_panel=ENGINE,
     ),
 ]
 EngineOpt = Annotated[
     str,
     typer.Option(
         "--engine",
-        help="local (this machine), spark (partitions as Spark tasks) or auto (spark for state "
-        "of $STATECTL_SPARK_THRESHOLD, default 1G, or more when a session is at hand).",
+        metavar="ENGINE",
+        help="local, spark (partitions as Spark tasks) or auto.",
+        rich_help_panel=ENGINE,
+        autocompletion=_choices("local", "spark", "auto"),
     ),
 ]
 SparkConfOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--spark-conf",
-        help="KEY=VALUE for the Spark engine's session, repeatable (e.g. spark.master=yarn).",
+        metavar="KEY=VALUE",
+        help="A conf of the Spark engine's session, repeatable.",
+        rich_help_panel=ENGINE,
     ),
 ]
 BatchOpt = Annotated[
@@ -103,33 +213,35 @@ ChangelogOpt = Annotated[
     bool,
     typer.Option(
         "--changelog/--no-changelog",
-        help="RocksDB target as changelog files instead of a zip+SST snapshot.",
+        help="RocksDB as changelog files, not a zip+SST snapshot.",
+        rich_help_panel=WHERE,
     ),
 ]
 JoinStateFormatOpt = Annotated[
     int | None,
     typer.Option(
         "--join-state-format",
-        help="2, 3 or 4: convert stream-stream join state to this format (3 and 4: RocksDB "
-        "only; default: the savepoint's where the backend runs it, else 2).",
+        metavar="2|3|4",
+        help="Convert stream-stream join state to this format.",
+        rich_help_panel=CONVERSIONS,
     ),
 ]
 AggregationStateFormatOpt = Annotated[
     int | None,
     typer.Option(
         "--aggregation-state-format",
-        help="1 or 2: convert streaming aggregation state to this format "
-        "(spark.sql.streaming.aggregation.stateFormatVersion; 1 repeats the grouping columns "
-        "in the value; default: the savepoint's).",
+        metavar="1|2",
+        help="Convert streaming aggregation state to this format.",
+        rich_help_panel=CONVERSIONS,
     ),
 ]
 GroupStateFormatOpt = Annotated[
     int | None,
     typer.Option(
         "--group-state-format",
-        help="1 or 2: convert flatMapGroupsWithState / applyInPandasWithState state to this "
-        "format (spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion; 2 nests the "
-        "state in groupState; state with timeouts does not convert; default: the savepoint's).",
+        metavar="1|2",
+        help="Convert flatMapGroupsWithState state to this format.",
+        rich_help_panel=CONVERSIONS,
     ),
 ]
 
@@ -152,7 +264,7 @@ def _main(
             metavar="KEY=VALUE",
             help="fsspec storage option for every non-local path, repeatable, e.g. "
             "endpoint_url=http://minio:9000, anon=true, client_kwargs.region_name=eu-west-1 "
-            '(also \\[storage."s3://bucket/"] in statectl.toml).',
+            '(also [storage."s3://bucket/"] in statectl.toml); before or after the command.',
         ),
     ] = None,
     version: Annotated[
@@ -201,3 +313,52 @@ def console() -> Console:
     from rich.console import Console
 
     return Console()
+
+
+class StdoutFailed(Exception):
+    """Writing to standard output failed (``closed``: the reader went away, as ``| head``
+    does). Not an OSError, so no library on the way (click catches EPIPE) takes it for its
+    own, and the error is never written to the stdout that failed."""
+
+    def __init__(self, error: OSError) -> None:
+        self.error = error
+        self.closed = isinstance(error, BrokenPipeError)
+        super().__init__(f"standard output: {error.strerror or error}")
+
+
+class _GuardedStdout:
+    """``sys.stdout`` whose failed writes raise :class:`StdoutFailed`; everything else is the
+    real stream's (rich and print() see a text stream as before)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise StdoutFailed(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise StdoutFailed(e) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """Standard output's failures as :class:`StdoutFailed` while the block runs, flushed at its
+    end (a buffered write to a full disk fails only then)."""
+    real = sys.stdout
+    sys.stdout = _GuardedStdout(real)  # type: ignore[assignment,unused-ignore]
+    try:
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        finally:
+            sys.stdout = real

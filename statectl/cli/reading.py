@@ -20,7 +20,9 @@ from statectl.cli.app import (
     print_json,
 )
 
-PathArg = Annotated[str, typer.Argument(help="Checkpoint directory (local path or URL).")]
+PathArg = Annotated[
+    str, typer.Argument(help="Checkpoint or savepoint directory (local path or URL).")
+]
 
 
 def inspect(
@@ -55,19 +57,20 @@ def inspect(
 
 def _inspect_stats(path: str, batch: int | None, top: int, as_json: bool, verify: bool) -> None:
     from statectl.api import open_state
+    from statectl.render import display_path, value_text
 
     doc = open_state(path, batch=batch, verify=verify).stats(top=top)
     if as_json:
         print_json(doc)
         return
-    print(f"{doc['path']} (batch {doc['batch']})")
+    print(f"{display_path(doc['path'])} (batch {doc['batch']})")
     for uid, tables in doc["operators"].items():
         for name, t in tables.items():
             print(f"{uid}/{name}: {t['rows']} rows, skew {t['skew']} (max/mean rows per partition)")
             for p in t["partitions"]:
                 print(f"  partition {p['partition']}: {p['rows']} rows, {p['bytes']} bytes")
             for k in t["largest_keys"]:
-                print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {k['key']}")
+                print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {value_text(k['key'])}")
 
 
 def list_(
@@ -176,8 +179,10 @@ def diff(
 
 def _print_diff(info: dict[str, Any]) -> None:
     """A diff's document for people: per operator and table, counts then sample keys."""
-    print(f"A {info['a']} (batch {info['batch_a']})")
-    print(f"B {info['b']} (batch {info['batch_b']})")
+    from statectl.render import display_path
+
+    print(f"A {display_path(info['a'])} (batch {info['batch_a']})")
+    print(f"B {display_path(info['b'])} (batch {info['batch_b']})")
     for uid, op in info["operators"].items():
         if op["status"] != "both":
             print(f"{uid}: {op['status']}")
@@ -196,7 +201,14 @@ def _print_table_diff(where: str, t: dict[str, Any]) -> None:
         f"{where}: {t['added']} added, {t['removed']} removed, "
         f"{t['changed']} changed, {t['unchanged']} unchanged"
     )
+    from statectl.render import value_text
+
     for kind in ("added", "removed", "changed"):
         for s in t["samples"][kind]:
-            rest = f"{s['a']} -> {s['b']}" if kind == "changed" else s.get("value", "")
-            print(f"  {kind[0].upper() if kind != 'changed' else '~'} {s['key']} {rest}")
+            if kind == "changed":
+                rest = f"{value_text(s['a'])} -> {value_text(s['b'])}"
+            else:
+                rest = value_text(s["value"]) if "value" in s else ""
+            print(
+                f"  {kind[0].upper() if kind != 'changed' else '~'} {value_text(s['key'])} {rest}"
+            )

@@ -13,17 +13,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from statectl.cli.app import (
+    EVOLUTION,
+    OUTPUT,
+    WHAT,
+    WHERE,
     AggregationStateFormatOpt,
-    BatchOpt,
     ChangelogOpt,
     EngineOpt,
     GroupStateFormatOpt,
     JoinStateFormatOpt,
-    JsonOpt,
     MemoryOpt,
-    NoVerifyOpt,
+    OutputJsonOpt,
     SparkConfOpt,
     WorkersOpt,
+    _choices,
     engine_args,
     parse_pairs,
     print_json,
@@ -34,35 +37,67 @@ if TYPE_CHECKING:
     from statectl.restoration.options import RestoreOptions
     from statectl.results import RestoreResult
 
-# restore's own options, in the order its help lists them.
+# restore's own options, in the order its help lists them, each in its panel of --help.
 TargetArg = Annotated[
     str, typer.Argument(help="New checkpoint directory (must not exist or be empty).")
 ]
-SavepointOpt = Annotated[str, typer.Option("--savepoint", "-s", help="Savepoint to restore.")]
+SavepointOpt = Annotated[
+    str,
+    typer.Option(
+        "--savepoint", "-s", metavar="DIR", help="Savepoint to restore.", rich_help_panel=WHAT
+    ),
+]
+_BACKENDS = ("hdfs", "rocksdb")
 BackendOpt = Annotated[
-    str | None, typer.Option("--backend", help="hdfs or rocksdb (default: the savepoint's).")
+    str | None,
+    typer.Option(
+        "--backend",
+        metavar="BACKEND",
+        help="hdfs or rocksdb (default: the source's).",
+        rich_help_panel=WHERE,
+        autocompletion=_choices(*_BACKENDS),
+    ),
 ]
 PartitionsOpt = Annotated[
     int | None,
-    typer.Option("--partitions", help="State partitions (default: the savepoint's)."),
+    typer.Option(
+        "--partitions", help="State partitions (default: the source's).", rich_help_panel=WHERE
+    ),
 ]
 MapOpt = Annotated[
     list[str] | None,
-    typer.Option("--map", help="UID=OPERATOR_ID for a changed query, repeatable."),
+    typer.Option(
+        "--map",
+        metavar="UID=ID",
+        help="Restore a uid at another operator id; repeatable.",
+        rich_help_panel=WHAT,
+    ),
 ]
 DropOpt = Annotated[
     list[str] | None,
-    typer.Option("--drop", help="UID whose state the new query does not have."),
+    typer.Option(
+        "--drop",
+        metavar="UID",
+        help="A uid whose state the new query does not have.",
+        rich_help_panel=WHAT,
+    ),
 ]
 AllowNonRestoredOpt = Annotated[
-    bool, typer.Option("--allow-non-restored-state", "-n", help="Drop state with no operator.")
+    bool,
+    typer.Option(
+        "--allow-non-restored-state",
+        "-n",
+        help="Drop state no operator takes.",
+        rich_help_panel=WHAT,
+    ),
 ]
 QueryOpt = Annotated[
     str | None,
     typer.Option(
         "--query",
-        help="MODULE:FUNCTION (or FILE.py:FUNCTION) returning the new query's streaming "
-        "DataFrame; it is planned, not run, to match state to operators and check schemas.",
+        metavar="MODULE:FN",
+        help="The new query (or FILE.py:FN), planned to match state.",
+        rich_help_panel=EVOLUTION,
     ),
 ]
 FromQueryOpt = Annotated[
@@ -79,41 +114,53 @@ OutputModeOpt = Annotated[
     str | None,
     typer.Option(
         "--output-mode",
-        help="append, update or complete: the mode the new query runs in, checked with "
-        "Spark's own rules (default: the first of these Spark accepts for the query).",
+        metavar="MODE",
+        help="append, update or complete (default: what Spark takes).",
+        rich_help_panel=EVOLUTION,
+        autocompletion=_choices("append", "update", "complete"),
     ),
 ]
 TransformOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--transform",
-        help="UID=FILE.py:FUNCTION (repeatable, with --query): FUNCTION(batch, store) turns "
-        "the uid's pyarrow rows (columns key, value) into the query's.",
+        metavar="UID=FILE.py:FN",
+        help="FN(batch, store) turns a uid's rows into the query's.",
+        rich_help_panel=EVOLUTION,
     ),
 ]
 CheckpointFormatOpt = Annotated[
     int | None,
     typer.Option(
         "--checkpoint-format",
-        help="RocksDB state checkpoint format 1 or 2 (default: the savepoint source's).",
+        metavar="1|2",
+        help="RocksDB checkpoint format (default: the source's).",
+        rich_help_panel=WHERE,
     ),
 ]
 SourceOffsetsOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--source-offsets",
-        help="NAME=JSON: where a source starts (NAME: its index or description as the plan "
-        "shows it; JSON: the source's offset, or - for its configured start). Repeatable.",
+        metavar="NAME=JSON",
+        help="Where a source starts (- for its own start); repeatable.",
+        rich_help_panel=WHAT,
     ),
 ]
 DryRunOpt = Annotated[
     bool,
-    typer.Option("--dry-run", help="Make every check the restore makes, write nothing."),
+    typer.Option(
+        "--dry-run",
+        help="Check all the restore checks (data too); write nothing.",
+        rich_help_panel=OUTPUT,
+    ),
 ]
 RestoreOverwriteOpt = Annotated[
     bool,
     typer.Option(
-        "--overwrite", help="Replace an interrupted statectl restore (never a checkpoint)."
+        "--overwrite",
+        help="Replace an interrupted restore (never a checkpoint).",
+        rich_help_panel=WHERE,
     ),
 ]
 
@@ -183,7 +230,7 @@ def restore(
     workers: WorkersOpt = None,
     engine: EngineOpt = "local",
     spark_conf: SparkConfOpt = None,
-    as_json: JsonOpt = False,
+    as_json: OutputJsonOpt = False,
 ) -> None:
     """Write a Spark checkpoint from a savepoint: either backend, any partition count.
 
@@ -198,7 +245,7 @@ def restore(
         map_=map_ or [],
         source_offsets=source_offsets or [],
         transform=transform or [],
-        backend=backend,
+        backend=backend.lower() if backend else None,  # RocksDB, HDFS too
         partitions=partitions,
         drop=tuple(drop or ()),
         allow_non_restored=allow_non_restored,
@@ -223,8 +270,8 @@ def restore(
     result = _result_or_plan(
         lambda: restore_with(savepoint_path, target, options, progress=progress)
     )
-    verb = "Would restore" if dry_run or not result.ok else "Restored"
-    _report(result, as_json, lambda info: _print_restore(info, verb))
+    verb = "Cannot restore" if not result.ok else "Would restore" if dry_run else "Restored"
+    _report(result, as_json, lambda info: _print_restore(info, verb, (savepoint_path, target)))
 
 
 def _progress_printer(as_json: bool) -> Callable[[str], None]:
@@ -290,12 +337,13 @@ def _restore_options(
     )
 
 
-def _print_restore(info: dict[str, Any], verb: str) -> None:
-    """A restore's document for people on stdout; dropped state and problems also on stderr."""
+def _print_restore(info: dict[str, Any], verb: str, paths: tuple[str, str]) -> None:
+    """A restore's document for people on stdout, with the paths as the user wrote them
+    (``paths``; the document has URLs); dropped state and problems also on stderr."""
     from statectl.render import render_source
 
     print(
-        f"{verb} {info['savepoint']} -> {info['target']} ({info['backend']}, "
+        f"{verb} {paths[0]} -> {paths[1]} ({info['backend']}, "
         f"{info['partitions']} partitions, resumes at batch {info['resumes_at_batch']})"
     )
     _print_continuation(info)
@@ -317,16 +365,26 @@ def _print_restore(info: dict[str, Any], verb: str) -> None:
 
 
 def migrate(
-    source: Annotated[str, typer.Argument(help="Checkpoint to migrate (left untouched).")],
-    target: Annotated[str, typer.Argument(help="New checkpoint directory.")],
-    backend: Annotated[str | None, typer.Option("--backend", help="hdfs or rocksdb.")] = None,
-    partitions: Annotated[
-        int | None, typer.Option("--partitions", help="State partitions.")
+    source: Annotated[
+        str, typer.Argument(metavar="SOURCE", help="Checkpoint to migrate (left untouched).")
+    ],
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="New checkpoint directory.")],
+    backend: BackendOpt = None,
+    partitions: PartitionsOpt = None,
+    batch: Annotated[
+        int | None,
+        typer.Option(
+            "--batch", "-b", help="Committed batch to read (default: latest).", rich_help_panel=WHAT
+        ),
     ] = None,
-    batch: BatchOpt = None,
     keep_savepoint: Annotated[
         str | None,
-        typer.Option("--keep-savepoint", help="Keep the intermediate savepoint under DIR."),
+        typer.Option(
+            "--keep-savepoint",
+            metavar="DIR",
+            help="Keep the intermediate savepoint under DIR.",
+            rich_help_panel=OUTPUT,
+        ),
     ] = None,
     changelog: ChangelogOpt = False,
     join_state_format: JoinStateFormatOpt = None,
@@ -335,7 +393,9 @@ def migrate(
     overwrite: Annotated[
         bool,
         typer.Option(
-            "--overwrite", help="Replace an interrupted statectl migrate (never a checkpoint)."
+            "--overwrite",
+            help="Replace an interrupted migrate (never a checkpoint).",
+            rich_help_panel=WHERE,
         ),
     ] = False,
     checkpoint_format: CheckpointFormatOpt = None,
@@ -347,8 +407,13 @@ def migrate(
     workers: WorkersOpt = None,
     engine: EngineOpt = "local",
     spark_conf: SparkConfOpt = None,
-    as_json: JsonOpt = False,
-    no_verify: NoVerifyOpt = False,
+    as_json: OutputJsonOpt = False,
+    no_verify: Annotated[
+        bool,
+        typer.Option(
+            "--no-verify", help="Skip checksums and the key placement check.", rich_help_panel=WHAT
+        ),
+    ] = False,
 ) -> None:
     """Savepoint then restore in one step: change backend and/or partition count.
 
@@ -357,7 +422,7 @@ def migrate(
     from statectl.restoration.options import MigrateOptions
 
     options = MigrateOptions(
-        backend=backend,
+        backend=backend.lower() if backend else None,  # RocksDB, HDFS too
         partitions=partitions,
         batch=batch,
         keep_savepoint=keep_savepoint,
@@ -378,13 +443,14 @@ def migrate(
     )
     # A refused migrate's plan is a RestoreResult (RestoreError.result): both print alike.
     result = _result_or_plan(lambda: migrate_with(source, target, options))
-    _report(result, as_json, lambda info: _print_migrate(source, info))
+    _report(result, as_json, lambda info: _print_migrate(source, target, info))
 
 
-def _print_migrate(source: str, info: dict[str, Any]) -> None:
-    """A migrate's document for people on stdout; problems on stderr."""
+def _print_migrate(source: str, target: str, info: dict[str, Any]) -> None:
+    """A migrate's document for people on stdout (the paths as the user wrote them); problems
+    on stderr."""
     print(
-        f"Migrated {source} -> {info['target']} ({info['backend']}, {info['partitions']} partitions, "
+        f"Migrated {source} -> {target} ({info['backend']}, {info['partitions']} partitions, "
         f"resumes at batch {info['resumes_at_batch']})"
     )
     _print_continuation(info)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from statectl.errors import StatectlError
+from statectl.errors import StatectlError, wording
 from statectl.savepoints.format import StateTable
 from statectl.savepoints.tables import table_schema
 
@@ -70,7 +70,8 @@ class OperatorInfo:
             return by_name[name]
         raise StatectlError(
             f"operator {self.uid} (id {self.id}) has no store or state variable "
-            f"{name or 'default'!r}; it has: {', '.join(by_name) or 'none'} (pass table=...)"
+            f"{name or 'default'!r}; it has: {', '.join(by_name) or 'none'} "
+            f"(pass {wording('--store or --state-var; --table for edit', 'table=...')})"
         )
 
 

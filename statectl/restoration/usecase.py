@@ -1,14 +1,23 @@
 """Use case ``restore``: plan (:func:`statectl.restoration.planning.plan_restore`), then
 write (:func:`statectl.restoration.write.write_restore`) unless a dry run or the plan has
-problems, so a dry run and a real run refuse exactly the same things."""
+problems, so a dry run and a real run refuse exactly the same things.
+
+A dry run also reads and verifies every data file the restore would read (size, sha256, row
+count, schema: what the writers check as they read), so it fails exactly when the restore
+would. A real run that fails takes back the target it created (nothing is left where nothing
+was); an interrupted one leaves the marked target, which ``--overwrite`` replaces."""
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from statectl import join_state
+from statectl.errors import MissingFileError
+from statectl.in_progress import discard_unfinished, target_was_empty
+from statectl.io import FileIO
 from statectl.query_plan import PlannedQuery, plan_query, planning_confs
 from statectl.restoration.options import RestoreOptions
 from statectl.restoration.plan import RestorePlan, choose_target
@@ -76,10 +85,72 @@ def restore(
     elif choices:
         raise TypeError("pass either options or keyword choices, not both")
     engine = runner or engine_for(options.engine, memory=options.memory, workers=options.workers)
+    _exists(savepoint)
     sp = open_savepoint(savepoint)
     query = _planned_query(sp, options, spark, progress)
     plan = plan_restore(sp, target, options, query)
     plan.engine = engine
-    if not plan.problems and not options.dry_run:
-        write_restore(plan)
+    if plan.problems:
+        return plan
+    if options.dry_run or sp.metadata.savepoint_type == "native":
+        # A native savepoint's files are copied as they are: verified first, whatever the run.
+        verify_data(sp, plan, progress)
+    if not options.dry_run:
+        _write(plan)
     return plan
+
+
+def _exists(url: str) -> None:
+    """A savepoint path that names nothing is said so ("not a complete savepoint" suggested
+    a damaged one)."""
+    io, root = FileIO.for_url(url)
+    if not io.exists(root):
+        raise MissingFileError("no such directory", root)
+
+
+def _write(plan: RestorePlan) -> None:
+    """write_restore; on a failure (not an interruption) the target is left as it was found
+    when it was absent or empty."""
+    io, root = plan.run.io, plan.run.root
+    assert io is not None
+    was_empty, existed = target_was_empty(io, root), io.exists(root)
+    try:
+        write_restore(plan)
+    except Exception:
+        if was_empty:
+            discard_unfinished(io, root, existed)
+        raise
+
+
+# A dry run says it is verifying data only when that takes noticeable time.
+_SAY_VERIFYING = 256 << 20
+
+
+def _chunk_rows(bytes_per_row: int) -> int:
+    return max(1, (64 << 20) // max(1, bytes_per_row))  # ~64 MiB of rows at a time
+
+
+def verify_data(
+    sp: Savepoint, plan: RestorePlan, progress: Callable[[str], None] | None = None
+) -> None:
+    """Read every data file ``plan`` restores from, as the writers do (inside the savepoint,
+    size, sha256, row count, schema), streamed: the first damaged file raises its error."""
+    m = sp.metadata
+    if m.savepoint_type == "native":
+        files = [f for op in m.operators for t in op.tables for f in t.files]
+        files += list(m.native_logs or [])
+        if progress and sum(f.bytes for f in files) >= _SAY_VERIFYING:
+            progress(f"verifying {len(files)} files of the native savepoint")
+        for f in files:
+            sp.read_file(f)
+        return
+    tables = [t for op in m.operators if op.uid in plan.restored for t in op.tables]
+    size = sum(f.bytes for t in tables for f in t.files)
+    if progress and size >= _SAY_VERIFYING:
+        n = sum(len(t.files) for t in tables)
+        progress(f"verifying {n} data files ({size / 2**20:.1f} MiB) the restore reads")
+    with tempfile.TemporaryDirectory(prefix="statectl-verify-") as scratch:
+        for table in tables:
+            for f in table.files:
+                for _ in sp.iter_file(table, f, _chunk_rows, scratch):
+                    pass
