@@ -253,6 +253,9 @@ def _checkpoint_of(query: Any) -> str:
     raise StatectlError("cannot find the query's checkpoint location; pass checkpoint=...")
 
 
+_SESSION_ARGUMENTS = ("savepoint", "target", "spark", "progress")
+
+
 def restore(
     savepoint: Any,
     target: Any,
@@ -308,33 +311,16 @@ def restore(
     default: the savepoint's); ``watermark`` (epoch ms or ISO time): the event-time watermark
     to resume at; ``offset_log`` (1, 2) and ``row_checksums``: log and row formats;
     ``from_query`` (with ``query``): the savepoint's query, to match aggregates by identity."""
-
+    # Every keyword but the session handles is a RestoreOptions field of the same name.
+    choices = {k: v for k, v in locals().items() if k not in _SESSION_ARGUMENTS}
     options = RestoreOptions(
-        backend=backend,
-        partitions=partitions,
-        mapping=dict(mapping or {}),
-        drop=tuple(drop or ()),
-        allow_non_restored=allow_non_restored,
-        query=query,
-        from_query=from_query,
-        output_mode=output_mode,
-        changelog=changelog,
-        checkpoint_format=checkpoint_format,
-        dry_run=dry_run,
-        overwrite=overwrite,
-        join_state_format=join_state_format,
-        aggregation_state_format=aggregation_state_format,
-        group_state_format=group_state_format,
-        source_offsets=dict(source_offsets or {}),
-        transforms=dict(transforms or {}),
-        memory=memory,
-        workers=workers,
-        engine=engine,
-        spark_confs=spark_confs,
-        new_query_id=new_query_id,
-        watermark=watermark,
-        offset_log=offset_log,
-        row_checksums=row_checksums,
+        **choices
+        | {
+            "mapping": dict(mapping or {}),
+            "drop": tuple(drop or ()),
+            "source_offsets": dict(source_offsets or {}),
+            "transforms": dict(transforms or {}),
+        }
     )
     return restore_with(savepoint, target, options, spark=spark, progress=progress)
 

@@ -104,9 +104,8 @@ FromQueryOpt = Annotated[
     str | None,
     typer.Option(
         "--from-query",
-        metavar="MODULE:FUNCTION",
-        help="The query the savepoint was taken with (planned, with --query): aggregates "
-        "are matched by what they compute, not by their buffers' names.",
+        metavar="MODULE:FN",
+        help="The savepoint's query: aggregates matched by identity.",
         rich_help_panel="Evolution",
     ),
 ]
