@@ -16,7 +16,7 @@ import contextlib
 import os
 import sys
 
-from statectl.cli import reading, restoring, savepoints
+from statectl.cli import history, reading, restoring, savepoints
 from statectl.cli.app import Command, app, print_json, state
 
 # --debug's switch under the name it had in cli.py: bench/fuzz.py runs main() in-process and
@@ -36,6 +36,8 @@ for _name, _command in (
     ("migrate", restoring.migrate),
     ("edit", savepoints.edit),
     ("diff", reading.diff),
+    ("history", history.history),
+    ("report", history.report),
 ):
     app.command(_name, cls=Command)(_command)
 

@@ -60,14 +60,9 @@ def _inspect_stats(path: str, batch: int | None, top: int, as_json: bool, verify
     if as_json:
         print_json(doc)
         return
-    print(f"{doc['path']} (batch {doc['batch']})")
-    for uid, tables in doc["operators"].items():
-        for name, t in tables.items():
-            print(f"{uid}/{name}: {t['rows']} rows, skew {t['skew']} (max/mean rows per partition)")
-            for p in t["partitions"]:
-                print(f"  partition {p['partition']}: {p['rows']} rows, {p['bytes']} bytes")
-            for k in t["largest_keys"]:
-                print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {k['key']}")
+    from statectl.cli.history import render_stats
+
+    render_stats(console(), doc)
 
 
 def list_(

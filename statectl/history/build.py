@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from statectl.checkpoint.model import Checkpoint, Operator, partition_absent, store_dir
 from statectl.errors import StatectlError
 from statectl.history.sources import SourceHistory
@@ -19,7 +21,7 @@ from statectl.history.summary import health, operator_summary
 from statectl.io import FileIO
 from statectl.processor.reading import open_handle
 from statectl.savepoints.store import is_savepoint_dir
-from statectl.state import StoreEncoding, load_raw
+from statectl.state import StoreEncoding, load_raw, read_le_int
 
 ROWS_MODES = ("sizes", "counts", "exact")
 
@@ -59,6 +61,7 @@ def _partition_figures(
             codec=codec,
             count=count,
             unique_ids=_unique_ids(ckpt, op, p, store, batches),
+            column_families=op.uses_column_families,
         )
         for v in versions:
             out[v].append(figs.get(v, VersionFigures(v)))
@@ -112,10 +115,10 @@ def _exact_rows(
     try:
         for store in op.store_names:
             raw = load_raw(ckpt, op, store, p, batch, enc)
-            internal = {i for name, i in raw.cf_ids.items() if name.startswith("$")}
+            internal = [i for name, i in raw.cf_ids.items() if name.startswith("$")]
             if internal and len(raw):
-                ids = [int.from_bytes(k[:2], "big") for k in raw.keys.to_pylist()]
-                total += sum(1 for i in ids if i not in internal)
+                ids = read_le_int(raw.keys, 0, 2)  # the column family id, as inspect reads it
+                total += int(np.count_nonzero(~np.isin(ids, internal)))
             else:
                 total += len(raw)
     except StatectlError:

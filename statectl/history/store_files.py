@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import xxhash
 
 from statectl.backends.rocksdb_zip import SnapshotMetadata, parse_snapshot_metadata
 from statectl.codecs.changelog import parse_changelog
@@ -26,6 +27,7 @@ from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import (
     OP_DELETE,
     OP_DELETE_RANGE,
+    OP_MERGE,
     OP_PUT,
     RecordBatch,
     parse_state_records,
@@ -39,6 +41,8 @@ _NAME = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]{36}))?\.(delta|snapshot|zip|changel
 INCREMENTS = ("delta", "changelog")
 SNAPSHOTS = ("snapshot", "zip")
 KINDS = ("delta", "snapshot", "zip", "sst", "changelog")
+# Keys per store partition whose hashes history keeps to count rows exactly (8 bytes each).
+TRACK_LIMIT = 4_000_000
 
 
 @dataclass
@@ -106,18 +110,64 @@ def zip_metadata(io: FileIO, path: str) -> SnapshotMetadata:
     return parse_snapshot_metadata(text, path + "!metadata")
 
 
-def count_records(io: FileIO, info: FileInfo, codec: str) -> tuple[int, int]:
-    """(puts, removes) of one increment: its records scanned, not decoded. A merge (list state
-    append) is neither: it adds to a key's value."""
+def zip_rows(meta: SnapshotMetadata) -> int | None:
+    """Rows of a zip as ``inspect`` counts them (every column family but the ``$`` ones of
+    transformWithState), from its key counts: RocksDB's ``numKeys`` leaves out the column
+    families its type map marks internal, which are the ``$`` ones or a join's ``tsWithKey``
+    index (counted by inspect); None for a mix, or no count."""
+    if meta.num_keys < 0:
+        return None
+    types = meta.raw.get("columnFamilyTypeMap") or {}
+    internal = [name for name, flag in types.items() if flag is True]
+    if all(n.startswith("$") for n in internal):
+        return meta.num_keys
+    if not any(n.startswith("$") for n in internal):
+        return meta.num_keys + max(meta.num_internal_keys, 0)
+    return None
+
+
+def read_records(io: FileIO, info: FileInfo, codec: str) -> RecordBatch:
+    """One increment's records, scanned, not decoded."""
     raw = decompress_stream(codec, io.read_bytes(info.path), info.path)
-    batch: RecordBatch
     if info.name.endswith(".changelog"):
-        batch = parse_changelog(raw, info.path)
-    else:
-        batch = parse_state_records(raw, info.path, allow_deletes=True)
+        return parse_changelog(raw, info.path)
+    return parse_state_records(raw, info.path, allow_deletes=True)
+
+
+def count_records(batch: RecordBatch) -> tuple[int, int]:
+    """(puts, removes) of one increment. A merge (list state append) is neither: it adds to a
+    key's value."""
     ops = batch.ops
     removes = int(np.count_nonzero((ops == OP_DELETE) | (ops == OP_DELETE_RANGE)))
     return int(np.count_nonzero(ops == OP_PUT)), removes
+
+
+class LiveKeys:
+    """The live keys of a store partition replayed from version 1, as 64-bit hashes of their
+    bytes: rows stay exact through every increment (a put of a key already there is an
+    update) without keeping a row. Given up past ``limit`` keys (then rows are estimates)."""
+
+    def __init__(self, limit: int = TRACK_LIMIT) -> None:
+        self.hashes = np.empty(0, np.uint64)
+        self.limit = limit
+
+    def apply(self, batch: RecordBatch) -> bool:
+        """Replay one increment (the last record of a key wins); False once over the limit or
+        for records it cannot follow (a range delete)."""
+        ops = batch.ops
+        if len(ops) == 0:
+            return True
+        if np.any(ops == OP_DELETE_RANGE):
+            return False
+        h = np.fromiter(
+            (xxhash.xxh64_intdigest(k) for k in batch.keys.to_pylist()), np.uint64, len(ops)
+        )
+        uniq, last = np.unique(h[::-1], return_index=True)
+        final = ops[::-1][last]
+        put = uniq[(final == OP_PUT) | (final == OP_MERGE)]
+        gone = uniq[final == OP_DELETE]
+        self.hashes = np.union1d(np.setdiff1d(self.hashes, gone, assume_unique=True), put)
+        return len(self.hashes) <= self.limit
 
 
 def _snapshots(io: FileIO, directory: str, listing: _Listing, upto: int) -> dict[int, _Snapshot]:
@@ -162,6 +212,61 @@ def _load_cost(
     return files, size, v - base
 
 
+class _Replay:
+    """Rows carried from version to version of one store partition: exact while the live keys
+    are replayed (from version 1) or at a zip's numKeys, else an estimate (puts minus
+    removes: a put may update a key already there, so an upper bound)."""
+
+    def __init__(self, start: int, rows: int | None, keys: LiveKeys | None) -> None:
+        self.start = start
+        self.previous_ssts: frozenset[str] = frozenset()
+        self.rows = rows
+        self.exact = rows is not None
+        self.keys = keys
+
+    def increment(self, batch: RecordBatch | None) -> None:
+        if batch is None or self.rows is None:
+            self.rows, self.exact, self.keys = None, False, None
+            return
+        puts, removes = count_records(batch)
+        if self.keys is not None and self.keys.apply(batch):
+            self.rows = len(self.keys.hashes)
+            return
+        self.keys = None
+        self.rows = max(self.rows + puts - removes, 0)
+        self.exact = self.exact and puts == 0
+
+    def snapshot(self, meta: SnapshotMetadata | None, replayed: bool) -> None:
+        """A snapshot: a zip's key count wins unless its keys were just replayed exactly
+        (``replayed``); a zip without a changelog ends the replay (its keys are not read)."""
+        rows = None if meta is None else zip_rows(meta)
+        if rows is None or (replayed and self.keys is not None):
+            return
+        self.rows, self.exact, self.keys = rows, True, None
+
+    def step(
+        self, io: FileIO, v: int, inc: FileInfo | None, snap: _Snapshot | None, codec: str | None
+    ) -> VersionFigures:
+        """Version ``v``: its files' bytes, its increment's records (``codec``: counting, else
+        None), and the rows carried on."""
+        fig = VersionFigures(v)
+        if inc is not None:
+            fig.written[inc.name.rsplit(".", 1)[1]] = inc.size
+        if v > self.start:
+            batch = read_records(io, inc, codec) if inc is not None and codec else None
+            if batch is not None:
+                fig.puts, fig.removes = count_records(batch)
+            if inc is not None or snap is None:  # an HDFS snapshot comes with its delta
+                self.increment(batch)
+        if snap is not None:
+            fig.written["zip" if snap.meta is not None else "snapshot"] = snap.info.size
+            self.snapshot(snap.meta, replayed=inc is not None and codec is not None)
+            if snap.meta is not None:
+                fig.written["sst"] = _new_sst_bytes(snap, self.previous_ssts)
+                self.previous_ssts = snap.sst_names
+        return fig
+
+
 def scan_store(
     io: FileIO,
     directory: str,
@@ -170,40 +275,39 @@ def scan_store(
     codec: str,
     count: bool,
     unique_ids: dict[int, str] | None = None,
+    column_families: bool = False,
 ) -> dict[int, VersionFigures]:
     """Each of ``versions`` of one store partition directory (see the module docstring);
-    ``count``: scan increments for their puts and removes."""
+    ``count``: scan increments for their puts and removes (and replay their keys, but for
+    ``column_families``: their internal families are not rows)."""
     if not versions:
         return {}
     listing = list_store(io, directory, unique_ids or {})
     top = max(versions)
     snaps = _snapshots(io, directory, listing, top)
     wanted = set(versions)
-    # Rows are carried forward from the newest exact count at or below the first version
-    # asked for: a zip's numKeys, or the empty store before version 1.
-    first = min(versions)
-    known = [s for s, sn in snaps.items() if s <= first and sn.meta and sn.meta.num_keys >= 0]
-    start = max(known, default=0)
-    rows: int | None = snaps[start].meta.num_keys if start else 0  # type: ignore[union-attr]
-    exact = True
-    if start == 0 and listing.increments and min(listing.increments) > 1:
-        rows = None  # the increments from version 1 are gone: no base to count from
-    previous_ssts = snaps[start].sst_names if start else frozenset()
+    incs = listing.increments
+    if count and incs and min(incs) == 1:
+        # Every increment from version 1 is here: replay them from the empty store.
+        start, replay = 0, _Replay(0, 0, None if column_families else LiveKeys())
+    else:
+        # From the newest zip with a key count at or below the first version asked for.
+        first = min(versions)
+        known = {
+            v: rows
+            for v, sn in snaps.items()
+            if v <= first and sn.meta and (rows := zip_rows(sn.meta)) is not None
+        }
+        start = max(known, default=0)
+        replay = _Replay(start, known.get(start), None)
+    replay.previous_ssts = snaps[start].sst_names if start else frozenset()
     out: dict[int, VersionFigures] = {}
-    for v in range(start + 1 if start else 1, top + 1):
-        fig = VersionFigures(v)
-        rows, exact = _step(
-            io, fig, v, listing, snaps, codec, count and rows is not None, rows, exact
-        )
-        if v in snaps and snaps[v].meta is not None:
-            fig.written["sst"] = _new_sst_bytes(snaps[v], previous_ssts)
-            previous_ssts = snaps[v].sst_names
+    for v in range(start, top + 1):
+        fig = replay.step(io, v, incs.get(v), snaps.get(v), codec if count else None)
         if v in wanted:
-            fig.load_files, fig.load_bytes, fig.lag = _load_cost(v, snaps, listing.increments)
-            fig.rows, fig.rows_exact = rows, exact and rows is not None
+            fig.load_files, fig.load_bytes, fig.lag = _load_cost(v, snaps, incs)
+            fig.rows, fig.rows_exact = replay.rows, replay.exact
             out[v] = fig
-    if start and start in wanted:
-        out[start] = _at_snapshot(start, snaps, listing)
     return out
 
 
@@ -211,47 +315,3 @@ def _new_sst_bytes(snap: _Snapshot, previous: frozenset[str]) -> int:
     """Bytes of the SSTs a zip names that the previous zip did not (uploaded for it)."""
     assert snap.meta is not None
     return sum(int(e.get("sizeBytes", 0)) for n, e in _named(snap.meta) if n not in previous)
-
-
-def _at_snapshot(v: int, snaps: dict[int, _Snapshot], listing: _Listing) -> VersionFigures:
-    """The version rows are counted from (a zip with numKeys): its own figures."""
-    s = snaps[v]
-    fig = VersionFigures(v, written={"zip": s.info.size, "sst": s.sst_bytes})
-    fig.load_files, fig.load_bytes, fig.lag = _load_cost(v, snaps, listing.increments)
-    fig.rows = s.meta.num_keys if s.meta else None
-    fig.rows_exact = fig.rows is not None
-    inc = listing.increments.get(v)
-    if inc is not None:
-        fig.written[inc.name.rsplit(".", 1)[1]] = inc.size
-    return fig
-
-
-def _step(
-    io: FileIO,
-    fig: VersionFigures,
-    v: int,
-    listing: _Listing,
-    snaps: dict[int, _Snapshot],
-    codec: str,
-    count: bool,
-    rows: int | None,
-    exact: bool,
-) -> tuple[int | None, bool]:
-    """Version ``v``'s written bytes and record counts into ``fig``; the rows carried on."""
-    inc = listing.increments.get(v)
-    if inc is not None:
-        fig.written[inc.name.rsplit(".", 1)[1]] = inc.size
-        if count:
-            fig.puts, fig.removes = count_records(io, inc, codec)
-    snap = snaps.get(v)
-    if snap is not None:
-        fig.written["zip" if snap.meta is not None else "snapshot"] = snap.info.size
-        if snap.meta is not None and snap.meta.num_keys >= 0:
-            return snap.meta.num_keys, True
-    if inc is None:
-        # Neither a snapshot with a count nor an increment: the count is lost here.
-        return (rows, exact) if snap is not None else (None, False)
-    if rows is None or fig.puts is None or fig.removes is None:
-        return None, False
-    # A put may replace a key already there: from here on the count is an upper bound.
-    return max(rows + fig.puts - fig.removes, 0), exact and fig.puts == 0
