@@ -166,7 +166,17 @@ class LiveKeys:
         final = ops[::-1][last]
         put = uniq[(final == OP_PUT) | (final == OP_MERGE)]
         gone = uniq[final == OP_DELETE]
-        self.hashes = np.union1d(np.setdiff1d(self.hashes, gone, assume_unique=True), put)
+        # The live set stays sorted: a binary search per changed key, one copy per increment
+        # (a union over the whole set each time costs more than everything else together).
+        live = self.hashes
+        at = np.searchsorted(live, gone)
+        hit = at < len(live)
+        hit[hit] = live[at[hit]] == gone[hit]
+        live = np.delete(live, at[hit])
+        at = np.searchsorted(live, put)
+        known = at < len(live)
+        known[known] = live[at[known]] == put[known]
+        self.hashes = np.insert(live, at[~known], put[~known])
         return len(self.hashes) <= self.limit
 
 

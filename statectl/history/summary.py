@@ -49,9 +49,9 @@ def _skew(last: dict[str, Any], stats: dict[str, Any] | None) -> dict[str, Any]:
     sizes = [p["bytes"] for p in parts]
     known = None not in rows
     return {
-        "rows": spread(rows) if known else None,  # type: ignore[arg-type]
-        "bytes": spread(sizes) if None not in sizes else None,  # type: ignore[arg-type]
-        "skewed": is_skewed(rows) if known else None,  # type: ignore[arg-type]
+        "rows": spread(rows) if known else None,
+        "bytes": spread(sizes) if None not in sizes else None,
+        "skewed": is_skewed(rows) if known else None,
     }
 
 
@@ -75,7 +75,7 @@ def operator_summary(
             "rows": _growth(_series(entries, uid, "rows")),
             "bytes": _growth(_series(entries, uid, "bytes")),
         },
-        "evicted_total": None if None in evicted else sum(evicted),  # type: ignore[arg-type]
+        "evicted_total": None if None in evicted else sum(evicted),
         "skew": _skew(last, stats),
         # What a restart from the latest batch reads: every partition's newest snapshot and
         # the increments after it (the deltas or changelogs it replays).
