@@ -9,6 +9,7 @@ counts at one batch). Every rows figure says whether it is exact.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from statectl.savepoints.store import is_savepoint_dir
 from statectl.state import StoreEncoding, load_raw, read_le_int
 
 ROWS_MODES = ("sizes", "counts", "exact")
+THREADS = 8
 
 
 def _unique_ids(
@@ -141,10 +143,15 @@ def _operator_history(
     ckpt: Checkpoint, op: Operator, batches: list[int], rows: str, enc: StoreEncoding
 ) -> dict[int, dict[str, Any]]:
     """Batch -> the operator's figures at it."""
-    per_partition = [
-        _partition_figures(ckpt, op, p, batches, enc.codec, rows != "sizes")
-        for p in range(op.num_partitions)
-    ]
+    # Partitions are independent and their reads wait on storage (an object store's latency
+    # above all): threads overlap them.
+    with ThreadPoolExecutor(max_workers=min(THREADS, op.num_partitions)) as pool:
+        per_partition = list(
+            pool.map(
+                lambda p: _partition_figures(ckpt, op, p, batches, enc.codec, rows != "sizes"),
+                range(op.num_partitions),
+            )
+        )
     out = {}
     committed = set(ckpt.commit_batches)
     for b in batches:
