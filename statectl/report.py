@@ -49,7 +49,13 @@ def _line_chart(go: Any, doc: dict[str, Any], key: str, title: str, unit: str) -
             )
         )
     fig.update_layout(title=title, xaxis_title="batch", yaxis_title=unit)
+    _integer_axis(fig.update_xaxes, len(batches))
     return fig
+
+
+def _integer_axis(update: Any, n: int) -> None:
+    """Batch and partition axes: whole numbers, at most about ten ticks."""
+    update(tickformat="d", dtick=max(1, n // 10))
 
 
 def _time_chart(go: Any, doc: dict[str, Any]) -> Any:
@@ -58,10 +64,11 @@ def _time_chart(go: Any, doc: dict[str, Any]) -> Any:
     xs = [e["batch"] for e in batches]
     fig = go.Figure()
     for key, name in (("timestamp_ms", "batch time"), ("watermark_ms", "watermark")):
-        fig.add_trace(
-            go.Scatter(x=xs, y=[_date(e[key]) for e in batches], name=name, mode="lines+markers")
-        )
+        # A watermark of 0 is "none yet" (no event time seen): a gap, not 1970.
+        ys = [_date(e[key]) if e[key] else None for e in batches]
+        fig.add_trace(go.Scatter(x=xs, y=ys, name=name, mode="lines+markers"))
     fig.update_layout(title="Batch time and watermark", xaxis_title="batch", yaxis_type="date")
+    _integer_axis(fig.update_xaxes, len(xs))
     return fig
 
 
@@ -94,6 +101,8 @@ def _heat_map(go: Any, doc: dict[str, Any], op: dict[str, Any]) -> Any:
         xaxis_title="batch",
         yaxis_title="partition",
     )
+    _integer_axis(fig.update_xaxes, len(batches))
+    _integer_axis(fig.update_yaxes, op["partitions"])
     return fig
 
 
@@ -118,6 +127,7 @@ def _sources_chart(go: Any, doc: dict[str, Any]) -> Any:
             )
         )
     fig.update_layout(title="Source advance per batch", xaxis_title="batch", barmode="group")
+    _integer_axis(fig.update_xaxes, len(batches))
     return fig
 
 
@@ -139,6 +149,7 @@ def _skew_chart(go: Any, doc: dict[str, Any]) -> Any:
         xaxis_title="partition",
         barmode="group",
     )
+    _integer_axis(fig.update_xaxes, max((op["partitions"] for op in doc["operators"]), default=1))
     return fig
 
 
@@ -172,6 +183,27 @@ def _summary_table(doc: dict[str, Any]) -> str:
         ]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return f'<table id="summary">{head}{"".join(rows)}</table>'
+
+
+def _largest_keys(doc: dict[str, Any]) -> str:
+    """The largest keys per operator table (``--top``), as ``inspect --stats`` finds them."""
+    out = []
+    for op in doc["operators"]:
+        for table, keys in (op["largest_keys"] or {}).items():
+            rows = "".join(
+                f"<tr><td>{k['bytes']}</td><td>{k['rows']}</td>"
+                f"<td style='text-align:left'>{html.escape(str(k['key']))}</td></tr>"
+                for k in keys
+            )
+            out.append(
+                f"<h3>Operator {op['id']} {html.escape(op['name'])}, {html.escape(table)}</h3>"
+                f"<table><tr><th>bytes</th><th>rows</th><th>key</th></tr>{rows}</table>"
+            )
+    return (
+        '<section id="largest-keys"><h2>Largest keys</h2>' + "".join(out) + "</section>"
+        if out
+        else ""
+    )
 
 
 def _health(doc: dict[str, Any]) -> str:
@@ -209,7 +241,7 @@ def render_html(doc: dict[str, Any]) -> str:
         f"<h1>{html.escape(title)}</h1><p>{html.escape(doc['backend'])}, batches {first}..{last}"
         f" ({len(doc['batches'])}), latest committed {doc['latest_committed_batch']}, rows: "
         f"{html.escape(doc['rows_mode'])}</p>{_health(doc)}<h2>Summary</h2>"
-        f"{_summary_table(doc)}{body}</body></html>"
+        f"{_summary_table(doc)}{body}{_largest_keys(doc)}</body></html>"
     )
 
 

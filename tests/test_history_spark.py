@@ -21,6 +21,7 @@ import shutil
 import numpy as np
 import pytest
 
+import statectl
 from statectl.codecs.murmur3 import hash_long
 from statectl.history import history
 from tests.helpers.cli import cli, cli_json
@@ -202,12 +203,11 @@ def test_the_hot_key_range_is_flagged_and_the_even_one_is_not(runs):
     assert skewed["rows"]["ratio"] >= 3
     assert even["skewed"] is False and even["rows"]["ratio"] < 2
     # inspect --stats applies the same rule to the same state.
-    stats = cli_json("inspect", runs["rocksdb"][0], "--stats", "--top", "2")
+    stats = statectl.open(runs["rocksdb"][0]).stats(top=2)
     (tables,) = stats["operators"].values()
     assert tables["default"]["skewed"] is True
     # And history --top takes the largest keys from inspect --stats.
-    doc = cli_json("history", runs["rocksdb"][0], "--top", "2")
-    top = doc["operators"][0]["largest_keys"]["default"]
+    top = history(runs["rocksdb"][0], top=2)["operators"][0]["largest_keys"]["default"]
     assert len(top) == 2 and top == tables["default"]["largest_keys"]
 
 
