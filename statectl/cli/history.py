@@ -32,6 +32,13 @@ SPARKS = "▁▂▃▄▅▆▇█"
 CHART = 40  # characters a sparkline or bar takes
 
 
+def escape(text: str) -> str:
+    """``text`` shown as it is by rich (a key or a path may hold ``[...]``)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def sparkline(values: list[float | None], width: int = CHART) -> str:
     """``values`` as block characters, averaged into at most ``width`` buckets (gaps: space)."""
     if len(values) > width:
@@ -60,7 +67,8 @@ def human(n: float | None) -> str:
         return "?"
     for unit in ("", "k", "M", "G", "T"):
         if abs(n) < 1000:
-            return f"{n:.0f}{unit}" if unit == "" else f"{n:.1f}{unit}"
+            whole = unit == "" and float(n).is_integer()
+            return f"{n:.0f}" if whole else f"{n:.1f}{unit}"
         n /= 1000
     return f"{n:.1f}P"
 
@@ -118,13 +126,13 @@ def render_history(con: Console, doc: dict[str, Any]) -> None:
 
     batches = doc["batches"]
     first, last = batches[0]["batch"], batches[-1]["batch"]
-    con.print(f"[bold]{doc['path']}[/bold]")
+    con.print(f"[bold]{escape(doc['path'])}[/bold]")
     con.print(
         f"{doc['backend']}, batches {first}..{last} ({len(batches)}), health "
         f"{doc['health']['health']}, rows: {doc['rows_mode']}"
     )
     for p in doc["health"]["problems"]:
-        con.print(f"  [red]{p}[/red]")
+        con.print(f"  [red]{escape(p)}[/red]")
     table = Table(box=None, pad_edge=False)
     for name in ("batch", "time (UTC)", "watermark", "source", "rows", "bytes", "lag"):
         table.add_column(name, justify="right" if name != "source" else "left")
@@ -166,7 +174,7 @@ def _render_operator(con: Console, doc: dict[str, Any], op: dict[str, Any]) -> N
     series = [e["operators"][uid] for e in doc["batches"] if e["committed"]]
     exact = "" if op["rows_exact"] else " (estimate)"
     con.print(
-        f"\n[bold]operator {uid}[/bold] {op['name']} ({op['kind']}), {op['partitions']} partitions"
+        f"\n[bold]operator {uid}[/bold] {escape(op['name'])} ({op['kind']}), {op['partitions']} partitions"
     )
     g = op["growth"]
     con.print(f"  rows   {sparkline([s['rows'] for s in series])} {human(op['rows'])}{exact}")
@@ -184,7 +192,7 @@ def _render_operator(con: Console, doc: dict[str, Any], op: dict[str, Any]) -> N
     for table, keys in (op["largest_keys"] or {}).items():
         con.print(f"  largest keys of {table}:")
         for k in keys[:5]:
-            con.print(f"    {k['bytes']:>8} B {k['rows']:>5} rows  {str(k['key'])[:50]}")
+            con.print(f"    {k['bytes']:>8} B {k['rows']:>5} rows  {escape(str(k['key'])[:50])}")
 
 
 def _rate(g: dict[str, Any], unit: str) -> str:
@@ -212,13 +220,12 @@ def partition_bars(con: Console, values: list[int], unit: str, limit: int = 16) 
 
 def render_stats(con: Console, doc: dict[str, Any]) -> None:
     """``inspect --stats`` for people: rows per partition as bars, skew, largest keys."""
-    con.print(f"{doc['path']} (batch {doc['batch']})")
+    con.print(f"{escape(doc['path'])} (batch {doc['batch']})")
     for uid, tables in doc["operators"].items():
         for name, t in tables.items():
             flag = " [red]SKEWED[/red]" if t.get("skewed") else ""
             con.print(
-                f"{uid}/{name}: {t['rows']} rows, skew {t['skew']} (max/mean rows per "
-                f"partition){flag}"
+                f"{escape(uid)}/{escape(name)}: {t['rows']} rows, skew {t['skew']} (max/mean){flag}"
             )
             for p in t["partitions"]:
                 rows, size = p["rows"], p["bytes"]
@@ -228,4 +235,4 @@ def render_stats(con: Console, doc: dict[str, Any]) -> None:
                     f"{size} bytes"
                 )
             for k in t["largest_keys"]:
-                con.print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {k['key']}")
+                con.print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {escape(str(k['key']))}")
