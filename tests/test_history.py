@@ -173,3 +173,26 @@ def test_history_on_s3_equals_local(s3_endpoint):
     local = history(str(FIXTURES / "agg-snapshots-rocksdb-changelog"))
     assert remote["batches"] == local["batches"]
     assert remote["operators"] == local["operators"]
+
+
+def test_estimates_are_flagged_once_old_increments_are_gone(fixture_copy):
+    """Spark's maintenance deletes old files: with the changelogs before version 2 gone, rows
+    are exact at each zip (numKeys) and an upper bound, flagged, between zips."""
+    ck = fixture_copy("agg-snapshots-rocksdb-changelog")
+    for p in (0, 1):
+        (ck / "state" / "0" / str(p) / "1.changelog").unlink()
+    exact = {e["batch"]: e["operators"]["0"] for e in history(str(ck), rows="exact")["batches"]}
+    doc = history(str(ck))
+    flags = set()
+    for e in doc["batches"]:
+        op, truth = e["operators"]["0"], exact[e["batch"]]
+        for p, t in zip(op["partitions"], truth["partitions"], strict=True):
+            flags.add(p["rows_exact"])
+            if p["rows_exact"]:
+                assert p["rows"] == t["rows"], e["batch"]
+            elif p["rows"] is not None:
+                assert p["rows"] >= t["rows"], e["batch"]  # an update counted as a new row
+    assert flags == {True, False}
+    # Batch 0 (version 1) no longer loads: nothing to count, nothing to restart from.
+    first = doc["batches"][0]["operators"]["0"]
+    assert first["rows"] is None and first["files"] is None

@@ -64,6 +64,7 @@ def _partition_figures(
             count=count,
             unique_ids=_unique_ids(ckpt, op, p, store, batches),
             column_families=op.uses_column_families,
+            verify=ckpt.verify,
         )
         for v in versions:
             out[v].append(figs.get(v, VersionFigures(v)))

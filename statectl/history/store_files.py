@@ -22,6 +22,7 @@ import numpy as np
 import xxhash
 
 from statectl.backends.rocksdb_zip import SnapshotMetadata, parse_snapshot_metadata
+from statectl.checksums import read_verified
 from statectl.codecs.changelog import parse_changelog
 from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import (
@@ -99,11 +100,12 @@ def list_store(io: FileIO, directory: str, unique_ids: dict[int, str]) -> _Listi
     return _Listing(snaps, incs)
 
 
-def zip_metadata(io: FileIO, path: str) -> SnapshotMetadata:
+def zip_metadata(io: FileIO, path: str, verify: bool = True) -> SnapshotMetadata:
     """The ``metadata`` entry of a RocksDB snapshot zip (the zip holds RocksDB's small files;
     its SSTs live beside it)."""
     try:
-        with zipfile.ZipFile(_io.BytesIO(io.read_bytes(path))) as z:
+        data = read_verified(io, path, data_file=True, verify=verify)
+        with zipfile.ZipFile(_io.BytesIO(data)) as z:
             text = z.read("metadata").decode("utf-8")
     except (zipfile.BadZipFile, KeyError, UnicodeDecodeError, OSError) as e:
         raise CorruptFileError(f"cannot read the snapshot zip's metadata: {e}", path) from None
@@ -126,9 +128,10 @@ def zip_rows(meta: SnapshotMetadata) -> int | None:
     return None
 
 
-def read_records(io: FileIO, info: FileInfo, codec: str) -> RecordBatch:
-    """One increment's records, scanned, not decoded."""
-    raw = decompress_stream(codec, io.read_bytes(info.path), info.path)
+def read_records(io: FileIO, info: FileInfo, codec: str, verify: bool = True) -> RecordBatch:
+    """One increment's records, scanned, not decoded (its checksums checked, as every read)."""
+    data = read_verified(io, info.path, data_file=True, verify=verify)
+    raw = decompress_stream(codec, data, info.path)
     if info.name.endswith(".changelog"):
         return parse_changelog(raw, info.path)
     return parse_state_records(raw, info.path, allow_deletes=True)
@@ -180,7 +183,9 @@ class LiveKeys:
         return len(self.hashes) <= self.limit
 
 
-def _snapshots(io: FileIO, directory: str, listing: _Listing, upto: int) -> dict[int, _Snapshot]:
+def _snapshots(
+    io: FileIO, directory: str, listing: _Listing, upto: int, verify: bool = True
+) -> dict[int, _Snapshot]:
     """The snapshots at or below ``upto``, zips with their metadata and SST sizes."""
     ssts: dict[str, int] | None = None
     out: dict[int, _Snapshot] = {}
@@ -192,7 +197,7 @@ def _snapshots(io: FileIO, directory: str, listing: _Listing, upto: int) -> dict
             continue
         if ssts is None:
             ssts = {f.name: f.size for f in io.list_dir(posixpath.join(directory, "SSTs"))}
-        meta = zip_metadata(io, info.path)
+        meta = zip_metadata(io, info.path, verify)
         names = frozenset(str(e.get("dfsSstFileName")) for e in meta.sst_files)
         size = sum(ssts.get(n, int(e.get("sizeBytes", 0))) for n, e in _named(meta))
         out[v] = _Snapshot(info, meta, size, names)
@@ -229,6 +234,7 @@ class _Replay:
 
     def __init__(self, start: int, rows: int | None, keys: LiveKeys | None) -> None:
         self.start = start
+        self.verify = True
         self.previous_ssts: frozenset[str] = frozenset()
         self.rows = rows
         self.exact = rows is not None
@@ -263,7 +269,7 @@ class _Replay:
         if inc is not None:
             fig.written[inc.name.rsplit(".", 1)[1]] = inc.size
         if v > self.start:
-            batch = read_records(io, inc, codec) if inc is not None and codec else None
+            batch = read_records(io, inc, codec, self.verify) if inc is not None and codec else None
             if batch is not None:
                 fig.puts, fig.removes = count_records(batch)
             if inc is not None or snap is None:  # an HDFS snapshot comes with its delta
@@ -286,6 +292,7 @@ def scan_store(
     count: bool,
     unique_ids: dict[int, str] | None = None,
     column_families: bool = False,
+    verify: bool = True,
 ) -> dict[int, VersionFigures]:
     """Each of ``versions`` of one store partition directory (see the module docstring);
     ``count``: scan increments for their puts and removes (and replay their keys, but for
@@ -294,7 +301,7 @@ def scan_store(
         return {}
     listing = list_store(io, directory, unique_ids or {})
     top = max(versions)
-    snaps = _snapshots(io, directory, listing, top)
+    snaps = _snapshots(io, directory, listing, top, verify)
     wanted = set(versions)
     incs = listing.increments
     if count and incs and min(incs) == 1:
@@ -311,6 +318,7 @@ def scan_store(
         start = max(known, default=0)
         replay = _Replay(start, known.get(start), None)
     replay.previous_ssts = snaps[start].sst_names if start else frozenset()
+    replay.verify = verify
     out: dict[int, VersionFigures] = {}
     for v in range(start, top + 1):
         fig = replay.step(io, v, incs.get(v), snaps.get(v), codec if count else None)
