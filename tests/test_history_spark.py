@@ -223,10 +223,12 @@ def test_terminal_history_fits_80_columns(runs):
 def test_report_in_headless_chromium(runs, tmp_path):
     """The report opens in a real Chromium with every chart drawn, the right series, no
     console error and no request beyond the file itself."""
-    sync_api = pytest.importorskip("playwright.sync_api")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None and os.environ.get("CI") == "true":
+        pytest.fail("CI must install Debian's chromium (.ci/run: apt-get install chromium)")
     if chromium is None:
         pytest.skip("no system chromium (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
     ckpt, _ = runs["rocksdb"]
     out = tmp_path / "report.html"
     proc = cli("report", ckpt, "-o", str(out))
