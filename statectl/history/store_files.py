@@ -175,11 +175,14 @@ class LiveKeys:
         at = np.searchsorted(live, gone)
         hit = at < len(live)
         hit[hit] = live[at[hit]] == gone[hit]
-        live = np.delete(live, at[hit])
+        if hit.any():
+            live = np.delete(live, at[hit])
         at = np.searchsorted(live, put)
         known = at < len(live)
         known[known] = live[at[known]] == put[known]
-        self.hashes = np.insert(live, at[~known], put[~known])
+        if not known.all():
+            live = np.insert(live, at[~known], put[~known])
+        self.hashes = live
         return len(self.hashes) <= self.limit
 
 
