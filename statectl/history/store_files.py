@@ -28,7 +28,6 @@ from statectl.codecs.compression import decompress_stream
 from statectl.codecs.records import (
     OP_DELETE,
     OP_DELETE_RANGE,
-    OP_MERGE,
     OP_PUT,
     RecordBatch,
     parse_state_records,
@@ -145,14 +144,32 @@ def count_records(batch: RecordBatch) -> tuple[int, int]:
     return int(np.count_nonzero(ops == OP_PUT)), removes
 
 
+def _member(sorted_arr: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Which of ``x`` are in ``sorted_arr`` (a binary search each)."""
+    at = np.searchsorted(sorted_arr, x)
+    found = at < len(sorted_arr)
+    found[found] = sorted_arr[at[found]] == x[found]
+    return found
+
+
 class LiveKeys:
     """The live keys of a store partition replayed from version 1, as 64-bit hashes of their
     bytes: rows stay exact through every increment (a put of a key already there is an
-    update) without keeping a row. Given up past ``limit`` keys (then rows are estimates)."""
+    update) without keeping a row. Given up past ``limit`` keys (then rows are estimates).
+
+    A large sorted array ``main``, and two small sets: ``recent`` keys added since, ``dead``
+    keys of ``main`` removed since. An increment touches only the small sets (its keys are
+    few); they are merged into ``main`` once they reach an eighth of it (copying the whole
+    array per increment cost more than everything else together)."""
 
     def __init__(self, limit: int = TRACK_LIMIT) -> None:
-        self.hashes = np.empty(0, np.uint64)
+        self.main = np.empty(0, np.uint64)
+        self.recent: set[int] = set()  # added since the last merge, not in main
+        self.dead: set[int] = set()  # of main, removed since the last merge
         self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self.main) - len(self.dead) + len(self.recent)
 
     def apply(self, batch: RecordBatch) -> bool:
         """Replay one increment (the last record of a key wins); False once over the limit or
@@ -167,23 +184,24 @@ class LiveKeys:
         )
         uniq, last = np.unique(h[::-1], return_index=True)
         final = ops[::-1][last]
-        put = uniq[(final == OP_PUT) | (final == OP_MERGE)]
-        gone = uniq[final == OP_DELETE]
-        # The live set stays sorted: a binary search per changed key, one copy per increment
-        # (a union over the whole set each time costs more than everything else together).
-        live = self.hashes
-        at = np.searchsorted(live, gone)
-        hit = at < len(live)
-        hit[hit] = live[at[hit]] == gone[hit]
-        if hit.any():
-            live = np.delete(live, at[hit])
-        at = np.searchsorted(live, put)
-        known = at < len(live)
-        known[known] = live[at[known]] == put[known]
-        if not known.all():
-            live = np.insert(live, at[~known], put[~known])
-        self.hashes = live
-        return len(self.hashes) <= self.limit
+        in_main = _member(self.main, uniq).tolist()
+        for key, op, known in zip(uniq.tolist(), final.tolist(), in_main, strict=True):
+            if op == OP_DELETE:
+                (self.dead.add if known else self.recent.discard)(key)
+            elif known:
+                self.dead.discard(key)
+            else:
+                self.recent.add(key)
+        if len(self.recent) + len(self.dead) > max(len(self.main) // 8, 4096):
+            self._merge()
+        return len(self) <= self.limit
+
+    def _merge(self) -> None:
+        dead = np.sort(np.fromiter(self.dead, np.uint64, len(self.dead)))
+        kept = self.main[~_member(dead, self.main)] if len(dead) else self.main
+        recent = np.fromiter(self.recent, np.uint64, len(self.recent))
+        self.main = np.sort(np.concatenate([kept, recent]))
+        self.recent, self.dead = set(), set()
 
 
 def _snapshots(
@@ -249,7 +267,7 @@ class _Replay:
             return
         puts, removes = count_records(batch)
         if self.keys is not None and self.keys.apply(batch):
-            self.rows = len(self.keys.hashes)
+            self.rows = len(self.keys)
             return
         self.keys = None
         self.rows = max(self.rows + puts - removes, 0)
