@@ -25,7 +25,7 @@ import tempfile
 import traceback
 from collections.abc import Iterator
 
-from statectl.cli import operations, reading, restoring, savepoints
+from statectl.cli import history, operations, reading, restoring, savepoints
 from statectl.cli.app import Command, StdoutFailed, app, guarded_stdout, print_json, state
 
 # --debug's switch under the name it had in cli.py: bench/fuzz.py runs main() in-process and
@@ -47,6 +47,8 @@ for _name, _command in (
     ("diff", reading.diff),
     ("doctor", operations.doctor),
     ("gc", operations.gc),
+    ("history", history.history),
+    ("report", history.report),
 ):
     app.command(_name, cls=Command)(_command)
 

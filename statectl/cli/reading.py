@@ -57,20 +57,14 @@ def inspect(
 
 def _inspect_stats(path: str, batch: int | None, top: int, as_json: bool, verify: bool) -> None:
     from statectl.api import open_state
-    from statectl.render import display_path, value_text
 
     doc = open_state(path, batch=batch, verify=verify).stats(top=top)
     if as_json:
         print_json(doc)
         return
-    print(f"{display_path(doc['path'])} (batch {doc['batch']})")
-    for uid, tables in doc["operators"].items():
-        for name, t in tables.items():
-            print(f"{uid}/{name}: {t['rows']} rows, skew {t['skew']} (max/mean rows per partition)")
-            for p in t["partitions"]:
-                print(f"  partition {p['partition']}: {p['rows']} rows, {p['bytes']} bytes")
-            for k in t["largest_keys"]:
-                print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {value_text(k['key'])}")
+    from statectl.cli.history import render_stats
+
+    render_stats(console(), doc)
 
 
 def list_(

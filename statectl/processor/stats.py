@@ -19,6 +19,12 @@ import pyarrow.compute as pc
 
 from statectl.processor.model import OperatorInfo, TableInfo
 
+# A table is flagged skewed when its hottest partition holds at least SKEW_RATIO times the
+# median partition's rows and at least SKEW_MIN_ROWS rows: a few rows spread unevenly over
+# many partitions are noise, not a hot key range. One rule for inspect --stats and history.
+SKEW_RATIO = 2.0
+SKEW_MIN_ROWS = 100
+
 
 class StateHandle(Protocol):
     """What stats reads of a handle (statectl/processor/handle.py, which calls in here)."""
@@ -144,7 +150,31 @@ def _summary(rows: list[int], sizes: list[int], heap: list[tuple[int, int, Any]]
         # partition approach N.
         "skew": round(max(rows) / mean, 3) if mean else None,
         "largest_keys": [item[2] for item in sorted(heap, reverse=True)],
+        "skewed": is_skewed(rows),
     }
+
+
+def spread(values: list[int]) -> dict[str, Any]:
+    """How uneven per-partition figures are: max, median, max/median (None when the median
+    is 0) and the hottest partition."""
+    if not values:
+        return {"max": None, "median": None, "ratio": None, "hot_partition": None}
+    top = max(values)
+    median = float(np.median(values))
+    return {
+        "max": top,
+        "median": median,
+        "ratio": round(top / median, 3) if median else None,
+        "hot_partition": values.index(top),
+    }
+
+
+def is_skewed(rows: list[int]) -> bool:
+    """The skew rule (see SKEW_RATIO): a median of 0 with a hot partition counts as skewed."""
+    if len(rows) < 2 or max(rows) < SKEW_MIN_ROWS:
+        return False
+    median = float(np.median(rows))
+    return median == 0 or max(rows) / median >= SKEW_RATIO
 
 
 def state_stats(
