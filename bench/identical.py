@@ -138,7 +138,7 @@ def statectl(*args: str) -> None:
 
 def record_case(name: str, work: Path) -> dict[str, dict[str, str]]:
     src = FIXTURES / name
-    _WORK[:] = [str(work).encode()]
+    _WORK[:] = [str(work).encode(), str(FIXTURES).encode()]
     other = "rocksdb" if name.endswith("hdfs") or name.startswith(ROCKSDB_ONLY) else "hdfs"
     out: dict[str, dict[str, str]] = {}
     sp_dir = work / "sp"
