@@ -92,25 +92,20 @@ def hdfs_events(
     files = files_for_version(io, store_dir, version)
 
     def chunks() -> Iterator[RecordBatch]:
-        for i, p in enumerate(files):
+        for p in files:
             deletes = not p.endswith(".snapshot")
-            for batch in _file_chunks(p, deletes):
-                batch.base = i == 0 and not deletes  # the snapshot the deltas apply to
-                yield batch
-
-    def _file_chunks(p: str, deletes: bool) -> Iterator[RecordBatch]:
-        if io.size(p) * EXPANSION > max_bytes:  # read, decompressed and scanned in windows
-            blocks = iter_verified(io, p, verify=verify, block=stream_block(max_bytes))
-            yield from iter_record_stream(
-                iter_decompressed(codec, blocks, p),
-                p,
-                allow_deletes=deletes,
-                max_bytes=max_bytes,
-            )
-            return
-        data = read_verified(io, p, data_file=True, verify=verify)
-        raw = decompress_stream(codec, data, p)
-        yield from iter_state_records(raw, p, allow_deletes=deletes, max_bytes=max_bytes)
+            if io.size(p) * EXPANSION > max_bytes:  # read, decompressed and scanned in windows
+                blocks = iter_verified(io, p, verify=verify, block=stream_block(max_bytes))
+                yield from iter_record_stream(
+                    iter_decompressed(codec, blocks, p),
+                    p,
+                    allow_deletes=deletes,
+                    max_bytes=max_bytes,
+                )
+                continue
+            data = read_verified(io, p, data_file=True, verify=verify)
+            raw = decompress_stream(codec, data, p)
+            yield from iter_state_records(raw, p, allow_deletes=deletes, max_bytes=max_bytes)
 
     return len(files) <= 1 and all(p.endswith(".snapshot") for p in files), chunks()
 

@@ -13,12 +13,6 @@ records fit the budget they are replayed in memory, as before. Otherwise an exte
 
 The output is the in-memory replay's, in its order (keys by their last record), a chunk at a
 time. Spill files live in the caller's private scratch directory.
-
-The usual chain, a snapshot then deltas or changelogs of puts and deletes, takes a cheaper
-route (issue 27: the buckets cost a 10M-key migrate more than everything else together): the
-snapshot's records are spilled to one file as they come, the later records are replayed in
-memory, and the snapshot is read back less the keys those records touch, followed by their
-live entries. Every snapshot record precedes every later one, so that is the same order.
 """
 
 from __future__ import annotations
@@ -28,11 +22,10 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statectl.codecs.murmur3 import hash_bytes
 from statectl.codecs.record_replay import replay
-from statectl.codecs.records import OP_DELETE_RANGE, OP_MERGE, RecordBatch
+from statectl.codecs.records import OP_DELETE_RANGE, RecordBatch
 
 BUCKETS = 128
 # Bytes of memory an in-memory replay needs per byte of record data (concatenation, the
@@ -47,7 +40,6 @@ _SCHEMA = pa.schema(
     ]
 )
 _LIVE = pa.schema([("seq", pa.int64()), ("key", pa.large_binary()), ("value", pa.large_binary())])
-_BASE = pa.schema([("key", pa.large_binary()), ("value", pa.large_binary())])
 Chunk = tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]
 
 
@@ -80,60 +72,7 @@ def bounded_replay(
         for i in range(0, len(keys), rows):
             yield keys.slice(i, rows), values.slice(i, rows)
         return
-    if pending[0].base:
-        yield from _over_base(pending, chunks, rows, budget, scratch, merge_delimiter)
-        return
     yield from _external(pending, chunks, rows, scratch, merge_delimiter)
-
-
-def _over_base(
-    pending: list[RecordBatch],
-    rest: Iterator[RecordBatch],
-    rows: int,
-    budget: int,
-    scratch: str,
-    merge_delimiter: bytes,
-) -> Iterator[Chunk]:
-    """A snapshot's records (``base``) then changes, as the module docstring says; the
-    bucketed replay where the changes do not fit the budget or merge into snapshot values
-    (merges and delete-ranges)."""
-    stream = _chain(pending, rest)
-    base = _Files(os.path.join(scratch, "base"), _BASE)
-    changes: list[RecordBatch] = []
-    size = 0
-    simple = True
-    try:
-        for chunk in stream:
-            if chunk.base and not changes:
-                base.write(0, pa.record_batch([chunk.keys, chunk.values], schema=_BASE))
-                continue
-            changes.append(chunk)
-            size += _nbytes(chunk)
-            simple = not (chunk.ops == OP_MERGE).any() and not (chunk.ops == OP_DELETE_RANGE).any()
-            if not simple or size * REPLAY_FACTOR > budget:
-                break
-    finally:
-        base.close()
-    if not simple or size * REPLAY_FACTOR > budget:
-        again = (RecordBatch(np.zeros(b.num_rows, np.uint8), *b.columns) for b in base.batches(0))
-        yield from _external([], _chain_all(again, changes, stream), rows, scratch, merge_delimiter)
-        return
-    keys, values = replay(changes, merge_delimiter)[:2]
-    touched = pa.concat_arrays([c.keys for c in changes]) if changes else None
-    for batch in base.batches(0):
-        k, v = batch.column(0), batch.column(1)
-        if touched is not None:
-            keep = pc.invert(pc.is_in(k, value_set=touched))
-            k, v = k.filter(keep), v.filter(keep)
-        if len(k):
-            yield k, v
-    for i in range(0, len(keys), rows):
-        yield keys.slice(i, rows), values.slice(i, rows)
-
-
-def _chain_all(*parts: Iterator[RecordBatch] | list[RecordBatch]) -> Iterator[RecordBatch]:
-    for part in parts:
-        yield from part
 
 
 class _Files:
@@ -157,14 +96,6 @@ class _Files:
         for f, w in self.open.values():
             w.close()
             f.close()
-
-    def batches(self, n: int) -> Iterator[pa.RecordBatch]:
-        """One file's batches, one at a time; the file is removed once read."""
-        if not os.path.exists(self.path(n)):
-            return
-        with pa.OSFile(self.path(n), "rb") as f:
-            yield from pa.ipc.open_stream(f)
-        os.remove(self.path(n))
 
     def read(self, n: int) -> pa.Table:
         """One file's rows (read, not memory-mapped: mapped pages would count as ours)."""

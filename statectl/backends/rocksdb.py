@@ -226,8 +226,7 @@ def rocksdb_events(
             for k, v in iter_zip(
                 io, store_dir, base.path, verify, metas=found, max_bytes=max_bytes
             ):
-                puts = np.full(len(k), OP_PUT, dtype=np.uint8)
-                yield RecordBatch(puts, k, v, None, 1, base=True)
+                yield RecordBatch(np.full(len(k), OP_PUT, dtype=np.uint8), k, v, None, 1)
         for f in chain:
             batch = parsed.pop((f.version, f.unique_id or ""), None)
             if batch is None:

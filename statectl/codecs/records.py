@@ -43,9 +43,6 @@ class RecordBatch:
     values: pa.LargeBinaryArray  # value bytes; null where op == OP_DELETE (range: the end key)
     lineage: list[dict] | None = None  # changelog v3/v4 lineage, else None
     version: int = 1  # 1..4 (1 for delta/snapshot)
-    # Records of a snapshot at the start of a replay: puts of distinct keys (a bounded replay
-    # filters them by the later records' keys instead of hashing them all to disk).
-    base: bool = False
 
     def __len__(self) -> int:
         return len(self.ops)
