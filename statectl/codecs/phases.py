@@ -47,18 +47,18 @@ def phase(name: str) -> Iterator[None]:
         yield
         return
     cpu, wall = time.process_time(), time.perf_counter()
-    _stack = _frames()
-    if _stack:
-        _charge(_stack[-1], cpu, wall)
-    _stack.append([name, cpu, wall])
+    stack = _frames()
+    if stack:
+        _charge(stack[-1], cpu, wall)
+    stack.append([name, cpu, wall])
     _totals.setdefault(name, [0.0, 0.0, 0.0])[2] += 1
     try:
         yield
     finally:
         cpu, wall = time.process_time(), time.perf_counter()
-        _charge(_stack.pop(), cpu, wall)
-        if _stack:
-            _stack[-1][1], _stack[-1][2] = cpu, wall
+        _charge(stack.pop(), cpu, wall)
+        if stack:
+            stack[-1][1], stack[-1][2] = cpu, wall
 
 
 def timed(items: Iterable[T], name: str) -> Iterator[T]:
@@ -78,7 +78,8 @@ _END: object = object()
 def _frames() -> list[list[float | str]]:
     if not hasattr(_local, "stack"):
         _local.stack = []
-    return _local.stack  # type: ignore[no-any-return]
+    stack: list[list[float | str]] = _local.stack
+    return stack
 
 
 def _forget() -> None:
