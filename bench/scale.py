@@ -9,11 +9,28 @@ into a small Spark-written template's savepoint and restored under a budget; 4.5
 
     python bench/synthesize.py --keys 100000000 --workdir /tmp/statectl-scale-100m
     python bench/scale.py --keys 100000000 --workdir /tmp/statectl-scale-100m \
-        --skip-spark --spark-master '' --memory 1G
+        --only-synthesized --skip-spark --spark-master '' --memory 1G
 
-Compare with a 10M run on synthesized checkpoints too (same layout: one snapshot per
-partition, where Spark's own have delta chains). Spark can still build them itself, caching
-its input (``--input-files 40 --driver-memory 8g --hdfs-from-rocksdb``), given hours.
+By default (issue 27) every row measures checkpoints **Spark itself wrote**, laid out as real
+queries leave them: ``groupBy(k).agg(sum(v), count(*))`` over ``k = 'key-<id>'``, 2
+partitions, the keys arriving over ``--input-files`` micro-batches (4) with a tenth of them
+updated again, forced maintenance (``minDeltasForSnapshot=2``, interval 100 ms): on HDFS a
+chain of deltas with a snapshot in between (10M keys: ``3.snapshot`` of 4.1M rows and
+``4.delta`` of 1.4M per partition), on RocksDB changelog checkpointing (a zip snapshot then
+changelogs). They are cached in ``--workdir`` as ``spark-agg-{hdfs,rocksdb}-N`` (keep it
+outside the repository; 10M: about 8 minutes of Spark on a quiet 2-core machine).
+``--synthesized`` adds migrate rows on ``bench/synthesize.py``'s layout (one snapshot per
+partition), labelled; ``--only-synthesized`` measures every row on it (100M keys).
+
+Every statectl row also gets its CPU seconds (user + system of the whole process tree), the
+load average when it started (the machine may be shared: compare CPU seconds across runs,
+and wall times only within one run), and a second table of **phases**: statectl's phase
+timers (``statectl/codecs/phases.py``, on when ``$STATECTL_PHASES`` names a file) charge
+each step's CPU and wall time to one name -- read+replay (read, decompress, scan, last
+writer wins), decode, place (murmur3), encode, spill write/read, sort, encode records,
+compress, SST write, upload -- summed over the worker processes, with CPU% = CPU / wall
+(below 100: the phase waited for the disk or for a core). What no phase covers (interpreter
+start, imports, planning, logs) is the row's remaining CPU.
 
 Builds aggregation checkpoints of N keys with real Spark (HDFS and RocksDB, 2 partitions;
 cached in the work directory between runs), then prints one table, each row one command run
@@ -55,7 +72,42 @@ last for seconds). The sampler's own process is not counted. The rows:
   short-lived commands count too, but a ``posix_spawn`` child sharing the JVM's memory until it
   execs counts once).
 
-The machine may be shared: times are wall clock, not CPU time.
+The machine may be shared: wall times are only comparable within one run; CPU seconds are.
+
+Measured for issue 27 (10M keys, Spark 4.3-written chain: ``3.snapshot`` + ``4.delta`` per
+HDFS partition, 2 cores shared with seven other engineers' test runs, load average 11-17, so
+every wall time below is 4-10x what a quiet machine gives; ``--skip-spark --spark-master ''``;
+default budget = 2 GiB on this 24 GB machine):
+
+| what | wall s | CPU s | load | tree RSS MB |
+|---|---|---|---|---|
+| export (hdfs) -> Parquet | 104.7 | 16.8 | 11.4 | 1,388 |
+| savepoint (hdfs) | 123.1 | 17.9 | 15.7 | 2,263 |
+| restore -> rocksdb 8, --memory 1G | 117.3 | 22.1 | 17.0 | 1,306 |
+| restore -> rocksdb 8, default | 66.3 | 17.9 | 16.0 | 1,273 |
+| migrate hdfs -> rocksdb 2 -> 8 | 168.3 | 29.2 | 11.6 | 1,185 |
+| migrate rocksdb -> hdfs 8 -> 2 | 69.1 | 17.6 | 13.9 | 924 |
+| migrate rocksdb (changelog) -> hdfs 2 -> 2 | 59.1 | 16.5 | 12.5 | 950 |
+
+Before and after this session's changes the code paths are the same (the changes add the
+phase timers and the bench; the one optimization tried, below, was reverted): the migrate
+HDFS -> RocksDB 2 -> 8 took 29.1 CPU-s (20.97 user + 8.17 system, load 17) on the unchanged
+main and 29.2 CPU-s (load 11.6) here. Where its CPU goes (phase table): read+replay 14.0 s
+(48%: lz4 and the record scan about 2.6 s per partition, the rest the on-disk replay of a
+4.1M-row snapshot plus a 1.4M-record delta through 128 hash buckets, since 6x their bytes
+exceed the pass-through's 256 MB read budget), sort 6.8 s (23%: 1.25M keys per target
+partition; numpy's word sort and Arrow's ``sort_indices`` measured within 10% of each other),
+SST write 2.5 s, spill write and read 1.8 s, place 1.3 s, encode 0.9 s, decode 0.8 s, outside
+phases 1.1 s. The export (after the state phases were added: 22.0 CPU-s, load 6-7) is
+read+replay 16.5 s, decode 2.4 s, placement check 1.1 s, its one process peaking at 1.5 GB:
+over the 1 GiB the issue asks for, as is the savepoint's 2.3 GB tree. Tried and reverted: replaying a snapshot plus deltas as "the snapshot less the
+keys the deltas touch, then the deltas' live entries" (the same order, so the same bytes):
+6.47 vs 6.45 CPU-s per partition, because ``pyarrow.compute.is_in`` rebuilds its hash set of
+the 1.4M touched keys on every call and the delta alone exceeds the read budget. Also
+measured: a vectorized record-boundary scan (every 8-byte-aligned candidate checked at once,
+the chain verified by successor pointers; exact, equal to the loop's starts) took 1.9 s
+against 0.64 s for the Python loop on a 264 MB snapshot: 8 candidates per record cost more
+than the loop's 0.15 us per record.
 """
 
 from __future__ import annotations
@@ -66,8 +118,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PROVIDERS = {
@@ -86,6 +140,13 @@ SPARK_SESSION = textwrap.dedent(
     """
 )
 INPUT_FILES = 4  # default: the keys arrive in this many micro-batches (one input file each)
+# As real queries leave their state (issue 27): HDFS deltas with a snapshot in between (forced
+# maintenance), RocksDB with changelog checkpointing (a zip snapshot, then changelogs).
+CHAIN_CONFS = {
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+    "spark.sql.streaming.stateStore.maintenanceInterval": "100ms",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
 
 
 def _complete(ckpt: Path) -> bool:
@@ -99,7 +160,7 @@ def build_checkpoints(
 
     ``hdfs_from_rocksdb``: Spark writes only the RocksDB one; the HDFS one is its
     ``statectl migrate`` (same keys and partitions), which needs no JVM heap for the state."""
-    out = {b: work / f"agg-{b}-{keys}" for b in PROVIDERS}
+    out = {b: work / f"spark-agg-{b}-{keys}" for b in PROVIDERS}
     if all(_complete(p) for p in out.values()):
         return out
     work.mkdir(parents=True, exist_ok=True)
@@ -130,16 +191,21 @@ def build_checkpoints(
 
 
 def _spark_build(work: Path, keys: int, input_files: int, providers: dict[str, str]) -> None:
+    """The keys over ``input_files`` micro-batches; a tenth of them come again in the last
+    batches (updates: the deltas and changelogs replay over the snapshot)."""
+    total = keys + keys // 10
     script = SPARK_SESSION + textwrap.dedent(
         f"""
         import shutil
-        src = "{work}/input-{keys}"
+        for k, v in {CHAIN_CONFS!r}.items():
+            spark.conf.set(k, v)
+        src = "{work}/input-{keys}-{input_files}"
         if not os.path.exists(src + "/_SUCCESS"):  # the input is cached too
             shutil.rmtree(src, ignore_errors=True)
-            (spark.range(0, {keys}, 1, {input_files})
-             .selectExpr("concat('key-', id) as k", "id as v").write.parquet(src))
+            (spark.range(0, {total}, 1, {input_files})
+             .selectExpr("concat('key-', id % {keys}) as k", "id as v").write.parquet(src))
         for backend, provider in {providers!r}.items():
-            ck = "{work}/agg-" + backend + "-{keys}"
+            ck = "{work}/spark-agg-" + backend + "-{keys}"
             shutil.rmtree(ck, ignore_errors=True)
             spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
             q = (spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1)
@@ -163,6 +229,10 @@ class Measured:
     tree_pss: float | None  # MB: the peak of the tree's summed PSS
     processes: int  # most processes of the tree alive at once
     at_peak: str  # the processes making up the tree's RSS peak ("java 399 + python 254 MB")
+    cpu: float | None = None  # CPU seconds, user + system, of the reaped tree
+    load: float = 0.0  # the machine's 1-minute load average when the run started
+    # phase -> [CPU s, wall s summed over the tasks that ran it] ($STATECTL_PHASES)
+    phases: dict[str, list[float]] = field(default_factory=dict)
 
 
 def measured(cmd: list[str]) -> Measured:
@@ -170,10 +240,18 @@ def measured(cmd: list[str]) -> Measured:
 
     The sampler's process does nothing else, so every process it sees below itself (orphans
     included: it is their subreaper) is the command's, and its ``RUSAGE_CHILDREN`` is the
-    command's tree alone."""
+    command's tree alone. statectl's phase timers write to a private file meanwhile."""
+    load = os.getloadavg()[0]
+    fd, phase_file = tempfile.mkstemp(prefix="statectl-phases-", suffix=".jsonl")
+    os.close(fd)
     res = subprocess.run(
-        [sys.executable, str(TREEMEM), "--devnull", "--", *cmd], capture_output=True, text=True
+        [sys.executable, str(TREEMEM), "--devnull", "--", *cmd],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "STATECTL_PHASES": phase_file},
     )
+    phases = read_phases(phase_file)
+    os.remove(phase_file)
     try:
         out = json.loads(res.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
@@ -196,7 +274,60 @@ def measured(cmd: list[str]) -> Measured:
         tree_pss=None if out["tree_pss"] is None else out["tree_pss"] / mb,
         processes=out["processes"],
         at_peak=" + ".join(f"{name} {rss / mb:.0f}" for _, name, rss, _ in out["at_peak"]) + " MB",
+        cpu=None if out.get("cpu_user") is None else out["cpu_user"] + out["cpu_sys"],
+        load=load,
+        phases=phases,
     )
+
+
+def read_phases(path: str) -> dict[str, list[float]]:
+    """Each phase's CPU and wall seconds, summed over the lines every process appended."""
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            for name, (cpu, wall, _n) in json.loads(line)["phases"].items():
+                totals[name][0] += cpu
+                totals[name][1] += wall
+    return dict(totals)
+
+
+PHASE_ORDER = [
+    "read+replay",
+    "read",
+    "decode",
+    "convert",
+    "place",
+    "encode",
+    "spill write",
+    "spill read",
+    "sort",
+    "encode records",
+    "compress",
+    "SST write",
+    "upload",
+]
+
+
+def phase_table(rows: list[tuple[str, Measured]]) -> None:
+    """Per row, where its CPU went: each phase's CPU and wall seconds (wall summed over the
+    tasks, so up to workers x the row's wall) and CPU% (CPU / wall: below 100 the phase
+    waited, for the disk or for a core another process held)."""
+    print("\n| what | phase | CPU s | wall s (tasks) | CPU% |")
+    print("|---|---|---|---|---|")
+    for what, m in rows:
+        if not m.phases:
+            continue
+        names = sorted(m.phases, key=lambda p: ([*PHASE_ORDER, p]).index(p))
+        for name in names:
+            cpu, wall = m.phases[name]
+            print(
+                f"| {what} | {name} | {cpu:.2f} | {wall:.2f} | {100 * cpu / max(wall, 1e-9):.0f} |"
+            )
+        inside = sum(c for c, _ in m.phases.values())
+        if m.cpu is not None:
+            print(
+                f"| {what} | outside phases (start-up, planning, logs) | {m.cpu - inside:.2f} | | |"
+            )
 
 
 def spark_script(body: str) -> list[str]:
@@ -206,7 +337,17 @@ def spark_script(body: str) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=10_000_000)
-    ap.add_argument("--workdir", default="/tmp/statectl-scale")
+    ap.add_argument("--workdir", default="/tmp/statectl-scale", help="cache (outside the repo)")
+    ap.add_argument(
+        "--only-synthesized",
+        action="store_true",
+        help="every row on bench/synthesize.py's agg-*-N, labelled (no Spark build)",
+    )
+    ap.add_argument(
+        "--synthesized",
+        action="store_true",
+        help="also migrate bench/synthesize.py's agg-*-N (one snapshot per partition)",
+    )
     ap.add_argument("--memory", default=None, help="statectl --memory (default: its own)")
     ap.add_argument("--skip-spark", action="store_true", help="statectl rows only")
     ap.add_argument("--only-restore", action="store_true", help="savepoint and restore rows only")
@@ -223,7 +364,12 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(args.workdir)
     os.environ["SCALE_DRIVER_MEMORY"] = args.driver_memory
-    ckpts = build_checkpoints(work, args.keys, args.input_files, args.hdfs_from_rocksdb)
+    if args.only_synthesized:  # e.g. 100M keys, where Spark would need hours
+        ckpts = {b: work / f"agg-{b}-{args.keys}" for b in PROVIDERS}
+        tag = " (synthesized)"
+    else:
+        ckpts = build_checkpoints(work, args.keys, args.input_files, args.hdfs_from_rocksdb)
+        tag = ""
     # This checkout's statectl (not whichever one is installed), as the executable runs it.
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
     statectl_bin = [sys.executable, "-m", "statectl.cli"]
@@ -235,11 +381,27 @@ def main() -> None:
 
     def run(what: str, cmd: list[str]) -> None:
         m = measured(cmd)
-        rows.append((what, m))
+        rows.append((what + tag, m))
         print(
             f"  {what}: {m.seconds:.1f} s, {m.single_rss:.0f} MB (1 process), "
             f"tree {m.tree_rss:.0f} MB RSS / {_mb(m.tree_pss)} MB PSS, {m.processes} processes ({m.at_peak})",
             file=sys.stderr,
+        )
+
+    def migrate(what: str, src: Path, dst: str, backend: str, n: str) -> None:
+        run(
+            what,
+            [
+                *statectl_bin,
+                "migrate",
+                str(src),
+                str(runs / dst),
+                "--backend",
+                backend,
+                "--partitions",
+                n,
+                *mem,
+            ],
         )
 
     hdfs, rocks = ckpts["hdfs"], ckpts["rocksdb"]
@@ -279,34 +441,28 @@ def main() -> None:
             ],
         )
     if not args.only_restore:
-        run(
-            "statectl migrate hdfs -> rocksdb, 2 -> 8",
-            [
-                *statectl_bin,
-                "migrate",
-                str(hdfs),
-                str(runs / "rocksdb-8"),
-                "--backend",
-                "rocksdb",
-                "--partitions",
-                "8",
-                *mem,
-            ],
+        migrate("statectl migrate hdfs -> rocksdb, 2 -> 8", hdfs, "rocksdb-8", "rocksdb", "8")
+        migrate(
+            "statectl migrate rocksdb -> hdfs, 8 -> 2", runs / "rocksdb-8", "hdfs-2", "hdfs", "2"
         )
-        run(
-            "statectl migrate rocksdb -> hdfs, 8 -> 2",
-            [
-                *statectl_bin,
-                "migrate",
-                str(runs / "rocksdb-8"),
-                str(runs / "hdfs-2"),
-                "--backend",
+        migrate(
+            "statectl migrate rocksdb (changelog) -> hdfs, 2 -> 2", rocks, "hdfs-r2", "hdfs", "2"
+        )
+        if args.synthesized:
+            synth = work / f"agg-hdfs-{args.keys}"
+            if not (synth / "commits").is_dir():
+                sys.exit(f"{synth}: run bench/synthesize.py --keys {args.keys} --workdir {work}")
+            label = "(synthesized: one snapshot per partition)"
+            migrate(
+                f"statectl migrate hdfs -> rocksdb, 2 -> 8 {label}", synth, "s-r8", "rocksdb", "8"
+            )
+            migrate(
+                f"statectl migrate rocksdb -> hdfs, 8 -> 2 {label}",
+                runs / "s-r8",
+                "s-h2",
                 "hdfs",
-                "--partitions",
                 "2",
-                *mem,
-            ],
-        )
+            )
         if args.spark_master:
             on_spark = [
                 "--engine",
@@ -375,15 +531,18 @@ def main() -> None:
                 ),
             )
     print(
-        f"| what ({args.keys:,} keys, {os.cpu_count()} cores) | seconds | rows/s "
+        f"| what ({args.keys:,} keys, Spark-written unless labelled, {os.cpu_count()} cores) "
+        "| seconds | CPU s (user+sys) | load | rows/s "
         "| peak RSS MB, largest process | tree peak RSS MB | tree peak PSS MB | processes |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for what, m in rows:
+        cpu = "n/a" if m.cpu is None else f"{m.cpu:.1f}"
         print(
-            f"| {what} | {m.seconds:.1f} | {args.keys / m.seconds:,.0f} | {m.single_rss:,.0f} "
-            f"| {m.tree_rss:,.0f} | {_mb(m.tree_pss)} | {m.processes} |"
+            f"| {what} | {m.seconds:.1f} | {cpu} | {m.load:.1f} | {args.keys / m.seconds:,.0f} "
+            f"| {m.single_rss:,.0f} | {m.tree_rss:,.0f} | {_mb(m.tree_pss)} | {m.processes} |"
         )
+    phase_table(rows)
 
 
 def _mb(v: float | None) -> str:

@@ -84,6 +84,10 @@ class TreePeak:
     sample_every: float  # mean seconds between samples (longer than `interval` if costly)
     lingering: list[int] = field(default_factory=list)  # orphans still alive after `linger`
     max_rss_waited: int | None = None  # ru_maxrss of the waited-for children (CLI only)
+    # CPU seconds (user, system) of the waited-for tree (CLI only): processes that were
+    # reaped, which is every statectl worker (its pool joins them) but not an orphaned JVM.
+    cpu_user: float | None = None
+    cpu_sys: float | None = None
     # (pid, command name, RSS, PSS) of each process in the sample with the largest tree RSS:
     # which processes the peak is made of.
     at_peak: list[tuple[int, str, int, int | None]] = field(default_factory=list)
@@ -374,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     # This process does nothing but wait for CMD's tree: its RUSAGE_CHILDREN is that tree's
     # exact single-process high-water mark (kB on Linux), for the processes it reaped.
-    out.max_rss_waited = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out.max_rss_waited = usage.ru_maxrss * 1024
+    out.cpu_user, out.cpu_sys = usage.ru_utime, usage.ru_stime
     print(json.dumps(asdict(out)), flush=True)
     return out.returncode
 

@@ -35,6 +35,8 @@ import pyarrow as pa
 
 from statectl.backends import Backend, WriteOptions, get_backend
 from statectl.backends.streamed import BUILD_FACTOR as BUILD_FACTOR
+from statectl.codecs import phases
+from statectl.codecs.phases import phase, timed
 from statectl.errors import StatectlError
 from statectl.io import FileIO
 from statectl.processes import run_in_pool
@@ -287,7 +289,10 @@ class Engine:
 
 # -- running tasks --------------------------------------------------------------------------
 def _call(job: Callable[[], Any]) -> Any:
-    return job()
+    try:
+        return job()
+    finally:
+        phases.flush()  # in the worker that ran it (a no-op unless $STATECTL_PHASES)
 
 
 def iter_tasks(jobs: list[Callable[[], Any]], workers: int, *, threads: bool) -> Iterator[Any]:
@@ -297,10 +302,11 @@ def iter_tasks(jobs: list[Callable[[], Any]], workers: int, *, threads: bool) ->
     workers = min(workers, len(jobs))
     if workers <= 1:
         for job in jobs:
-            yield job()
+            yield _call(job)
         return
     if not threads:
         yield from run_in_pool(_call, jobs, workers)
+        phases.flush()
         return
     with cf.ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(job) for job in jobs]
@@ -401,17 +407,22 @@ class SpillTask:
         rows = 0
         try:
             chunks = self.sp.iter_file(self.table, f, batch_rows(self.budget), self.directory)
-            for chunk in chunks:
+            for chunk in timed(chunks, "read"):
                 if self.convert is not None:
-                    chunk = self.convert(self.table, chunk)
+                    with phase("convert"):
+                        chunk = self.convert(self.table, chunk)
                 key = chunk.column("key").combine_chunks()
-                pids = np.asarray(self.place(self.table.name, key, self.partitions), dtype=np.int64)
+                with phase("place"):
+                    pids = self.place(self.table.name, key, self.partitions)
+                    pids = np.asarray(pids, dtype=np.int64)
                 if self.encoder is not None:
-                    k, v = self.encoder(key, chunk.column("value").combine_chunks(), self.table)
-                    chunk = pa.table(
-                        {"key": k.cast(pa.large_binary()), "value": v.cast(pa.large_binary())}
-                    )
-                split_by_partition(chunk, pids, out)
+                    with phase("encode"):
+                        k, v = self.encoder(key, chunk.column("value").combine_chunks(), self.table)
+                        chunk = pa.table(
+                            {"key": k.cast(pa.large_binary()), "value": v.cast(pa.large_binary())}
+                        )
+                with phase("spill write"):
+                    split_by_partition(chunk, pids, out)
                 rows += chunk.num_rows
         finally:
             out.close()
@@ -440,12 +451,13 @@ class BuildTask:
     def __call__(self) -> str | None:
         spills = spill_paths(self.directory, self.files, self.partition)
         if spill_size(spills) * BUILD_FACTOR <= self.budget:
-            batches = list(read_spills(spills, self.budget))
-            if batches:
-                t = pa.Table.from_batches(batches).combine_chunks()
-                keys, values = t.column(0).chunk(0), t.column(1).chunk(0)
-            else:
-                keys = values = pa.array([], pa.large_binary())
+            with phase("spill read"):
+                batches = list(read_spills(spills, self.budget))
+                if batches:
+                    t = pa.Table.from_batches(batches).combine_chunks()
+                    keys, values = t.column(0).chunk(0), t.column(1).chunk(0)
+                else:
+                    keys = values = pa.array([], pa.large_binary())
             return self.fmt.write(self.io, self.store_dir, keys, values)
         scratch = tempfile.mkdtemp(prefix=f"build-{self.partition}-", dir=self.directory)
         try:

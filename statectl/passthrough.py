@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from statectl.backends import get_backend
 from statectl.checkpoint.model import Checkpoint, Operator, partition_absent
+from statectl.codecs.phases import phase, timed
 from statectl.codecs.sparktypes import parse_schema
 from statectl.codecs.unsaferow_decode import decode_unsafe_rows
 from statectl.engine import (
@@ -206,20 +207,24 @@ class RawSpillTask:
                 min(self.budget, READ_BUDGET),
                 scratch,
             )
-            for keys, values in entries:
+            for keys, values in timed(entries, "read+replay"):
                 if not len(keys):
                     continue
-                key = decode_unsafe_rows(keys, schema, where, skip_prefix=skip)
-                placed = self.op.kind.placements(self.store, key, counts)
-                if checked:  # as the savepoint path checks what it reads
-                    check_partition_ids(self.ckpt, self.op, placed[1], self.partition)
-                chunk = pa.table(
-                    {
-                        "key": to_target(keys, enc.backend, self.target_backend),
-                        "value": to_target(values, enc.backend, self.target_backend),
-                    }
-                )
-                split_by_partition(chunk, placed[0], out)
+                with phase("decode"):
+                    key = decode_unsafe_rows(keys, schema, where, skip_prefix=skip)
+                with phase("place"):
+                    placed = self.op.kind.placements(self.store, key, counts)
+                    if checked:  # as the savepoint path checks what it reads
+                        check_partition_ids(self.ckpt, self.op, placed[1], self.partition)
+                with phase("encode"):
+                    chunk = pa.table(
+                        {
+                            "key": to_target(keys, enc.backend, self.target_backend),
+                            "value": to_target(values, enc.backend, self.target_backend),
+                        }
+                    )
+                with phase("spill write"):
+                    split_by_partition(chunk, placed[0], out)
                 rows += len(keys)
         finally:
             out.close()

@@ -28,6 +28,8 @@ from statectl.checkpoint.model import (
     partition_absent,
     store_dir,
 )
+from statectl.codecs.phases import flush as flush_phases
+from statectl.codecs.phases import phase, timed
 from statectl.errors import CorruptFileError, StatectlError
 from statectl.join_state import format_of, v4_to_v2
 from statectl.state_rows import StoreEncoding as StoreEncoding
@@ -244,17 +246,20 @@ def _chunks(
     if whole_keys:
         entries = _whole_join_keys(entries)
     empty = True
-    for keys, values in entries:
+    for keys, values in timed(entries, "read+replay"):
         if whole_keys and not in_key_order[0]:
             entries.close()
             yield read_partition(ckpt, op, sel, partition, batch, enc)
             return
         raw = RawState(keys, values, cf_ids=metas[0].cf_ids if metas else {})
-        table, placed_by = rows(raw, where)
+        with phase("decode"):
+            table, placed_by = rows(raw, where)
         if ckpt.verify:
-            check_placement(ckpt, op, table, placed_by, partition, batch)
+            with phase("place"):  # the placement check hashes every key, as placing does
+                check_placement(ckpt, op, table, placed_by, partition, batch)
         empty = False
         yield table
+    flush_phases()  # a partition read in the CLI's own process (export) has no task to flush
     if empty:  # no live entries: still one (empty) table, with the columns
         yield read_partition(ckpt, op, sel, partition, batch, enc)
 

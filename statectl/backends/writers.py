@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from statectl.backends.sst import SstWriter
 from statectl.checksums import spark_checksum_file, spark_crc_path
 from statectl.codecs.compression import compress_stream
+from statectl.codecs.phases import phase
 from statectl.codecs.records import write_state_records
 from statectl.io import FileIO
 
@@ -39,7 +40,12 @@ def write_hdfs_store(
     io: FileIO, store_dir: str, version: int, codec: str, keys: pa.Array, values: pa.Array
 ) -> list[str]:
     path = posixpath.join(store_dir, f"{version}.snapshot")
-    io.write_atomic(path, compress_stream(codec, write_state_records(keys, values)))
+    with phase("encode records"):
+        data = write_state_records(keys, values)
+    with phase("compress"):
+        data = compress_stream(codec, data)
+    with phase("upload"):
+        io.write_atomic(path, data)
     return [path]
 
 
@@ -241,12 +247,15 @@ def write_rocksdb_snapshot(
     """
     if batches is None:
         assert keys is not None and values is not None
-        batches, num_keys = [sorted_entries(keys, values)], len(keys)
+        with phase("sort"):
+            batches, num_keys = [sorted_entries(keys, values)], len(keys)
     written: list[str] = []
     with tempfile.TemporaryDirectory(prefix="statectl-rocksdb-") as local:
         db_dir = os.path.join(local, "db")
-        _build_rocksdb(db_dir, batches)
-        sst_files, zipped = _upload_ssts(io, store_dir, db_dir, written)
+        with phase("SST write"):
+            _build_rocksdb(db_dir, batches)
+        with phase("upload"):
+            sst_files, zipped = _upload_ssts(io, store_dir, db_dir, written)
         cfs = column_families or {}
         meta = {
             "sstFiles": sst_files,
@@ -264,7 +273,8 @@ def write_rocksdb_snapshot(
     name = f"{version}_{unique_id}.zip" if unique_id else f"{version}.zip"
     target = posixpath.join(store_dir, name)
     data = buf.getvalue()
-    io.write_atomic(target, data)
+    with phase("upload"):
+        io.write_atomic(target, data)
     written.append(target)
     if unique_id:
         # Checkpoint format v2: Spark 4.1+ writes and verifies a JSON CRC32C <zip>.crc (never
