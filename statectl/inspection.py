@@ -29,6 +29,7 @@ from statectl.savepoints.layout import EMBEDDED
 from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.sources import checkpoint_sources, savepoint_source_rows
 from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
+from statectl.verification import unverifiable_files
 
 SAMPLE_ROWS = 5
 
@@ -148,7 +149,15 @@ def inspect_checkpoint(
         "sources": [s.describe() for s in checkpoint_sources(ckpt, b)],
         "pinned_confs": confs,
         "operators": [describe_operator(ckpt, op, b, rows=rows) for op in ckpt.operators(b)],
+        **verification(unverifiable_files(ckpt, b)),
     }
+
+
+def verification(files: list[str] | None) -> dict[str, Any]:
+    """``verification``: "verified", or "unverifiable" with the files nothing can verify
+    (statectl/verification.py); None for a savepoint older than the record."""
+    state = None if files is None else "unverifiable" if files else "verified"
+    return {"verification": state, "unverifiable_files": files}
 
 
 def _span(ids: list[int]) -> dict[str, int] | None:
@@ -229,7 +238,14 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
             for op in m.operators
         ],
         "bytes": sp.io.du(sp.root),
+        # Of the checkpoint it was taken from: the savepoint's own files are all verified.
+        **verification(_recorded_unverifiable(m.source_checkpoint)),
     }
+
+
+def _recorded_unverifiable(source: dict[str, Any]) -> list[str] | None:
+    files = source.get("unverifiable_files")
+    return [str(f) for f in files] if isinstance(files, list) else None
 
 
 def _short(schema_json: str) -> str:
@@ -260,6 +276,7 @@ def summarize_savepoint(io: FileIO, path: str) -> dict[str, Any]:
         health="ok",
         backend=m.source_checkpoint.get("backend"),
         operators=[f"{op.uid}" for op in m.operators],
+        **verification(_recorded_unverifiable(m.source_checkpoint)),
     )
     for op in m.operators:
         for t in op.tables:
@@ -362,6 +379,7 @@ def _summarize_batch(ckpt: Checkpoint, b: int, entry: dict[str, Any]) -> None:
     entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
     for op in ops:
         entry["problems"].extend(store_health(ckpt, op, b))
+    entry.update(verification(unverifiable_files(ckpt, b)))
 
 
 def list_dir(url: str) -> list[dict[str, Any]]:
