@@ -281,6 +281,63 @@ def _check_table(
     )
 
 
+def uid_problem(uid: object) -> str | None:
+    """Why ``uid`` cannot name an operator (it names its data directory), or None: the rule
+    every reader applies, and so relabel before it writes one."""
+    if not isinstance(uid, str) or not uid:
+        return "a uid is a non-empty name"
+    if any(c in uid for c in "/\\\0") or uid in (".", ".."):
+        return f"uid {uid!r} is a path, not a name (no '/', '\\', NUL, '.' or '..')"
+    return None
+
+
+def _check_type_contents(meta: SavepointMetadata, path: str) -> None:
+    """A native savepoint holds Spark's files under its embedded ``checkpoint/`` and lists its
+    logs; a canonical one holds Parquet files and no logs. A ``type`` that contradicts the
+    contents is damage, named as such (not as the first path that does not fit)."""
+    native = meta.savepoint_type == "native"
+    embedded = [
+        f.path.startswith("checkpoint/")
+        for op in meta.operators
+        if isinstance(op.tables, list)
+        for t in op.tables
+        if isinstance(t.files, list)
+        for f in t.files
+        if isinstance(f.path, str)
+    ]
+    if native:
+        _check(
+            meta.native_logs is not None and all(embedded),
+            "type is 'native' but the contents are a canonical savepoint's (data files "
+            "outside checkpoint/, or no native_logs)",
+            path,
+        )
+    else:
+        _check(
+            meta.native_logs is None and not any(embedded),
+            f"type is {meta.savepoint_type!r} but the contents are a native savepoint's "
+            "(native_logs, or data files under checkpoint/)",
+            path,
+        )
+
+
+def _check_sources(meta: SavepointMetadata, path: str) -> None:
+    """Every source named in ``source_logs`` and ``sources`` is one of the batch's
+    ``offsets`` (a savepoint records the sources of one batch)."""
+    keys = set(meta.offsets)
+    for what, named in (
+        ("source_logs", list(meta.source_logs)),
+        ("sources", [e.get("key") for e in meta.sources or [] if isinstance(e, dict)]),
+    ):
+        extra = [k for k in named if k not in keys]
+        if extra:
+            raise CorruptFileError(
+                f"savepoint metadata is invalid: {what} names source {extra[0]!r}, which "
+                f"offsets does not have (offsets: {', '.join(sorted(keys)) or 'none'})",
+                path,
+            )
+
+
 def validate_metadata(meta: SavepointMetadata, path: str) -> None:
     """Types and cross-checked counts of a parsed ``_metadata``: nothing in it is trusted.
 
@@ -298,15 +355,10 @@ def validate_metadata(meta: SavepointMetadata, path: str) -> None:
     _check(isinstance(meta.source_checkpoint, dict), "source_checkpoint is not an object", path)
     seen_uids: set[str] = set()
     seen_paths: set[str] = set()
+    _check_type_contents(meta, path)
+    _check_sources(meta, path)
     for op in meta.operators:
-        _check(
-            isinstance(op.uid, str)
-            and bool(op.uid)
-            and not any(c in op.uid for c in "/\\\0")
-            and op.uid not in (".", ".."),
-            f"uid {op.uid!r} (a name, not a path)",
-            path,
-        )
+        _check(uid_problem(op.uid) is None, f"uid {op.uid!r} (a name, not a path)", path)
         _check(op.uid not in seen_uids, f"uid {op.uid!r} appears twice", path)
         seen_uids.add(op.uid)
         _check(
