@@ -84,7 +84,10 @@ def _store_row_counts(
                 ids = read_le_int(raw.keys, 0, 2)
                 by_id = {v: k for k, v in raw.cf_ids.items()}
                 uniq, n = np.unique(ids, return_counts=True)
-                here = {by_id.get(i, f"cf#{i}"): c for i, c in zip(uniq.tolist(), n.tolist(), strict=True)}
+                here = {
+                    by_id.get(i, f"cf#{i}"): c
+                    for i, c in zip(uniq.tolist(), n.tolist(), strict=True)
+                }
                 for name, c in here.items():
                     counts[name] = counts.get(name, 0) + c
                 _check_family_placement(ckpt, op, p, batch, enc, here)

@@ -193,8 +193,7 @@ def _inspect_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
 
 def unverifiable_line(files: list[str]) -> str:
     return (
-        f"unverifiable: {len(files)} file(s) without checksums, e.g. {files[0]} "
-        "(--json lists them)"
+        f"unverifiable: {len(files)} file(s) without checksums, e.g. {files[0]} (--json lists them)"
     )
 
 

@@ -78,7 +78,9 @@ def unverifiable_files(ckpt: Checkpoint, batch: int) -> list[str]:
         ckpt.path("offsets", str(batch)),
         ckpt.path("commits", str(batch)),
     ]
-    found = [p for p in logs if ckpt.io.exists(p) and not _has_checksum(ckpt, p, cache, data_file=False)]
+    found = [
+        p for p in logs if ckpt.io.exists(p) and not _has_checksum(ckpt, p, cache, data_file=False)
+    ]
     try:
         state = _state_files(ckpt, batch)
     except StatectlError:
@@ -90,4 +92,3 @@ def unverifiable_files(ckpt: Checkpoint, batch: int) -> list[str]:
     ]
     root = ckpt.root.rstrip("/") + "/"
     return sorted({p[len(root) :] if p.startswith(root) else p for p in found})
-
