@@ -173,6 +173,7 @@ SP_FAMILIES = ("savepoint", "kill", "dispose", "sp-fsnodes", "sp-forged", "sp-in
 SP_LIKE = ("savepoint", "sp-fsnodes", "sp-forged", "sp-inconsistent")
 FS_FAMILIES = ("fsnodes", "sp-fsnodes")  # a command may block: each has its own timeout
 COMMAND_TIMEOUT = 15.0  # seconds, in the FS families (a FIFO blocks an open forever)
+FS_MEMORY = 3 << 30  # bytes of data segment per case child in the FS families
 KILL_CLASSES = ["kill-savepoint", "kill-restore", "kill-migrate"]
 DISPOSE_CLASSES = ["dispose", "dispose-force"]
 # Savepoint mutations that model a crafted (re-sealed) _metadata rather than damage.
@@ -1578,6 +1579,9 @@ def execute(
         apply_mutation(mutation, dirs)
     global _COMMAND_TIMEOUT
     _COMMAND_TIMEOUT = COMMAND_TIMEOUT if family in FS_FAMILIES else None
+    if family in FS_FAMILIES:
+        # a link to /dev/zero read whole must fail in this child, not exhaust a shared machine
+        resource.setrlimit(resource.RLIMIT_DATA, (FS_MEMORY, FS_MEMORY))
     results, events = run_commands(dirs, commands_for(family, fixture))
     return {"results": [_result_dict(r, dirs) for r in results], "events": events}
 

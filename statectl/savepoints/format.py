@@ -16,7 +16,7 @@ from typing import Any
 
 from statectl.errors import CorruptFileError, NotACheckpointError, UnsupportedError
 from statectl.io import relative_inside
-from statectl.operators import OperatorKind, classify
+from statectl.operators import TWS_NAMES, OperatorKind, classify
 
 FORMAT_NAME = "statectl-savepoint"
 FORMAT_VERSION = 1
@@ -338,6 +338,46 @@ def _check_sources(meta: SavepointMetadata, path: str) -> None:
             )
 
 
+_STORE_KINDS = ("store", "join-store")
+
+
+def _check_table_kinds(op: OperatorState, path: str) -> None:
+    """An operator's tables are its stores (``store``; a join's ``join-store``, named as its
+    stores) or its state variables and ``$timers`` (column families), never a mix: the kind
+    decides how a table's rows are typed, so one that contradicts the rest is damage."""
+    kinds = [t.kind for t in op.tables]
+    families = op.column_families is not None or any(k in CF_TABLE_KINDS for k in kinds)
+    allowed = CF_TABLE_KINDS if families else _STORE_KINDS
+    _check(
+        not kinds or families == (op.name in TWS_NAMES),
+        f"operator {op.uid} ({op.name}) has tables of kinds {sorted(set(kinds))}",
+        path,
+    )
+    for t in op.tables:
+        where = f"table {op.uid}/{t.name}"
+        _check(t.kind in allowed, f"{where} has kind {t.kind!r}, not one of {allowed}", path)
+        _check(
+            (t.kind == "timers") == (t.name == "$timers"),
+            f"{where}: only $timers has kind 'timers'",
+            path,
+        )
+        _check(
+            t.kind != "MapState" or bool(t.user_key_schema),
+            f"{where} is a MapState without user_key_schema",
+            path,
+        )
+        _check(
+            families or t.name in op.store_names,
+            f"{where} is not one of the operator's stores {op.store_names}",
+            path,
+        )
+        _check(
+            t.kind != "join-store" or op.name == "symmetricHashJoin",
+            f"{where} is a join store of a {op.name!r} operator",
+            path,
+        )
+
+
 def validate_metadata(meta: SavepointMetadata, path: str) -> None:
     """Types and cross-checked counts of a parsed ``_metadata``: nothing in it is trusted.
 
@@ -370,6 +410,8 @@ def validate_metadata(meta: SavepointMetadata, path: str) -> None:
         _check(isinstance(op.tables, list), f"tables of {op.uid}", path)
         for t in op.tables:
             _check_table(op, t, path, native, seen_paths)
+        if not native:
+            _check_table_kinds(op, path)
     for f in meta.native_logs or []:
         _check_file(f, path, True)
 

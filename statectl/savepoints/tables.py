@@ -98,6 +98,13 @@ def table_schema(table: StateTable) -> pa.Schema:
 
     key = arrow(table.key_schema)
     value = arrow(table.value_schema)
+    if table.kind in ("MapState", "timers") and not (
+        pa.types.is_struct(key) and key.get_field_index("key") >= 0
+    ):
+        raise CorruptFileError(
+            f"key schema of {table.kind} table {table.name!r} in _metadata has no field 'key'",
+            METADATA_FILE,
+        )
     if table.kind == "MapState":
         user_key = arrow(table.user_key_schema or "{}")
         return pa.schema(
