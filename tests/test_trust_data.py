@@ -111,10 +111,26 @@ def rewrite_first_file(meta: dict, sp: Path, change: Callable[[pa.Table], pa.Tab
     f["bytes"], f["sha256"] = len(data), hashlib.sha256(data).hexdigest()
 
 
-def test_sources_missing_from_offsets_are_a_one_line_error(savepoint, tmp_path):
-    sp = crafted(savepoint, tmp_path, lambda m, _: m.update(offsets={}))
-    assert_refused(run_cli("restore", "-s", str(sp), str(tmp_path / "out")), "source_logs", "'0'")
-    assert not (tmp_path / "out").exists()
+def _table(m: dict) -> dict:
+    return m["operators"][0]["tables"][0]
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda m: m.update(offsets={}), "source_logs names source '0'"),
+        (lambda m: _table(m).update(kind="timers"), "kinds ['timers']"),
+        (lambda m: _table(m).update(kind="ValueState"), "has tables of kinds"),
+        (lambda m: _table(m).update(kind="join-store"), "join store"),
+    ],
+)
+def test_inconsistent_sealed_savepoints_are_one_line_errors(savepoint, tmp_path, edit, needle):
+    sp = crafted(savepoint, tmp_path, lambda m, _: edit(m))
+    out = tmp_path / "out"
+    assert_refused(run_cli("restore", "-s", str(sp), str(out)), needle, "_metadata")
+    assert not out.exists()
+    rows = tmp_path / "rows.jsonl"
+    assert_refused(run_cli("export", str(sp), "--operator", "0", "-o", str(rows)), needle)
 
 
 def test_native_type_over_canonical_contents_is_one_line(savepoint, tmp_path):
