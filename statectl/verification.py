@@ -10,7 +10,9 @@ Spark would load it. So such files are not silently trusted: they are reported, 
 relative to the checkpoint, so a user knows that this checkpoint's state is only as good as
 the copy it came from. Nothing fails because of them.
 
-Checked here from directory listings only (no file is read), so ``list`` can afford it.
+Checked from directory listings (which files a version needs, and whether their sidecars are
+there), so ``list`` can afford it; under checkpoint format 2 the newest changelog of each store
+partition is read too, as its lineage names the files before it.
 """
 
 from __future__ import annotations
