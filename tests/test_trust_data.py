@@ -83,6 +83,20 @@ def test_rocksdb_changelogs_without_checksums_are_unverifiable(fixture_copy):
     assert any(f.startswith("state/0/1/") and f.endswith(".changelog") for f in files), files
 
 
+def test_checkpoint_v2_changelog_of_another_version_is_refused(fixture_copy, tmp_path):
+    """Without checksums, the lineage a v2 changelog carries still names its version."""
+    ckpt = fixture_copy("agg-ckptv2-rocksdb-changelog")
+    strip_checksums(ckpt)
+    part = ckpt / "state/0/1"
+    first, last = sorted(part.glob("1_*.changelog"))[0], sorted(part.glob("4_*.changelog"))[0]
+    a, b = first.read_bytes(), last.read_bytes()
+    first.write_bytes(b)
+    last.write_bytes(a)
+    out = tmp_path / "rows.jsonl"
+    assert_refused(run_cli("export", str(ckpt), "-o", str(out)), last.name, "lineage ends at")
+    assert_refused(run_cli("inspect", str(ckpt)), "another version's changelog")
+
+
 # -- crafted, sealed savepoints ----------------------------------------------------------------
 
 
@@ -118,7 +132,7 @@ def _table(m: dict) -> dict:
 @pytest.mark.parametrize(
     ("edit", "needle"),
     [
-        (lambda m: m.update(offsets={}), "source_logs names source '0'"),
+        (lambda m: m.update(offsets={}), "source log name '0'"),
         (lambda m: _table(m).update(kind="timers"), "kinds ['timers']"),
         (lambda m: _table(m).update(kind="ValueState"), "has tables of kinds"),
         (lambda m: _table(m).update(kind="join-store"), "join store"),

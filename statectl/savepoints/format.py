@@ -326,14 +326,14 @@ def _check_sources(meta: SavepointMetadata, path: str) -> None:
     ``offsets`` (a savepoint records the sources of one batch)."""
     keys = set(meta.offsets)
     for what, named in (
-        ("source_logs", list(meta.source_logs)),
-        ("sources", [e.get("key") for e in meta.sources or [] if isinstance(e, dict)]),
+        ("source log name", list(meta.source_logs)),
+        ("sources entry", [e.get("key") for e in meta.sources or [] if isinstance(e, dict)]),
     ):
         extra = [k for k in named if k not in keys]
         if extra:
             raise CorruptFileError(
-                f"savepoint metadata is invalid: {what} names source {extra[0]!r}, which "
-                f"offsets does not have (offsets: {', '.join(sorted(keys)) or 'none'})",
+                f"savepoint metadata is invalid: {what} {extra[0]!r} names no source of the "
+                f"batch's offsets (offsets: {', '.join(sorted(keys)) or 'none'})",
                 path,
             )
 
@@ -348,6 +348,11 @@ def _check_table_kinds(op: OperatorState, path: str) -> None:
     kinds = [t.kind for t in op.tables]
     families = op.column_families is not None or any(k in CF_TABLE_KINDS for k in kinds)
     allowed = CF_TABLE_KINDS if families else _STORE_KINDS
+    _check(
+        len({k for k in kinds if k in _STORE_KINDS}) <= 1,
+        f"operator {op.uid} mixes store kinds {sorted(set(kinds))}",
+        path,
+    )
     _check(
         not kinds or families == (op.name in TWS_NAMES),
         f"operator {op.uid} ({op.name}) has tables of kinds {sorted(set(kinds))}",
