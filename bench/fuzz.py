@@ -1366,6 +1366,9 @@ _VOLATILE = {
     "offset_batches",
     "commit_batches",
     "uncommitted_batches",
+    # a source's one-line summary restates its offset and position (compared) and the count of
+    # its sources/ files (like "files": an unread file deleted is reported, not a difference)
+    "summary",
 }
 
 

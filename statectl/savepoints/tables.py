@@ -145,6 +145,12 @@ def check_file_schema(actual: pa.Schema, table: StateTable, path: str) -> None:
     ``_metadata`` says string is forged or belongs elsewhere, never something to cast."""
     expected = table_schema(table)
     names = [f.name for f in expected]
+    if list(table.columns) != names:
+        raise CorruptFileError(
+            f"savepoint metadata is invalid: table {table.name} lists columns "
+            f"{table.columns}, its kind {table.kind!r} has {names}",
+            METADATA_FILE,
+        )
     if actual.names != names:
         raise CorruptFileError(
             f"has columns {actual.names}, _metadata declares {names} for table {table.name}; "
