@@ -54,6 +54,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import fuzz_trust  # noqa: E402
+
 FIXTURES = REPO / "fixtures" / "checkpoints"
 MANIFEST = REPO / "fixtures" / "manifest.json"
 
@@ -117,6 +119,24 @@ FAMILIES: dict[str, list[str]] = {
     # `dispose` of a savepoint with user files, nested checkpoints, crafted paths, missing
     # files, and the path given through a link, `..`, `.` or a trailing slash (see "dispose").
     "dispose": ["agg-hdfs", "join-rocksdb", "tws-rocksdb", "multi-hdfs"],
+    # Issue 26 (bench/fuzz_trust.py): checkpoints without checksum files, FIFOs and links in
+    # place of files, forged Parquet under a re-sealed _metadata, self-contradicting savepoints.
+    "nocrc": [
+        "agg-hdfs",
+        "dedup-hdfs",
+        "join-hdfs",
+        "window-hdfs",
+        "agg-snappy-hdfs",
+        "agg-rocksdb",
+        "agg-rocksdb-changelog",
+        "dedupwm-rocksdb-changelog",
+        "tws-rocksdb-changelog",
+        "agg-ckptv2-rocksdb-changelog",
+    ],
+    "fsnodes": ["agg-hdfs", "agg-rocksdb-changelog", "tws-rocksdb", "agg-ckptv2-rocksdb"],
+    "sp-fsnodes": ["agg-hdfs", "join-rocksdb", "tws-rocksdb"],
+    "sp-forged": ["agg-hdfs", "join-rocksdb", "tws-rocksdb", "agg-types-hdfs", "multi-hdfs"],
+    "sp-inconsistent": ["agg-hdfs", "join-rocksdb", "tws-rocksdb", "multi-hdfs"],
 }
 
 CKPT_CLASSES = [
@@ -147,7 +167,13 @@ SP_CLASSES = [
     "sp-flip",
     "sp-truncate",
 ]
-SP_FAMILIES = ("savepoint", "kill", "dispose")  # cases that need a savepoint of the fixture
+# cases that need a savepoint of the fixture
+SP_FAMILIES = ("savepoint", "kill", "dispose", "sp-fsnodes", "sp-forged", "sp-inconsistent")
+# crafted savepoints, run with the savepoint family's commands (sp-fsnodes also lists)
+SP_LIKE = ("savepoint", "sp-fsnodes", "sp-forged", "sp-inconsistent")
+FS_FAMILIES = ("fsnodes", "sp-fsnodes")  # a command may block: each has its own timeout
+COMMAND_TIMEOUT = 15.0  # seconds, in the FS families (a FIFO blocks an open forever)
+FS_MEMORY = 3 << 30  # bytes of data segment per case child in the FS families
 KILL_CLASSES = ["kill-savepoint", "kill-restore", "kill-migrate"]
 DISPOSE_CLASSES = ["dispose", "dispose-force"]
 # Savepoint mutations that model a crafted (re-sealed) _metadata rather than damage.
@@ -161,6 +187,9 @@ CRAFTED_SAVEPOINT = {
 OUTCOMES = [
     "same",
     "clean-error",
+    # nocrc: a different result, but inspect reported the checkpoint unverifiable, naming the
+    # changed file (what a checkpoint without checksums can honestly give)
+    "unverifiable",
     "SILENT-DIFF",
     "NO-RECOVERY",  # after kill -9, re-running the command (with --overwrite) did not recover
     "TRACEBACK",
@@ -333,6 +362,8 @@ def snapshot(root: Path, skip: tuple[Path, ...]) -> dict[str, str]:
             rel = str(p.relative_to(root))
             if p.is_symlink():
                 out[rel] = "->" + os.readlink(p)
+            elif not p.is_file():  # a FIFO (fsnodes): opening it would block the harness
+                out[rel] = "not a regular file"
             else:
                 try:
                     out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
@@ -726,6 +757,10 @@ def apply_mutation(m: dict[str, Any], dirs: CaseDirs) -> None:
         _mutate_schema(p, m)
     elif cls == "zip-member":
         _mutate_zip(p, m, dirs)
+    elif cls in fuzz_trust.FS_CLASSES:
+        fuzz_trust.apply_fs(m, src, dirs.sentinel)
+    elif cls in fuzz_trust.FORGED_CLASSES or cls in fuzz_trust.INCONSISTENT_CLASSES:
+        fuzz_trust.apply_sp(m, src)
     elif cls.startswith("sp-"):
         _mutate_savepoint(m, dirs)
     else:
@@ -1331,6 +1366,9 @@ _VOLATILE = {
     "offset_batches",
     "commit_batches",
     "uncommitted_batches",
+    # a source's one-line summary restates its offset and position (compared) and the count of
+    # its sources/ files (like "files": an unread file deleted is reported, not a difference)
+    "summary",
 }
 
 
@@ -1343,8 +1381,20 @@ def _strip_volatile(obj: Any) -> Any:
     return obj
 
 
+_COMMAND_TIMEOUT: float | None = None  # set in a case's child (FS_FAMILIES)
+
+
+class CommandHang(BaseException):
+    """A command outlived ``_COMMAND_TIMEOUT`` (blocked on a FIFO, reading /dev/zero)."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise CommandHang()
+
+
 def _run_cli(argv: list[str]) -> tuple[int, str, str]:
-    """statectl's main() in this process, stdout/stderr captured, any escape as a traceback."""
+    """statectl's main() in this process, stdout/stderr captured, any escape as a traceback;
+    a command past ``_COMMAND_TIMEOUT`` is interrupted and reported with exit code -1 (HANG)."""
     from statectl import cli
 
     out, err = io.StringIO(), io.StringIO()
@@ -1352,16 +1402,23 @@ def _run_cli(argv: list[str]) -> tuple[int, str, str]:
     old_argv = sys.argv
     sys.argv = ["statectl", *argv]
     rc = 0
+    if _COMMAND_TIMEOUT:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, _COMMAND_TIMEOUT)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 cli.main()
             except SystemExit as e:
                 rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except CommandHang:
+                rc = -1
             except BaseException:
                 err.write("TRACEBACK (escaped main()):\n" + traceback.format_exc())
                 rc = 1
     finally:
+        if _COMMAND_TIMEOUT:
+            signal.setitimer(signal.ITIMER_REAL, 0)
         sys.argv = old_argv
     return rc, out.getvalue(), err.getvalue()
 
@@ -1433,6 +1490,8 @@ def _json_refusal(stdout: str) -> bool:
 
 def classify(r: dict[str, Any], base: dict[str, Any] | None) -> str:
     rc, err = r["rc"], r["stderr"]
+    if rc == -1:  # interrupted by the per-command timeout (see _run_cli)
+        return "HANG"
     if r.get("traceback") or "Traceback (most recent call last)" in err:
         return "TRACEBACK"
     if rc == 0:
@@ -1480,18 +1539,21 @@ def commands_for(case_family: str, fixture: str) -> list[Command]:
         return kill_baseline_commands(fixture)
     if case_family == "dispose":
         return []
-    return (
-        savepoint_commands(fixture) if case_family == "savepoint" else checkpoint_commands(fixture)
-    )
+    cmds = savepoint_commands(fixture) if case_family in SP_LIKE else checkpoint_commands(fixture)
+    if case_family in FS_FAMILIES:  # `list` opens every savepoint's _metadata below it
+        cmds.insert(1, Command("list", ["list", "{src}", "--json"]))
+    return cmds
 
 
 def prepare(dirs: CaseDirs, family: str, fixture: str, base_sp: Path | None) -> None:
     dirs.make()
-    if family in ("savepoint", "dispose"):
+    if family in (*SP_LIKE, "dispose"):
         assert base_sp is not None
         shutil.copytree(base_sp, dirs.src, symlinks=True)
     else:
         shutil.copytree(FIXTURES / fixture, dirs.src, symlinks=True)
+    if family == "nocrc":
+        fuzz_trust.strip_checksums(dirs.src)
     if family == "kill":  # kill-restore restores from a savepoint of the fixture
         assert base_sp is not None
         shutil.copytree(base_sp, dirs.root / "spsrc", symlinks=True)
@@ -1518,6 +1580,11 @@ def execute(
         return run_dispose_case(dirs, mutation)
     if mutation is not None:
         apply_mutation(mutation, dirs)
+    global _COMMAND_TIMEOUT
+    _COMMAND_TIMEOUT = COMMAND_TIMEOUT if family in FS_FAMILIES else None
+    if family in FS_FAMILIES:
+        # a link to /dev/zero read whole must fail in this child, not exhaust a shared machine
+        resource.setrlimit(resource.RLIMIT_DATA, (FS_MEMORY, FS_MEMORY))
     results, events = run_commands(dirs, commands_for(family, fixture))
     return {"results": [_result_dict(r, dirs) for r in results], "events": events}
 
@@ -1582,6 +1649,54 @@ def fork_call(fn: Any, timeout: float, *args: Any) -> tuple[str, Any]:
 # -- the campaign ------------------------------------------------------------------------------
 
 
+def _baseline_kind(family: str) -> str:
+    """Families that run the same commands on the same intact input share a baseline."""
+    if family in ("savepoint", "kill", "dispose", "nocrc", "fsnodes", "sp-fsnodes"):
+        return family
+    return "savepoint" if family in SP_LIKE else "checkpoint"
+
+
+def _plan_trust(
+    rng: random.Random, family: str, classes: list[str] | None, src: Path
+) -> tuple[str, dict[str, Any] | None]:
+    """A class and a mutation of one of issue 26's families (bench/fuzz_trust.py)."""
+    pools = {
+        "fsnodes": fuzz_trust.FS_CLASSES,
+        "sp-fsnodes": fuzz_trust.FS_CLASSES,
+        "sp-forged": fuzz_trust.FORGED_CLASSES,
+        "sp-inconsistent": fuzz_trust.INCONSISTENT_CLASSES,
+        "nocrc": CKPT_CLASSES,
+    }
+    pool = [c for c in pools[family] if not classes or c in classes] or pools[family]
+    for _ in range(20):
+        cls = rng.choice(pool)
+        if family == "nocrc":
+            m = plan_mutation(rng, cls, src)
+            # the checksum files are gone before the mutation: it must not name one
+            if m is not None and (_is_crc(m["file"]) or _is_crc(m.get("other", ""))):
+                m = None
+        elif family in FS_FAMILIES:
+            m = fuzz_trust.plan_fs(rng, cls, src, family == "sp-fsnodes")
+        else:
+            m = fuzz_trust.plan_sp(rng, cls, src)
+        if m is not None:
+            return cls, m
+    return "none", None
+
+
+def _reported_unverifiable(results: list[dict[str, Any]], m: dict[str, Any] | None) -> bool:
+    """The case's ``inspect --json`` exited 0 and named every file the mutation changed as
+    unverifiable."""
+    inspect = next((r for r in results if r["name"] == "inspect"), None)
+    if m is None or inspect is None or inspect["rc"] != 0 or not isinstance(inspect["norm"], dict):
+        return False
+    listed = inspect["norm"].get("unverifiable_files") or []
+    changed = [m["file"], *([m["other"]] if "other" in m else [])]
+    return inspect["norm"].get("verification") == "unverifiable" and all(
+        f in listed for f in changed
+    )
+
+
 class Campaign:
     def __init__(self, workdir: Path, timeout: float = 60.0) -> None:
         self.workdir = workdir
@@ -1590,12 +1705,12 @@ class Campaign:
         self.base_sp: dict[str, Path] = {}
 
     def baseline(self, family: str, fixture: str) -> list[dict[str, Any]]:
-        kind = family if family in ("savepoint", "kill", "dispose") else "checkpoint"
+        kind = _baseline_kind(family)
         key = (kind, fixture)
         if kind == "dispose":
             return []  # judged on its own (what was deleted), not against a baseline
         if key not in self.baselines:
-            sp = self.savepoint_of(fixture) if kind in ("savepoint", "kill") else None
+            sp = self.savepoint_of(fixture) if family in SP_FAMILIES else None
             dirs = CaseDirs(self.workdir / f"baseline-{kind}-{fixture}")
             status, value = fork_call(execute, self.timeout * 3, dirs, family, fixture, None, sp)
             shutil.rmtree(dirs.root, ignore_errors=True)
@@ -1644,6 +1759,10 @@ class Campaign:
             self.savepoint_of(fixture)
             cls = rng.choice(DISPOSE_CLASSES)
             return Case(index, family, fixture, cls, plan_dispose(rng, cls))
+        if family in ("nocrc", "sp-forged", "sp-inconsistent", *FS_FAMILIES):
+            src = self.savepoint_of(fixture) if family in SP_LIKE else FIXTURES / fixture
+            cls, m = _plan_trust(rng, family, classes, src)
+            return Case(index, family, fixture, cls, m)
         pool = SP_CLASSES if family == "savepoint" else CKPT_CLASSES
         if classes:
             pool = [c for c in pool if c in classes] or pool
@@ -1672,7 +1791,7 @@ class Campaign:
         dirs = self.case_dirs(case)
         t0 = time.monotonic()
         status, value = fork_call(
-            execute, self.timeout, dirs, case.family, case.fixture, case.mutation, sp
+            execute, self.timeout_of(case), dirs, case.family, case.fixture, case.mutation, sp
         )
         return self.finish(case, status, value, base, time.monotonic() - t0, dirs, keep)
 
@@ -1684,13 +1803,21 @@ class Campaign:
         sp = self.savepoint_of(case.fixture) if case.family in SP_FAMILIES else None
         self.baseline(case.family, case.fixture)
         self.resolve_delay(case)
-        return fork_start(
+        pid, result_path, t0 = fork_start(
             execute, self.case_dirs(case), case.family, case.fixture, case.mutation, sp
         )
+        return pid, result_path, t0, self.timeout_of(case)
 
-    def poll(self, handle: tuple[int, str, float]) -> tuple[str, Any] | None:
-        pid, result_path, t0 = handle
-        return _poll(pid, result_path, t0 + self.timeout)
+    def timeout_of(self, case: Case) -> float:
+        """The case's timeout; in the FS families every command may use its own timeout."""
+        if case.family not in FS_FAMILIES:
+            return self.timeout
+        n = len(commands_for(case.family, case.fixture))
+        return max(self.timeout, COMMAND_TIMEOUT * (n + 1))
+
+    def poll(self, handle: tuple[int, str, float, float]) -> tuple[str, Any] | None:
+        pid, result_path, t0, timeout = handle
+        return _poll(pid, result_path, t0 + timeout)
 
     def finish(
         self,
@@ -1715,6 +1842,12 @@ class Campaign:
                     outcome = classify_kill(r, by_name.get(r.get("compare_as", r["name"])))
                 else:
                     outcome = classify(r, by_name.get(r["name"]))
+                    if (
+                        outcome == "SILENT-DIFF"
+                        and case.family == "nocrc"
+                        and _reported_unverifiable(value["results"], case.mutation)
+                    ):
+                        outcome = "unverifiable"
                 case.commands.append(
                     {
                         "name": r["name"],

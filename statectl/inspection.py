@@ -12,6 +12,7 @@ import posixpath
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from statectl.checkpoint.model import (
     PARTITIONS_CONF,
@@ -28,7 +29,18 @@ from statectl.join_state import format_of
 from statectl.savepoints.layout import EMBEDDED
 from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.sources import checkpoint_sources, savepoint_source_rows
-from statectl.state import StoreEncoding, load_raw, read_le_int, state_variable_type
+from statectl.state import (
+    Selection,
+    StoreEncoding,
+    check_placement,
+    load_raw,
+    placement_checked,
+    read_le_int,
+    read_partition,
+    state_variable_type,
+)
+from statectl.state_rows import decode_key
+from statectl.verification import unverifiable_files
 
 SAMPLE_ROWS = 5
 
@@ -60,7 +72,8 @@ def schema_string(schema_json: str) -> str:
 def _store_row_counts(
     ckpt: Checkpoint, op: Operator, batch: int, enc: StoreEncoding
 ) -> dict[str, int]:
-    """Live entries per store (or per column family), summed over partitions."""
+    """Live entries per store (or per column family), summed over partitions, each
+    partition's key placement checked as ``export`` checks it (unless ``--no-verify``)."""
     counts: dict[str, int] = {}
     for p in range(op.num_partitions):
         for store in op.store_names:
@@ -71,12 +84,46 @@ def _store_row_counts(
                 ids = read_le_int(raw.keys, 0, 2)
                 by_id = {v: k for k, v in raw.cf_ids.items()}
                 uniq, n = np.unique(ids, return_counts=True)
-                for cf_id, c in zip(uniq.tolist(), n.tolist(), strict=True):
-                    name = by_id.get(cf_id, f"cf#{cf_id}")
+                here = {
+                    by_id.get(i, f"cf#{i}"): c
+                    for i, c in zip(uniq.tolist(), n.tolist(), strict=True)
+                }
+                for name, c in here.items():
                     counts[name] = counts.get(name, 0) + c
+                _check_family_placement(ckpt, op, p, batch, enc, here)
             else:
                 counts[store] = counts.get(store, 0) + len(raw)
+                _check_store_placement(ckpt, op, store, p, batch, enc, raw)
     return counts
+
+
+def _check_store_placement(
+    ckpt: Checkpoint, op: Operator, store: str, p: int, batch: int, enc: StoreEncoding, raw: Any
+) -> None:
+    """Every key of a key-value store partition hashes to it (files swapped between
+    partitions decode fine; only their keys tell)."""
+    if not ckpt.verify or len(raw) == 0 or not placement_checked(ckpt, op, batch):
+        return
+    where = ckpt.path("state", str(op.operator_id), str(p))
+    keys = enc.entry_codec().decode(raw.keys, raw.values)[0]
+    key = decode_key(keys, op.schema(store), enc, where)
+    check_placement(ckpt, op, pa.table({"key": key}), store, p, batch)
+
+
+def _check_family_placement(
+    ckpt: Checkpoint, op: Operator, p: int, batch: int, enc: StoreEncoding, here: dict[str, int]
+) -> None:
+    """A column-family partition's placement, read as ``export`` reads it: a join's sides, or
+    the first state variable with rows (the families of a partition share its files)."""
+    if not ckpt.verify or not placement_checked(ckpt, op, batch):
+        return
+    if format_of(op.kind) is not None:
+        sels = [Selection(op.operator_id, join_side=side) for side in ("left", "right")]
+    else:
+        names = [s.name for s in op.schemas if not s.name.startswith("$") and here.get(s.name)]
+        sels = [Selection(op.operator_id, state_var=names[0])] if names else []
+    for sel in sels:
+        read_partition(ckpt, op, sel, p, batch, enc)
 
 
 def describe_operator(
@@ -148,7 +195,15 @@ def inspect_checkpoint(
         "sources": [s.describe() for s in checkpoint_sources(ckpt, b)],
         "pinned_confs": confs,
         "operators": [describe_operator(ckpt, op, b, rows=rows) for op in ckpt.operators(b)],
+        **verification(unverifiable_files(ckpt, b)),
     }
+
+
+def verification(files: list[str] | None) -> dict[str, Any]:
+    """``verification``: "verified", or "unverifiable" with the files nothing can verify
+    (statectl/verification.py); None for a savepoint older than the record."""
+    state = None if files is None else "unverifiable" if files else "verified"
+    return {"verification": state, "unverifiable_files": files}
 
 
 def _span(ids: list[int]) -> dict[str, int] | None:
@@ -229,7 +284,14 @@ def _describe(sp: Savepoint) -> dict[str, Any]:
             for op in m.operators
         ],
         "bytes": sp.io.du(sp.root),
+        # Of the checkpoint it was taken from: the savepoint's own files are all verified.
+        **verification(_recorded_unverifiable(m.source_checkpoint)),
     }
+
+
+def _recorded_unverifiable(source: dict[str, Any]) -> list[str] | None:
+    files = source.get("unverifiable_files")
+    return [str(f) for f in files] if isinstance(files, list) else None
 
 
 def _short(schema_json: str) -> str:
@@ -260,6 +322,7 @@ def summarize_savepoint(io: FileIO, path: str) -> dict[str, Any]:
         health="ok",
         backend=m.source_checkpoint.get("backend"),
         operators=[f"{op.uid}" for op in m.operators],
+        **verification(_recorded_unverifiable(m.source_checkpoint)),
     )
     for op in m.operators:
         for t in op.tables:
@@ -362,6 +425,7 @@ def _summarize_batch(ckpt: Checkpoint, b: int, entry: dict[str, Any]) -> None:
     entry["operators"] = [f"{op.operator_id}:{op.name}" for op in ops]
     for op in ops:
         entry["problems"].extend(store_health(ckpt, op, b))
+    entry.update(verification(unverifiable_files(ckpt, b)))
 
 
 def list_dir(url: str) -> list[dict[str, Any]]:

@@ -208,7 +208,15 @@ def _inspect_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append((f"source {source}", json_text(offset)))
     if info.get("storage_options"):
         rows.append(("storage", json_text(info["storage_options"])))
+    if info.get("verification") == "unverifiable":  # issue 26: files without checksums
+        rows.append(("verification", unverifiable_line(info["unverifiable_files"])))
     return [(k, str(v)) for k, v in rows]
+
+
+def unverifiable_line(files: list[str]) -> str:
+    return (
+        f"unverifiable: {len(files)} file(s) without checksums, e.g. {files[0]} (--json lists them)"
+    )
 
 
 def _render_operator(console: Console, op: dict[str, Any], *, wide: bool) -> None:
@@ -309,7 +317,12 @@ def _list_table(wide: bool) -> Table:
     return t
 
 
-_HEALTH_STYLES = {"ok": "green", "uncommitted": "yellow", "incomplete": "yellow"}
+_HEALTH_STYLES = {
+    "ok": "green",
+    "ok, unverifiable": "yellow",
+    "uncommitted": "yellow",
+    "incomplete": "yellow",
+}
 
 
 def _list_row(e: dict[str, Any], parent: str, wide: bool) -> list[Any]:
@@ -323,6 +336,8 @@ def _list_row(e: dict[str, Any], parent: str, wide: bool) -> list[Any]:
     elif ops:
         cells[0] = Text(name) + Text("\n  " + ops, style="dim")
     health = e.get("health", "?")
+    if health == "ok" and e.get("verification") == "unverifiable":
+        health = "ok, unverifiable"  # no checksums: see inspect
     return [
         *cells,
         human_bytes(e.get("bytes")),

@@ -52,7 +52,7 @@ from statectl.codecs.changelog import changelog_version, parse_changelog
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
 from statectl.codecs.record_replay import last_writer_wins
 from statectl.codecs.records import OP_PUT, RecordBatch, iter_record_stream
-from statectl.errors import MissingFileError, StatectlError, display_path
+from statectl.errors import CorruptFileError, MissingFileError, StatectlError, display_path
 from statectl.io import FileIO
 
 PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -115,6 +115,14 @@ def chain_v2(
         for e in parsed[(version, unique_id)].lineage or []
     ]
     lineage.sort()
+    # The lineage runs up to version - 1 (empty for version 1 only): a changelog whose lineage
+    # ends elsewhere is another version's, swapped in (issue 26: no checksum may say so).
+    if (lineage[-1][0] if lineage else 0) != version - 1:
+        raise CorruptFileError(
+            f"its lineage ends at version {lineage[-1][0] if lineage else 0}, not {version - 1}; "
+            "it is another version's changelog",
+            top.path,
+        )
     base, chain = _lineage_chain(by_key, lineage, version, top, store_dir)
     return base, chain, parsed
 

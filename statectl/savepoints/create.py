@@ -50,7 +50,7 @@ from statectl.savepoints.layout import (
     write_table,
 )
 from statectl.savepoints.native import build_native
-from statectl.savepoints.store import Savepoint
+from statectl.savepoints.store import Savepoint, is_savepoint_dir
 from statectl.sources import file_source_logs, savepoint_sources
 from statectl.state import (
     Selection,
@@ -58,6 +58,7 @@ from statectl.state import (
     iter_partition,
     read_partition,
 )
+from statectl.verification import unverifiable_files
 from statectl.version import __version__
 
 # Re-exported: restore and the tests name the savepoint's contents from here.
@@ -289,6 +290,8 @@ def savepoint_metadata(
             "partitions": ckpt.num_partitions(batch),
             "checkpoint_format_version": ckpt.checkpoint_format_version(batch),
             "commit_log_version": commit.version,
+            # Files of the batch nothing could verify (no checksum sidecar): docs/guide.md
+            "unverifiable_files": _source_unverifiable(ckpt, batch),
             # commit log v3 (sink evolution, Spark 4.2+): sinkMetadataMap, kept for the restore
             **({"commit_metadata_extra": commit.extra} if commit.extra else {}),
         },
@@ -300,6 +303,17 @@ def savepoint_metadata(
         statectl_version=__version__,
         spark_version=_spark_version(),
     )
+
+
+def _source_unverifiable(ckpt: Checkpoint, batch: int) -> list[str] | None:
+    """:func:`unverifiable_files` of the source; a native savepoint converted to a canonical
+    one had its files verified against its ``_metadata``: what it recorded stands."""
+    root = ckpt.root.rstrip("/")
+    parent = posixpath.dirname(root)
+    if posixpath.basename(root) == EMBEDDED and is_savepoint_dir(ckpt.io, parent):
+        recorded = Savepoint(ckpt.io, parent).metadata.source_checkpoint.get("unverifiable_files")
+        return recorded if isinstance(recorded, list) else None
+    return unverifiable_files(ckpt, batch)
 
 
 def take_savepoint(

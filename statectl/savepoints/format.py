@@ -16,7 +16,7 @@ from typing import Any
 
 from statectl.errors import CorruptFileError, NotACheckpointError, UnsupportedError
 from statectl.io import relative_inside
-from statectl.operators import OperatorKind, classify
+from statectl.operators import TWS_NAMES, OperatorKind, classify
 
 FORMAT_NAME = "statectl-savepoint"
 FORMAT_VERSION = 1
@@ -281,6 +281,108 @@ def _check_table(
     )
 
 
+def uid_problem(uid: object) -> str | None:
+    """Why ``uid`` cannot name an operator (it names its data directory), or None: the rule
+    every reader applies, and so relabel before it writes one."""
+    if not isinstance(uid, str) or not uid:
+        return "a uid is a non-empty name"
+    if any(c in uid for c in "/\\\0") or uid in (".", ".."):
+        return f"uid {uid!r} is a path, not a name (no '/', '\\', NUL, '.' or '..')"
+    return None
+
+
+def _check_type_contents(meta: SavepointMetadata, path: str) -> None:
+    """A native savepoint holds Spark's files under its embedded ``checkpoint/`` and lists its
+    logs; a canonical one holds Parquet files and no logs. A ``type`` that contradicts the
+    contents is damage, named as such (not as the first path that does not fit)."""
+    native = meta.savepoint_type == "native"
+    embedded = [
+        f.path.startswith("checkpoint/")
+        for op in meta.operators
+        if isinstance(op.tables, list)
+        for t in op.tables
+        if isinstance(t.files, list)
+        for f in t.files
+        if isinstance(f.path, str)
+    ]
+    if native:
+        _check(
+            meta.native_logs is not None and all(embedded),
+            "type is 'native' but the contents are a canonical savepoint's (data files "
+            "outside checkpoint/, or no native_logs)",
+            path,
+        )
+    else:
+        _check(
+            meta.native_logs is None and not any(embedded),
+            f"type is {meta.savepoint_type!r} but the contents are a native savepoint's "
+            "(native_logs, or data files under checkpoint/)",
+            path,
+        )
+
+
+def _check_sources(meta: SavepointMetadata, path: str) -> None:
+    """Every source named in ``source_logs`` and ``sources`` is one of the batch's
+    ``offsets`` (a savepoint records the sources of one batch)."""
+    keys = set(meta.offsets)
+    for what, named in (
+        ("source log name", list(meta.source_logs)),
+        ("sources entry", [e.get("key") for e in meta.sources or [] if isinstance(e, dict)]),
+    ):
+        extra = [k for k in named if k not in keys]
+        if extra:
+            raise CorruptFileError(
+                f"savepoint metadata is invalid: {what} {extra[0]!r} names no source of the "
+                f"batch's offsets (offsets: {', '.join(sorted(keys)) or 'none'})",
+                path,
+            )
+
+
+_STORE_KINDS = ("store", "join-store")
+
+
+def _check_table_kinds(op: OperatorState, path: str) -> None:
+    """An operator's tables are its stores (``store``; a join's ``join-store``, named as its
+    stores) or its state variables and ``$timers`` (column families), never a mix: the kind
+    decides how a table's rows are typed, so one that contradicts the rest is damage."""
+    kinds = [t.kind for t in op.tables]
+    families = op.column_families is not None or any(k in CF_TABLE_KINDS for k in kinds)
+    allowed = CF_TABLE_KINDS if families else _STORE_KINDS
+    _check(
+        len({k for k in kinds if k in _STORE_KINDS}) <= 1,
+        f"operator {op.uid} mixes store kinds {sorted(set(kinds))}",
+        path,
+    )
+    _check(
+        not kinds or families == (op.name in TWS_NAMES),
+        f"operator {op.uid} ({op.name}) has tables of kinds {sorted(set(kinds))}",
+        path,
+    )
+    for t in op.tables:
+        where = f"table {op.uid}/{t.name}"
+        _check(t.kind in allowed, f"{where} has kind {t.kind!r}, not one of {allowed}", path)
+        _check(
+            (t.kind == "timers") == (t.name == "$timers"),
+            f"{where}: only $timers has kind 'timers'",
+            path,
+        )
+        _check(
+            t.kind != "MapState" or bool(t.user_key_schema),
+            f"{where} is a MapState without user_key_schema",
+            path,
+        )
+        _check(
+            families or t.name in op.store_names,
+            f"{where} is not one of the operator's stores {op.store_names}",
+            path,
+        )
+        _check(
+            t.kind != "join-store" or op.name == "symmetricHashJoin",
+            f"{where} is a join store of a {op.name!r} operator",
+            path,
+        )
+
+
 def validate_metadata(meta: SavepointMetadata, path: str) -> None:
     """Types and cross-checked counts of a parsed ``_metadata``: nothing in it is trusted.
 
@@ -298,15 +400,10 @@ def validate_metadata(meta: SavepointMetadata, path: str) -> None:
     _check(isinstance(meta.source_checkpoint, dict), "source_checkpoint is not an object", path)
     seen_uids: set[str] = set()
     seen_paths: set[str] = set()
+    _check_type_contents(meta, path)
+    _check_sources(meta, path)
     for op in meta.operators:
-        _check(
-            isinstance(op.uid, str)
-            and bool(op.uid)
-            and not any(c in op.uid for c in "/\\\0")
-            and op.uid not in (".", ".."),
-            f"uid {op.uid!r} (a name, not a path)",
-            path,
-        )
+        _check(uid_problem(op.uid) is None, f"uid {op.uid!r} (a name, not a path)", path)
         _check(op.uid not in seen_uids, f"uid {op.uid!r} appears twice", path)
         seen_uids.add(op.uid)
         _check(
@@ -318,6 +415,8 @@ def validate_metadata(meta: SavepointMetadata, path: str) -> None:
         _check(isinstance(op.tables, list), f"tables of {op.uid}", path)
         for t in op.tables:
             _check_table(op, t, path, native, seen_paths)
+        if not native:
+            _check_table_kinds(op, path)
     for f in meta.native_logs or []:
         _check_file(f, path, True)
 

@@ -14,7 +14,12 @@ from typing import Any
 
 from statectl.errors import StatectlError
 from statectl.io import FileIO
-from statectl.savepoints.format import METADATA_FILE, OperatorState, SavepointMetadata
+from statectl.savepoints.format import (
+    METADATA_FILE,
+    OperatorState,
+    SavepointMetadata,
+    uid_problem,
+)
 from statectl.savepoints.layout import new_dir_name, safe_name, write_metadata
 from statectl.savepoints.store import Savepoint
 
@@ -26,6 +31,10 @@ def _check_mapping(sp: Savepoint, mapping: dict[str, str]) -> None:
         raise StatectlError(
             f"no operator with uid {', '.join(missing)}; uids: {', '.join(sorted(uids))}", sp.root
         )
+    for new_uid in mapping.values():
+        problem = uid_problem(new_uid)
+        if problem is not None:
+            raise StatectlError(f"cannot relabel to {new_uid!r}: {problem}", sp.root)
     new = [mapping.get(op.uid, op.uid) for op in sp.metadata.operators]
     if len(set(new)) != len(new):
         raise StatectlError(f"uids would not be unique: {new}", sp.root)

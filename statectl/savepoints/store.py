@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from statectl import join_state
@@ -31,7 +32,7 @@ from statectl.savepoints.format import (
     parse_metadata,
 )
 from statectl.savepoints.layout import EMBEDDED
-from statectl.savepoints.tables import retype, table_schema
+from statectl.savepoints.tables import check_file_schema, retype, table_schema
 from statectl.state import Selection, join_side_view, read_state
 
 
@@ -109,6 +110,7 @@ class Savepoint:
                 f"table {table.name} has {part.num_columns} columns, its schema {len(schema)}",
                 posixpath.join(self.root, METADATA_FILE),
             )
+        check_file_schema(part.schema, table, path)
         try:
             columns = [
                 retype(c.combine_chunks(), fld.type)
@@ -119,7 +121,9 @@ class Savepoint:
                 f"table {table.name} does not match its schema in _metadata ({e})",
                 posixpath.join(self.root, METADATA_FILE),
             ) from None
-        return pa.Table.from_arrays(columns, schema=schema)
+        out = pa.Table.from_arrays(columns, schema=schema)
+        check_partition_ids(out, _partition_of(table, f), path)
+        return out
 
     def iter_file(
         self, table: StateTable, f: DataFile, batch_rows: Callable[[int], int], scratch: str
@@ -155,7 +159,9 @@ class Savepoint:
                     "sha256 differs from the one recorded in _metadata; the savepoint is damaged",
                     path,
                 )
-            yield from self._file_chunks(table, local, path, f.rows, batch_rows)
+            for chunk in self._file_chunks(table, local, path, f.rows, batch_rows):
+                check_partition_ids(chunk, _partition_of(table, f), path)
+                yield chunk
         finally:
             if local != path and os.path.exists(local):
                 os.remove(local)
@@ -177,6 +183,7 @@ class Savepoint:
                 f"table {table.name} has {len(pf.schema_arrow)} columns, its schema {len(schema)}",
                 posixpath.join(self.root, METADATA_FILE),
             )
+        check_file_schema(pf.schema_arrow, table, path)
         meta = pf.metadata
         size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         try:
@@ -276,6 +283,27 @@ class Savepoint:
                 self.root,
             )
         return t
+
+
+def _partition_of(table: StateTable, f: DataFile) -> int:
+    """The partition a data file holds: its place in the table's files (one per partition,
+    in order, as every writer lists them; validate_metadata checks there is one each)."""
+    return next(i for i, g in enumerate(table.files) if g is f or g.path == f.path)
+
+
+def check_partition_ids(part: pa.Table, partition: int, path: str) -> None:
+    """Every row's ``partition_id`` is the file's partition: export shows the column, and a
+    forged one would be echoed as if Spark had placed the row there."""
+    if part.num_rows == 0 or "partition_id" not in part.column_names:
+        return
+    col = part.column("partition_id")
+    wrong = col.null_count + part.num_rows - int(pc.sum(pc.equal(col, partition)).as_py() or 0)
+    if wrong:
+        raise CorruptFileError(
+            f"{wrong} of {part.num_rows} rows have a partition_id other than the file's "
+            f"partition {partition}; the savepoint is damaged",
+            path,
+        )
 
 
 def table_selection(operator_id: int, table: StateTable) -> Selection:

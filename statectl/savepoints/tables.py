@@ -98,6 +98,13 @@ def table_schema(table: StateTable) -> pa.Schema:
 
     key = arrow(table.key_schema)
     value = arrow(table.value_schema)
+    if table.kind in ("MapState", "timers") and not (
+        pa.types.is_struct(key) and key.get_field_index("key") >= 0
+    ):
+        raise CorruptFileError(
+            f"key schema of {table.kind} table {table.name!r} in _metadata has no field 'key'",
+            METADATA_FILE,
+        )
     if table.kind == "MapState":
         user_key = arrow(table.user_key_schema or "{}")
         return pa.schema(
@@ -118,3 +125,42 @@ def table_schema(table: StateTable) -> pa.Schema:
         )
     name = "list_element" if table.kind == "ListState" else "value"
     return pa.schema([("key", key), (name, value), ("partition_id", pa.int32())])
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """``t`` with every field nullable and without metadata: what "the same schema" compares
+    (names and types, field for field), whoever wrote the file."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain(f.type)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(_plain(t.value_type))
+    if pa.types.is_map(t):
+        return pa.map_(_plain(t.key_type), _plain(t.item_type))
+    return t
+
+
+def check_file_schema(actual: pa.Schema, table: StateTable, path: str) -> None:
+    """A data file's columns are exactly what ``_metadata`` declares for ``table`` (names and
+    types, field for field, as the writer stores them): a file whose key is an int64 where
+    ``_metadata`` says string is forged or belongs elsewhere, never something to cast."""
+    expected = table_schema(table)
+    names = [f.name for f in expected]
+    if list(table.columns) != names:
+        raise CorruptFileError(
+            f"savepoint metadata is invalid: table {table.name} lists columns "
+            f"{table.columns}, its kind {table.kind!r} has {names}",
+            METADATA_FILE,
+        )
+    if actual.names != names:
+        raise CorruptFileError(
+            f"has columns {actual.names}, _metadata declares {names} for table {table.name}; "
+            "the savepoint is damaged",
+            path,
+        )
+    for got, want in zip(actual, expected, strict=True):
+        if _plain(got.type) != _plain(dedupe_field_names(want.type)):
+            raise CorruptFileError(
+                f"column {got.name} is {got.type}, _metadata declares "
+                f"{dedupe_field_names(want.type)} for table {table.name}; the savepoint is damaged",
+                path,
+            )
