@@ -36,6 +36,7 @@ import hashlib
 import io
 import json
 import os
+import posixpath
 import random
 import resource
 import shutil
@@ -1697,6 +1698,22 @@ def _reported_unverifiable(results: list[dict[str, Any]], m: dict[str, Any] | No
     )
 
 
+def _list_reports_damage(r: dict[str, Any], m: dict[str, Any] | None) -> bool:
+    """``list DIR --json`` exits 0 by design (one damaged entry does not stop the listing): a
+    listing whose entry names the mutated file among its problems reported the damage."""
+    if r["name"] != "list" or r["rc"] != 0 or m is None or "file" not in m:
+        return False
+    try:
+        entries = json.loads(r["stdout"])
+    except ValueError:
+        return False
+    name = posixpath.basename(m["file"])
+    return isinstance(entries, list) and any(
+        isinstance(e, dict) and any(name in str(p) for p in e.get("problems") or [])
+        for e in entries
+    )
+
+
 class Campaign:
     def __init__(self, workdir: Path, timeout: float = 60.0) -> None:
         self.workdir = workdir
@@ -1848,6 +1865,8 @@ class Campaign:
                         and _reported_unverifiable(value["results"], case.mutation)
                     ):
                         outcome = "unverifiable"
+                    if outcome == "SILENT-DIFF" and _list_reports_damage(r, case.mutation):
+                        outcome = "clean-error"
                 case.commands.append(
                     {
                         "name": r["name"],

@@ -63,6 +63,22 @@ def _state_files(ckpt: Checkpoint, batch: int) -> list[str]:
     return out
 
 
+def _operator_files(ckpt: Checkpoint) -> list[str]:
+    """Each operator's metadata and state schema files (``state/<op>/_metadata/…``,
+    ``state/<op>/_stateSchema/…`` and a store's ``_metadata/schema``): what the operator and
+    its stores' schemas are read from."""
+    out: list[str] = []
+    state = ckpt.path("state")
+    if not ckpt.io.is_dir(state):
+        return out
+    for op_dir in ckpt.io.list_dir(state):
+        for sub in ("_metadata", "_stateSchema"):
+            d = posixpath.join(op_dir.path, sub)
+            if ckpt.io.is_dir(d):
+                out += [f.path for f in ckpt.io.walk_files(d)]
+    return out
+
+
 def _unique_id(ids: dict, operator_id: int, partition: int, store: int) -> str | None:
     try:
         return str(ids[str(operator_id)][partition][store])
@@ -72,7 +88,8 @@ def _unique_id(ids: dict, operator_id: int, partition: int, store: int) -> str |
 
 def unverifiable_files(ckpt: Checkpoint, batch: int) -> list[str]:
     """The files reading ``batch`` needs that have no checksum sidecar, relative to the
-    checkpoint, sorted: the logs of the batch and the state files of every store partition.
+    checkpoint, sorted: the logs of the batch, the operators' metadata and state schema files,
+    and the state files of every store partition.
     Damage that stops them from being found is reported where they are read, not here."""
     cache: dict[str, set[str]] = {}
     logs = [
@@ -82,6 +99,11 @@ def unverifiable_files(ckpt: Checkpoint, batch: int) -> list[str]:
     ]
     found = [
         p for p in logs if ckpt.io.exists(p) and not _has_checksum(ckpt, p, cache, data_file=False)
+    ]
+    found += [
+        p
+        for p in _operator_files(ckpt)
+        if not p.endswith(".crc") and not _has_checksum(ckpt, p, cache, data_file=False)
     ]
     try:
         state = _state_files(ckpt, batch)
