@@ -37,6 +37,26 @@ def hadoop_crc_path(path: str) -> str:
     return posixpath.join(parent, f".{name}.crc")
 
 
+def size_problem(io: FileIO, path: str, size: int) -> str | None:
+    """A file whose size disagrees with what its Hadoop ``.crc`` sidecar covers (truncated or
+    extended), told from the sidecar's length alone, without reading the file: ``list``'s
+    cheap health check. None when they agree, or when there is no readable sidecar (the full
+    read reports a damaged one)."""
+    sidecar = io.read_bytes_if_exists(hadoop_crc_path(path))
+    if sidecar is None or len(sidecar) < 8 or sidecar[:4] != _HADOOP_MAGIC:
+        return None
+    (chunk,) = struct.unpack(">i", sidecar[4:8])
+    if chunk <= 0 or (len(sidecar) - 8) % 4:
+        return None
+    chunks = (len(sidecar) - 8) // 4
+    if -(-size // chunk) == chunks:
+        return None
+    return (
+        f"{path}: {size} bytes, but its checksum file covers {chunks} chunk(s) of {chunk} bytes "
+        "(truncated or changed; statectl doctor says what can be recovered)"
+    )
+
+
 def spark_crc_path(path: str) -> str:
     return path + ".crc"
 

@@ -22,6 +22,7 @@ from statectl.checkpoint.model import (
     partition_absent,
     store_dir,
 )
+from statectl.checksums import read_verified, size_problem
 from statectl.errors import StatectlError
 from statectl.in_progress import describe_in_progress, read_in_progress
 from statectl.io import FileIO, redact, storage_options_for
@@ -371,15 +372,46 @@ def store_health(ckpt: Checkpoint, op: Operator, batch: int) -> list[str]:
         return []
     backend = ckpt.store_backend(batch)
     problems = []
+    budget = [_HEALTH_READ_BUDGET]
     for p in range(op.num_partitions):
         if partition_absent(ckpt, op, p):
             continue
         for store in op.store_names:
             d = store_dir(ckpt, op.operator_id, p, store)
-            problems += backend.missing_files(
+            missing = backend.missing_files(
                 ckpt.io, d, batch + 1, column_families=op.uses_column_families
             )
+            problems += missing or _damaged_files(ckpt, backend, d, batch, budget)
     return problems
+
+
+# Bytes of state files list's health check reads to verify them against their checksums; past
+# it, a file is only checked for a size its checksum sidecar does not cover.
+_HEALTH_READ_BUDGET = 16 << 20
+
+
+def _damaged_files(
+    ckpt: Checkpoint, backend: Any, d: str, batch: int, budget: list[int]
+) -> list[str]:
+    """The version's files that fail their checksums (read while ``budget`` lasts) or whose
+    size disagrees with their checksum sidecar (a truncated delta)."""
+    opts = StoreEncoding.of(ckpt, batch).read_options(None, True)
+    try:
+        files = backend.files_for_version(ckpt.io, d, batch + 1, opts)
+        sizes = {f.path: f.size for f in ckpt.io.list_dir(d)}
+    except StatectlError:
+        return []  # the read reports it
+    found = []
+    for f in (f for f in files if f in sizes):
+        if sizes[f] <= budget[0]:
+            budget[0] -= sizes[f]
+            try:
+                read_verified(ckpt.io, f, data_file=True)
+            except StatectlError as e:
+                found.append(str(e))
+        else:
+            found.append(size_problem(ckpt.io, f, sizes[f]) or "")
+    return [p for p in found if p]
 
 
 def summarize_checkpoint(ckpt: Checkpoint) -> dict[str, Any]:

@@ -320,3 +320,23 @@ def test_cli_errors_name_cli_options_not_api_arguments(tmp_path):
     )  # fmt: skip
     assert_one_line_error(proc, "--store")
     assert "table=" not in proc.stderr
+
+
+def test_list_reports_a_truncated_delta_as_damaged(tmp_path):
+    """Issue 25 item 7: `list` said `ok` for a checkpoint whose latest delta was truncated
+    (its health only checked that files exist); `inspect` refused it."""
+    import shutil
+
+    shutil.copytree(FIXTURES / "agg-hdfs", tmp_path / "a")
+    shutil.copytree(FIXTURES / "agg-hdfs", tmp_path / "b")
+    delta = tmp_path / "a" / "state" / "0" / "0" / "4.delta"
+    delta.write_bytes(delta.read_bytes()[:20])
+    proc = subprocess.run(
+        [sys.executable, "-m", "statectl.cli", "list", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    entries = {pathlib.PurePath(e["path"]).name: e for e in json.loads(proc.stdout)}
+    assert entries["b"]["problems"] == []
+    (problem,) = entries["a"]["problems"]
+    assert "4.delta" in problem and "checksum" in problem
