@@ -21,7 +21,7 @@ from statectl.checksums import read_verified
 from statectl.errors import StatectlError
 from statectl.in_progress import describe_in_progress, read_in_progress
 from statectl.io import FileIO
-from statectl.state import StoreEncoding, load_raw
+from statectl.state import StoreEncoding, load_raw, store_unique_id
 
 # Exit codes of `statectl doctor` (docs/guide.md, Errors): unreadable is every command's 2.
 HEALTHY, PROBLEMS = 0, 1
@@ -348,7 +348,7 @@ def _version_problem(
     backend = enc.store_backend
     version = batch + 1
     try:
-        opts = enc.read_options(_unique_id(ckpt, op, store, partition, batch, enc), True)
+        opts = enc.read_options(store_unique_id(ckpt, op, store, partition, batch, enc), True)
         if opts.unique_id is None:
             missing = backend.missing_files(
                 ckpt.io, d, version, column_families=op.uses_column_families
@@ -362,23 +362,6 @@ def _version_problem(
         if not f.endswith(".crc") and (problem := verified.problem(f)) is not None:
             return problem
     return None
-
-
-def _unique_id(
-    ckpt: Checkpoint, op: Operator, store: str, partition: int, batch: int, enc: StoreEncoding
-) -> str | None:
-    """The checkpoint id (format 2) the commit log of ``batch`` records for one store."""
-    if enc.checkpoint_format < 2 or not enc.store_backend.capabilities.checkpoint_format_2:
-        return None
-    ids = ckpt.commit(batch).state_unique_ids or {}
-    try:
-        return str(ids[str(op.operator_id)][partition][op.store_names.index(store)])
-    except (KeyError, IndexError, ValueError):
-        raise StatectlError(
-            f"commit log has no checkpoint id for operator {op.operator_id} partition "
-            f"{partition} store {store!r}",
-            ckpt.path("commits", str(batch)),
-        ) from None
 
 
 def _loads(ckpt: Checkpoint, batch: int, diag: Diagnosis) -> bool:

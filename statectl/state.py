@@ -62,11 +62,11 @@ def load_raw(
     directory = store_dir(ckpt, op.operator_id, partition, store)
     if partition_absent(ckpt, op, partition):
         return empty_raw_state()
-    opts = enc.read_options(_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
+    opts = enc.read_options(store_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
     return enc.store_backend.load(ckpt.io, directory, batch + 1, opts)
 
 
-def _unique_id(
+def store_unique_id(
     ckpt: Checkpoint, op: Operator, store: str, partition: int, batch: int, enc: StoreEncoding
 ) -> str | None:
     """The checkpoint id (format 2) the commit log records for one store partition."""
@@ -284,7 +284,7 @@ def live_entries(
     # A chunk is decoded (and written) after it is read: about a tenth of the budget each.
     chunk_bytes = max(1 << 10, budget // 10)
     backend = enc.store_backend
-    opts = enc.read_options(_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
+    opts = enc.read_options(store_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
     unique, chunks = backend.events(
         ckpt.io, directory, batch + 1, opts, max_bytes=chunk_bytes, metas=metas
     )
