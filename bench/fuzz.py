@@ -1698,6 +1698,24 @@ def _reported_unverifiable(results: list[dict[str, Any]], m: dict[str, Any] | No
     )
 
 
+def _only_newly_unverifiable(r: dict[str, Any], by_name: dict[str, Any]) -> bool:
+    """``inspect`` whose one difference from the baseline is that it now says the checkpoint
+    is unverifiable (a checksum sidecar deleted): the loss reported, not hidden."""
+    base = by_name.get(r["name"])
+    if r["name"] != "inspect" or r["rc"] != 0 or base is None or base["rc"] != 0:
+        return False
+    norm, base_norm = r.get("norm"), base.get("norm")
+    if not isinstance(norm, dict) or not isinstance(base_norm, dict):
+        return False
+    volatile = ("verification", "unverifiable_files")
+    return (
+        norm.get("verification") == "unverifiable"
+        and base_norm.get("verification") != "unverifiable"
+        and {k: v for k, v in norm.items() if k not in volatile}
+        == {k: v for k, v in base_norm.items() if k not in volatile}
+    )
+
+
 def _list_reports_damage(r: dict[str, Any], m: dict[str, Any] | None) -> bool:
     """``list DIR --json`` exits 0 by design (one damaged entry does not stop the listing): a
     listing whose entry names the mutated file among its problems reported the damage."""
@@ -1867,6 +1885,8 @@ class Campaign:
                         outcome = "unverifiable"
                     if outcome == "SILENT-DIFF" and _list_reports_damage(r, case.mutation):
                         outcome = "clean-error"
+                    if outcome == "SILENT-DIFF" and _only_newly_unverifiable(r, by_name):
+                        outcome = "unverifiable"
                 case.commands.append(
                     {
                         "name": r["name"],
