@@ -339,6 +339,13 @@ def _check_sources(meta: SavepointMetadata, path: str) -> None:
 
 
 _STORE_KINDS = ("store", "join-store")
+# The data file columns of each table kind (savepoints/tables.py builds their types).
+_KIND_COLUMNS = {
+    "MapState": ["key", "user_map_key", "user_map_value", "partition_id"],
+    "ListState": ["key", "list_element", "partition_id"],
+    "timers": ["key", "expiration_timestamp_ms", "partition_id"],
+}
+_PLAIN_COLUMNS = ["key", "value", "partition_id"]
 
 
 def _check_table_kinds(op: OperatorState, path: str) -> None:
@@ -369,6 +376,12 @@ def _check_table_kinds(op: OperatorState, path: str) -> None:
         _check(
             t.kind != "MapState" or bool(t.user_key_schema),
             f"{where} is a MapState without user_key_schema",
+            path,
+        )
+        columns = _KIND_COLUMNS.get(t.kind, _PLAIN_COLUMNS)
+        _check(
+            list(t.columns) == columns,
+            f"{where} lists columns {t.columns}, its kind {t.kind!r} has {columns}",
             path,
         )
         _check(
