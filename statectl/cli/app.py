@@ -110,6 +110,15 @@ class _Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # Typer's rich help printed itself while the no-arguments error was being built (and
+        # the error then printed nothing); this help is returned as text, so print it here:
+        # bare ``statectl`` shows the help and exits 2, as before.
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            typer.echo(ctx.get_help())
+            ctx.exit(2)
+        return list(super().parse_args(ctx, args))
+
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """As :meth:`Command.format_help`; each command with its whole first paragraph,
         rewrapped (not cut to a line)."""

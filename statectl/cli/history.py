@@ -237,4 +237,6 @@ def render_stats(con: Console, doc: dict[str, Any]) -> None:
                     f"{size} bytes"
                 )
             for k in t["largest_keys"]:
-                con.print(f"  {k['bytes']:>8} B {k['rows']:>6} rows  {escape(value_text(k['key']))}")
+                con.print(
+                    f"  {k['bytes']:>8} B {k['rows']:>6} rows  {escape(value_text(k['key']))}"
+                )
