@@ -10,6 +10,8 @@ Python API (the CLI calls the same functions; each result's ``to_dict()`` is the
     statectl.restore(sp, "s3://bucket/ckpt-v2", partitions=8)      # RestoreResult
     statectl.migrate("/ckpt/orders", "/ckpt/orders-rocksdb", backend="rocksdb")
     sp = statectl.stop_with_savepoint(query, "/savepoints")
+    statectl.doctor("/ckpt/orders").recovery                    # Diagnosis
+    statectl.gc("/savepoints", keep_last=5, dry_run=True)         # GcResult
     state = statectl.open("/savepoints/sp-1").read("order-totals")   # the state processor
 """
 
@@ -35,7 +37,9 @@ from statectl.version import __version__
 if TYPE_CHECKING:
     from statectl.api import (
         diff,
+        doctor,
         edit,
+        gc,
         inspect,
         migrate,
         read_state,
@@ -51,7 +55,9 @@ if TYPE_CHECKING:
 # should not pay for them. Name -> (module, attribute).
 _LAZY = {
     "diff": ("statectl.api", "diff"),
+    "doctor": ("statectl.api", "doctor"),
     "edit": ("statectl.api", "edit"),
+    "gc": ("statectl.api", "gc"),
     "inspect": ("statectl.api", "inspect"),
     "migrate": ("statectl.api", "migrate"),
     "open": ("statectl.api", "open_state"),  # statectl.open, like tarfile.open
@@ -91,7 +97,9 @@ __all__ = [
     "StoreInfo",
     "__version__",
     "diff",
+    "doctor",
     "edit",
+    "gc",
     "inspect",
     "migrate",
     "open",

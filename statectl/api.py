@@ -11,6 +11,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from statectl.diagnosis import Diagnosis, diagnose
 from statectl.diffing import diff as do_diff
 from statectl.editing import edit as do_edit
 from statectl.errors import StatectlError
@@ -22,6 +23,7 @@ from statectl.reader import as_url, selection_table
 from statectl.restoration import migrate as do_migrate
 from statectl.restoration import restore as do_restore
 from statectl.restoration.options import MigrateOptions, RestoreOptions
+from statectl.retention import DEFAULT_INCOMPLETE_AFTER, GcResult, gc_plan, run_gc
 from statectl.results import (
     DiffResult,
     EditResult,
@@ -496,3 +498,40 @@ def diff(
         samples=samples,
     )
     return DiffResult.from_document(doc)
+
+
+def doctor(checkpoint: Any) -> Diagnosis:
+    """``statectl doctor``: every problem Spark would hit restarting ``checkpoint``, found
+    from its files (nothing is written), the batches each store can be rebuilt at, the last
+    recoverable batch and the command that recovers it. ``exit_code`` is the command's (0
+    healthy, 1 problems found); a path that is no checkpoint raises a ``StatectlError``."""
+
+    return diagnose(as_url(checkpoint))
+
+
+def gc(
+    path: Any,
+    *,
+    keep_last: int | None = None,
+    max_age: str | None = None,
+    keep_batches: int | None = None,
+    incomplete_after: str = DEFAULT_INCOMPLETE_AFTER,
+    dry_run: bool = False,
+) -> GcResult:
+    """``statectl gc --yes``: under a directory of savepoints, delete those beyond
+    ``keep_last`` per query or older than ``max_age`` (``"30d"``; never a query's newest
+    complete one) and unfinished ones idle for ``incomplete_after``; in a checkpoint, the
+    files no restart at the latest batch or the ``keep_batches`` before it needs.
+    ``dry_run`` deletes nothing and returns what would go."""
+
+    plan = gc_plan(
+        as_url(path),
+        keep_last=keep_last,
+        max_age=max_age,
+        keep_batches=keep_batches,
+        incomplete_after=incomplete_after,
+    )
+    if dry_run or not plan.delete:
+        return GcResult(plan, deleted=False)
+    run_gc(plan)
+    return GcResult(plan, deleted=True)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from statectl.cli import app
-from statectl.doctor import diagnose, spans
+from statectl.diagnosis import diagnose, spans
 from tests.helpers.spark import run, write_input
 
 

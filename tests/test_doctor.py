@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from statectl.backends import get_backend
 from statectl.backends.base import ReadOptions
 from statectl.cli import app
-from statectl.doctor import diagnose, spans
+from statectl.diagnosis import diagnose, spans
 from statectl.in_progress import marker_bytes
 from tests.helpers.cli import assert_one_line_error, run
 
@@ -209,3 +209,20 @@ def test_human_output_names_the_problem_and_the_command(fixture_copy):
     assert "problems found" in out and "3.delta" in out
     assert "last recoverable batch: 1" in out and "lost: batches 2-3" in out
     assert f"recover: statectl migrate file://{ck} file://{ck}-recovered-1 --batch 1" in out
+
+
+def test_api_doctor_is_the_json(fixture_copy, tmp_path):
+    """``statectl.doctor()`` returns what ``doctor --json`` prints, healthy or not; a path that
+    is no checkpoint raises the error the command exits 2 with."""
+    import statectl
+    from statectl.errors import StatectlError
+
+    ck = fixture_copy("agg-hdfs")
+    assert statectl.doctor(ck).to_dict() == _doctor(ck, 0)
+    (ck / "state/0/0/2.delta").unlink()
+    diag = statectl.doctor(ck)
+    assert diag.exit_code == 1 and diag.last_recoverable_batch == 0
+    assert diag.to_dict() == _doctor(ck, 1)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StatectlError):
+        statectl.doctor(tmp_path / "empty")

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from statectl.cli import app
-from statectl.doctor import diagnose, spans
+from statectl.diagnosis import diagnose, spans
 from statectl.errors import StatectlError
-from statectl.gc import gc_plan, run_gc
+from statectl.retention import gc_plan, run_gc
 from statectl.savepoints.create import take_savepoint
 from tests.helpers.fixtures import FIXTURES
 
@@ -167,3 +167,23 @@ def test_checkpoint_gc_with_nothing_to_do(fixture_copy):
     ck = fixture_copy("agg-hdfs")
     out = _invoke("gc", str(ck), "--dry-run").stdout  # default: 100 batches kept
     assert out.startswith("Nothing to delete")
+
+
+def test_api_gc_is_the_json(sps, tmp_path):
+    """``statectl.gc()`` is ``gc --yes`` (``dry_run=True``: ``--dry-run``), its ``to_dict()``
+    what the command prints with ``--json``; it deletes the same savepoints."""
+    import statectl
+
+    root, agg, _ = sps
+    shutil.copytree(root, tmp_path / "cli")
+    planned = statectl.gc(root, keep_last=1, dry_run=True)
+    assert not planned.deleted and planned.kind == "savepoints" and len(planned.delete) == 2
+    cli = _invoke("gc", str(root), "--keep-last", "1", "--dry-run", "--json").stdout
+    assert planned.to_dict() == json.loads(cli)
+    done = statectl.gc(root, keep_last=1)
+    assert done.deleted and done.bytes == planned.bytes > 0
+    assert not (root / agg[1]).exists() and (root / agg[3]).exists()
+    cli = _invoke("gc", str(tmp_path / "cli"), "--keep-last", "1", "--yes", "--json").stdout
+    assert done.to_dict() == json.loads(cli.replace(str(tmp_path / "cli"), str(root)))
+    assert not (tmp_path / "cli" / agg[1]).exists()
+    assert not statectl.gc(root, keep_last=1).deleted  # nothing left to delete

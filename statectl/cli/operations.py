@@ -21,7 +21,7 @@ def doctor(
     operator can be read at, and the command that recovers it.
 
     Exit code 0: healthy; 1: problems found; 2: not readable as a checkpoint."""
-    from statectl.doctor import describe, diagnose
+    from statectl.diagnosis import describe, diagnose
 
     diag = diagnose(checkpoint)
     if as_json:
@@ -64,7 +64,7 @@ def gc(
 ) -> None:
     """Delete old savepoints (never a query's newest) or the checkpoint files no kept restart
     needs; safe while the query runs."""
-    from statectl.gc import gc_plan, run_gc
+    from statectl.retention import gc_plan, run_gc
     from statectl.render import human_bytes
 
     plan = gc_plan(

@@ -99,6 +99,34 @@ class GcPlan:
         }
 
 
+@dataclass(frozen=True)
+class GcResult:
+    """What ``gc`` deleted, or (``deleted`` False: a dry run, or nothing to delete) would
+    delete; ``to_dict()`` is ``statectl gc --json``."""
+
+    plan: GcPlan
+    deleted: bool
+
+    @property
+    def kind(self) -> str:
+        return self.plan.kind
+
+    @property
+    def path(self) -> str:
+        return self.plan.path
+
+    @property
+    def bytes(self) -> int:
+        return self.plan.bytes
+
+    @property
+    def delete(self) -> list[Deletion]:
+        return list(self.plan.delete)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.plan.to_dict(deleted=self.deleted)
+
+
 def gc_plan(
     url: str,
     *,
@@ -383,4 +411,4 @@ def run_gc(plan: GcPlan) -> dict[str, Any]:
     return plan.to_dict(deleted=True)
 
 
-__all__ = ["GcPlan", "gc_plan", "parse_age", "run_gc"]
+__all__ = ["Deletion", "GcPlan", "GcResult", "gc_plan", "parse_age", "run_gc"]
