@@ -159,6 +159,24 @@ def test_checkpoint_format_2_on_hdfs_and_unsupported_conversions_are_refused(tmp
     assert_one_line_error(proc, "--offset-log must be 1 or 2")
 
 
+def test_changelog_on_and_off_are_named_conversions(tmp_path):
+    """migrate names RocksDB changelog checkpointing turned off (a changelog checkpoint
+    written as snapshots) or on (--changelog from snapshots), in --json and in the text plan;
+    the same layout on both sides names nothing."""
+    on, off = FIXTURES / "agg-rocksdb-changelog", FIXTURES / "agg-rocksdb"
+    doc = statectl.migrate(on, tmp_path / "off").to_dict()
+    assert any("changelog checkpointing on -> off" in c for c in doc["conversions"])
+    assert not list((tmp_path / "off" / "state/0/0").glob("*.changelog"))
+    doc = statectl.migrate(off, tmp_path / "on", changelog=True).to_dict()
+    assert any("changelog checkpointing off -> on" in c for c in doc["conversions"])
+    assert list((tmp_path / "on" / "state/0/0").glob("*.changelog"))
+    for src, extra in ((on, ["--changelog"]), (off, [])):
+        same = cli_json("migrate", str(src), str(tmp_path / f"same-{src.name}"), *extra)
+        assert not any("changelog" in c for c in same["conversions"])
+    text = cli("migrate", str(on), str(tmp_path / "hdfs"), "--backend", "hdfs").stdout
+    assert "RocksDB changelog checkpointing on -> off" in text
+
+
 LOG_V2 = FIXTURES / "spark42-agg-logv2-ckptv2-rocksdb"  # one source "events", commit log v3
 
 

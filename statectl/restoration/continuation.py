@@ -24,7 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.checkpoint.model import ROW_CHECKSUM_CONF, SOURCE_EVOLUTION_CONF
+from statectl.backends.rocksdb import list_version_files
+from statectl.checkpoint.model import ROW_CHECKSUM_CONF, SOURCE_EVOLUTION_CONF, Checkpoint
 from statectl.checksums import crc32c
 from statectl.errors import StatectlError
 from statectl.operators import JOIN_KINDS
@@ -215,6 +216,47 @@ def plan_logs(plan: RestorePlan, m: Any, offset_log: int | None) -> None:
                 "--offset-log 2: offset log v2 keys each source by the name the query gives it "
                 "(readStream.name()), which a v1 checkpoint does not record; not supported yet"
             )
+
+
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+
+def writes_changelogs(ckpt: Checkpoint, batch: int) -> bool:
+    """Whether the checkpoint's RocksDB stores took changelog checkpointing at ``batch``: its
+    state version (batch + 1) is a ``.changelog`` file (Spark writes one per version with it
+    on, besides the zips its maintenance makes; only zips with it off). Not a pinned conf:
+    Spark leaves it out of the offset log, so the files are the only record."""
+    if ckpt.backend(batch) != "rocksdb" or not ckpt.io.exists(ckpt.path("state")):
+        return False
+    for op in ckpt.operator_ids():
+        base = ckpt.path("state", str(op), "0")
+        if not ckpt.io.is_dir(base):
+            continue
+        dirs = [base] + [f.path for f in ckpt.io.list_dir(base) if f.is_dir]
+        for d in dirs:
+            if any(
+                f.version == batch + 1 and f.kind == "changelog"
+                for f in list_version_files(ckpt.io, d)
+            ):
+                return True
+    return False
+
+
+def plan_changelog(plan: RestorePlan, source: Checkpoint, batch: int) -> None:
+    """Migrate: name the change when the source took RocksDB changelog checkpointing and the
+    target is written without changelogs, or the other way round."""
+    before = writes_changelogs(source, batch)
+    after = plan.backend == "rocksdb" and plan.layout == "changelog"
+    if before and not after:
+        plan.conversions.append(
+            "RocksDB changelog checkpointing on -> off: each store is written as one snapshot; "
+            f"the query's {CHANGELOG_CONF} decides what it writes next"
+        )
+    elif after and not before:
+        plan.conversions.append(
+            "RocksDB changelog checkpointing off -> on: each store is written as changelog "
+            f"files; run the query with {CHANGELOG_CONF}=true to keep writing them"
+        )
 
 
 def plan_row_checksums(plan: RestorePlan, m: Any, asked: bool | None) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from statectl.checkpoint.model import Operator
+from statectl.checkpoint.model import Checkpoint, Operator
 from statectl.errors import MissingFileError, StatectlError
 from statectl.io import FileIO
 from statectl.passthrough import fallback_reason
+from statectl.restoration import continuation
 from statectl.restoration.options import MigrateOptions
 from statectl.restoration.plan import RestorePlan
 from statectl.restoration.planning import plan_restore
@@ -160,6 +161,7 @@ def _migrate_plan(
     )
     plan = plan_restore(Savepoint.open(kept), dst.url, options.restore_options(), own_target=True)
     plan.engine = engine
+    continuation.plan_changelog(plan, Checkpoint.open(source), meta.batch_id)
     if plan.problems:
         raise StatectlError(f"cannot migrate: {plan.problems[0]}", dst.io.url(dst.root))
     for op in meta.operators:
