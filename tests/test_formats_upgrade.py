@@ -241,6 +241,41 @@ def test_row_checksums_are_sparks_layout(tmp_path, backend, header):
     assert sorted(ours, key=repr) == sorted(theirs, key=repr)
 
 
+@pytest.mark.parametrize("header", [4, 8])
+def test_row_checksums_of_whole_arrays_are_the_per_row_layout(header):
+    """with_row_checksums works on whole arrays (the CRC per row, the rest in Arrow): equal to
+    the layout computed row by row, for empty, short and long rows, binary and large_binary,
+    sliced and chunked arrays."""
+    import random
+
+    import google_crc32c
+    import pyarrow as pa
+
+    rnd = random.Random(header)
+    keys = [rnd.randbytes(rnd.choice([0, 1, 3, 16, 40])) for _ in range(500)]
+    values = [rnd.randbytes(rnd.choice([0, 1, 7, 24, 300, 5000])) for _ in range(500)]
+
+    def want(ks: list[bytes], vs: list[bytes]) -> list[bytes]:
+        out = []
+        for k, v in zip(ks, vs, strict=True):
+            head = google_crc32c.value(k + v).to_bytes(4, "little")
+            out.append(head + (len(v).to_bytes(4, "little") if header == 8 else b"") + v)
+        return out
+
+    for t in (pa.binary(), pa.large_binary()):
+        k, v = pa.array(keys, t), pa.array(values, t)
+        cases = [
+            (k, v, keys, values),
+            (k.slice(7, 100), v.slice(7, 100), keys[7:107], values[7:107]),
+            (pa.chunked_array([k[:9], k[9:]]), pa.chunked_array([v[:3], v[3:]]), keys, values),
+            (k[:0], v[:0], [], []),
+        ]
+        for ka, va, ks, vs in cases:
+            out_k, out_v = continuation.with_row_checksums(lambda a=ka, b=va: (a, b), header)
+            assert out_k is ka and out_v.type == t
+            assert out_v.to_pylist() == want(ks, vs)
+
+
 # -- Spark: the real query on what statectl wrote -------------------------------------------
 
 
@@ -405,8 +440,8 @@ def test_row_checksums_turned_on_are_verified_by_spark(spark, tmp_path, monkeypa
             tmp_path / "ck1", tmp_path / backend, backend=backend, row_checksums=True
         ).to_dict()
         assert doc["row_checksums"] and any("row checksums on" in c for c in doc["conversions"])
-    real = continuation.crc32c
-    monkeypatch.setattr(continuation, "crc32c", lambda b: real(b) ^ 1)
+    real = continuation._native_crc32c()
+    monkeypatch.setattr(continuation, "_native_crc32c", lambda: lambda b: real(b) ^ 1)
     statectl.migrate(tmp_path / "ck1", tmp_path / "bad", row_checksums=True)
     monkeypatch.undo()
     write_input(d, 2, 1)

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import struct
 import tempfile
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from statectl.backends.rocksdb import list_version_files
 from statectl.checkpoint.model import ROW_CHECKSUM_CONF, SOURCE_EVOLUTION_CONF, Checkpoint
-from statectl.checksums import crc32c
 from statectl.errors import StatectlError
 from statectl.operators import JOIN_KINDS
 from statectl.restoration.plan import RestorePlan
@@ -286,18 +285,37 @@ def plan_row_checksums(plan: RestorePlan, m: Any, asked: bool | None) -> None:
     )
 
 
+def _native_crc32c() -> Callable[[bytes], int]:
+    """The native CRC32C of one bytes value (google-crc32c, a base dependency, imported on
+    first use as statectl.checksums does)."""
+    import google_crc32c
+
+    return google_crc32c.value  # type: ignore[no-any-return]
+
+
 def with_row_checksums(
     encoder: Callable[..., tuple[pa.Array, pa.Array]], header: int, *args: Any
 ) -> tuple[pa.Array, pa.Array]:
     """``encoder``'s keys and values, each value behind Spark's row checksum: int32 LE
     CRC32C(key bytes ‖ value bytes), then (RocksDB, ``header`` 8) the value's int32 LE length
     (``KeyValueChecksumEncoder``; checked against Spark-written fixtures of both backends).
-    Top-level so that the Spark engine can ship it to executors."""
+    Top-level so that the Spark engine can ship it to executors.
+
+    Only the CRC itself is per row (the native function mapped over the joined bytes); the
+    concatenation and the header are Arrow and numpy work on whole arrays."""
     keys, values = encoder(*args)
-    out = []
-    for k, v in zip(keys.to_pylist(), values.to_pylist(), strict=True):
-        head = struct.pack("<I", crc32c(k + v))
-        if header == 8:
-            head += struct.pack("<i", len(v))
-        out.append(head + v)
-    return keys, pa.array(out, type=values.type)
+    plain_keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    empty = pa.scalar(b"", values.type)
+    joined = pc.binary_join_element_wise(plain_keys.cast(values.type), values, empty)
+    crc = np.fromiter(map(_native_crc32c(), joined.to_pylist()), dtype="<u4", count=len(values))
+    parts = [crc.view(np.uint8).reshape(-1, 4)]
+    if header == 8:
+        lens = pc.binary_length(values).to_numpy(zero_copy_only=False).astype("<i4")
+        parts.append(lens.view(np.uint8).reshape(-1, 4))
+    head = np.ascontiguousarray(np.hstack(parts)).reshape(-1)
+    heads = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(header), len(values), [None, pa.py_buffer(head)]
+    ).cast(values.type)
+    return keys, pc.binary_join_element_wise(heads, values, empty)
