@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def test_checkpoint_format_2_on_hdfs_and_unsupported_conversions_are_refused(tmp
     src = FIXTURES / "agg-hdfs"
     for choice, needle in [
         ({"checkpoint_format": 2}, "checkpoint format 2 needs --backend rocksdb"),
-        ({"offset_log": 2}, "--offset-log 2"),
+        ({"offset_log": 2}, "keep offset log v1 and run the query without names"),
     ]:
         with pytest.raises(StatectlError, match=re.escape(needle)):
             statectl.migrate(src, tmp_path / "t", **choice)
@@ -204,6 +205,23 @@ def test_offset_log_v2_down_to_v1(tmp_path):
     )
     ckpt = Checkpoint.open(str(tmp_path / "t"))
     assert ckpt.offsets(batch).version == 1
+
+
+def test_offset_log_v1_from_two_named_sources_is_refused_with_what_to_do(tmp_path):
+    """Two named sources: v1 would order them by their place in the plan, which the
+    checkpoint does not record; refused, the message says to keep offset log v2."""
+    ck = tmp_path / "two"
+    shutil.copytree(LOG_V2, ck)
+    shutil.copytree(ck / "sources" / "events", ck / "sources" / "clicks")
+    for f in (ck / "offsets").iterdir():
+        if f.name.isdigit():
+            line = f.read_text().rstrip("\n").split("\n")[-1].replace("events:", "clicks:")
+            f.write_text(f.read_text().rstrip("\n") + "\n" + line)
+    for crc in (ck / "offsets").glob(".*.crc"):
+        crc.unlink()
+    with pytest.raises(StatectlError, match=r"names 2 sources .* keep offset log v2"):
+        statectl.migrate(ck, tmp_path / "t", offset_log=1)
+    assert not (tmp_path / "t").exists()
 
 
 @pytest.mark.parametrize(("backend", "header"), [("hdfs", 4), ("rocksdb", 8)])

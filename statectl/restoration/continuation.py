@@ -170,8 +170,9 @@ def _offset_log_v1(plan: RestorePlan) -> None:
     if pos is None or len(names) != 1:
         plan.problems.append(
             f"--offset-log 1: offset log v2 names {len(names)} sources and v1 orders them by "
-            "their place in the query's plan, which the checkpoint does not record; only a "
-            "query with one source converts"
+            "their place in the query's plan, which the checkpoint does not record, so only a "
+            "query with one source converts; keep offset log v2 (Spark 4.2+ runs it, with the "
+            "same readStream.name() names)"
         )
         return
     keys = {names[0]: "0"}
@@ -213,7 +214,9 @@ def plan_logs(plan: RestorePlan, m: Any, offset_log: int | None) -> None:
         else:
             plan.problems.append(
                 "--offset-log 2: offset log v2 keys each source by the name the query gives it "
-                "(readStream.name()), which a v1 checkpoint does not record; not supported yet"
+                "(readStream.name()), which a v1 checkpoint does not record; keep offset log v1 "
+                "and run the query without names (Spark 4.3 runs it), or name the sources on a "
+                "new checkpoint"
             )
 
 
