@@ -23,7 +23,6 @@ from statectl.reader import as_url, selection_table
 from statectl.restoration import migrate as do_migrate
 from statectl.restoration import restore as do_restore
 from statectl.restoration.options import MigrateOptions, RestoreOptions
-from statectl.retention import DEFAULT_INCOMPLETE_AFTER, GcResult, gc_plan, run_gc
 from statectl.results import (
     DiffResult,
     EditResult,
@@ -33,6 +32,7 @@ from statectl.results import (
     RestoreResult,
     SavepointResult,
 )
+from statectl.retention import DEFAULT_INCOMPLETE_AFTER, GcResult, gc_plan, run_gc
 from statectl.savepoints.create import take_savepoint
 from statectl.sources import normalize_offset
 from statectl.spark_engine import engine_for

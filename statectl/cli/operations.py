@@ -64,8 +64,8 @@ def gc(
 ) -> None:
     """Delete old savepoints (never a query's newest) or the checkpoint files no kept restart
     needs; safe while the query runs."""
-    from statectl.retention import gc_plan, run_gc
     from statectl.render import human_bytes
+    from statectl.retention import gc_plan, run_gc
 
     plan = gc_plan(
         path,

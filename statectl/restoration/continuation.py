@@ -293,7 +293,7 @@ def _native_crc32c() -> Callable[[bytes], int]:
     first use as statectl.checksums does)."""
     import google_crc32c
 
-    return google_crc32c.value  # type: ignore[no-any-return]
+    return google_crc32c.value
 
 
 def with_row_checksums(
