@@ -35,7 +35,7 @@ assert _spec and _spec.loader
 realtime = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(realtime)
 
-STEPS = [["a", "b", "a", "k1"], ["c", "a", "k2", "b"]]
+STEPS = [["a", "b", "a", "k1", "c"]]  # one batch before the upgrade, the smallest proof
 MORE = ["d", "a", "b", "k1"]
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 # The runtime floor of a real-time batch (default 5 s): the refused start below names 2 s.
@@ -88,8 +88,8 @@ def test_v1_checkpoint_migrated_to_v2_continues_in_real_time_mode(spark, tmp_pat
         q.processAllAvailable()
     q.stop()
     v1 = Checkpoint.open(str(tmp_path / "v1"))
-    assert v1.latest_committed_batch == 1 and v1.checkpoint_format_version(1) == 1
-    assert (tmp_path / "v1" / "commits" / "1").read_text().startswith("v1\n")
+    assert v1.latest_committed_batch == 0 and v1.checkpoint_format_version(0) == 1
+    assert (tmp_path / "v1" / "commits" / "0").read_text().startswith("v1\n")
     shutil.copytree(tmp_path / "v1", tmp_path / "reference")
 
     # (a) Without the upgrade Spark refuses the checkpoint in Real-Time Mode, before a batch.
@@ -107,7 +107,7 @@ def test_v1_checkpoint_migrated_to_v2_continues_in_real_time_mode(spark, tmp_pat
     with pytest.raises(Exception, match="CHECKPOINT_FORMAT_V1_NOT_SUPPORTED"):
         rt.awaitTermination(120)
     for log in ("offsets", "commits"):  # nothing was written
-        assert sorted(p.name for p in (tmp_path / "v1" / log).glob("[0-9]*")) == ["0", "1"]
+        assert sorted(p.name for p in (tmp_path / "v1" / log).glob("[0-9]*")) == ["0"]
 
     # The uninterrupted reference: the same query, same trigger, on its own checkpoint.
     add(MORE)
@@ -115,7 +115,7 @@ def test_v1_checkpoint_migrated_to_v2_continues_in_real_time_mode(spark, tmp_pat
     q = _microbatch(df, tmp_path / "reference", more)
     q.processAllAvailable()
     q.stop()
-    assert sorted(more) == [2]
+    assert sorted(more) == [1]
 
     # (b) Upgraded, the checkpoint runs in Real-Time Mode and continues exactly.
     doc = statectl.migrate(tmp_path / "v1", tmp_path / "v2", checkpoint_format=2).to_dict()
@@ -131,7 +131,7 @@ def test_v1_checkpoint_migrated_to_v2_continues_in_real_time_mode(spark, tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     # Only the new step's keys, each with every count it had before (a lost state restarts
     # a key at 1): what the uninterrupted query emitted for that batch.
-    assert realtime.seen(tmp_path / "out") == more[2] == {"a": 4, "b": 3, "d": 1, "k1": 2}
+    assert realtime.seen(tmp_path / "out") == more[1] == {"a": 3, "b": 2, "d": 1, "k1": 2}
     v2 = Checkpoint.open(str(tmp_path / "v2"))
     last = v2.latest_committed_batch
-    assert last > 1 and v2.checkpoint_format_version(last) == 2
+    assert last > 0 and v2.checkpoint_format_version(last) == 2
