@@ -340,3 +340,37 @@ def test_list_reports_a_truncated_delta_as_damaged(tmp_path):
     assert entries["b"]["problems"] == []
     (problem,) = entries["a"]["problems"]
     assert "4.delta" in problem and "checksum" in problem
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    assert_one_line_error(proc)
+    return proc.stderr.strip().removeprefix("statectl: error: ")
+
+
+def test_paths_in_errors_are_as_the_user_wrote_them(savepoints, damaged_checkpoint, tmp_path):
+    """Issue 25 item 7: output named paths as typed, errors came back absolute or as
+    ``file://`` URLs. Relative paths, run from the directory they are relative to."""
+
+    def cli_here(*args: str) -> subprocess.CompletedProcess:
+        return run_cli(*args, cwd=tmp_path)
+
+    assert _error_line(cli_here("inspect", "missing")) == "missing: no such directory"
+    # A damaged savepoint's file, named under the savepoint as typed (not /tmp/.../sp/...),
+    # in the --json error document too.
+    victim = _damaged_copy(savepoints["canonical"], tmp_path / "sp", ".parquet")
+    rel = victim.relative_to(tmp_path).as_posix()
+    line = _error_line(cli_here("restore", "-s", "sp", "target"))
+    assert line.startswith(f"{rel}: has "), line
+    doc = json.loads(cli_here("restore", "-s", "sp", "target", "--dry-run", "--json").stdout)
+    assert doc["path"] == rel and doc["error"].startswith(f"{rel}: has "), doc
+    # A truncated delta under a relative checkpoint directory; ./ kept as written.
+    subprocess.run(["cp", "-r", str(damaged_checkpoint), str(tmp_path / "ck")], check=True)
+    line = _error_line(cli_here("export", "./ck", "-o", "out.csv"))
+    assert line.startswith("./ck/state/0/1/4.delta: truncated"), line
+    # A refused plan's problem names the target as typed (it was file:///.../target).
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "x").write_text("x")
+    proc = cli_here("restore", "-s", str(savepoints["canonical"]), "target")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("statectl: error: target: the target exists and is not empty"), line

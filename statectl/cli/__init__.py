@@ -72,9 +72,10 @@ def render_error(exc: BaseException, as_json: bool) -> int:
     ``{"error": "<the one line>", "path": <file or null>, "kind": "<exception class>",
     "exit_code": 2}``.
     """
-    from statectl.errors import StatectlError, describe_failure
+    from statectl.errors import StatectlError, describe_failure, display_paths_in
 
     message, code = describe_failure(exc)
+    message = display_paths_in(message)  # Spark's and the OS's messages quote paths too
     if not as_json:
         sys.stderr.write(f"statectl: {message}\n")
         return code
