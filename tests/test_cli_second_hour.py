@@ -374,3 +374,13 @@ def test_paths_in_errors_are_as_the_user_wrote_them(savepoints, damaged_checkpoi
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
     assert line.startswith("statectl: error: target: the target exists and is not empty"), line
+
+
+def test_edit_of_one_join_store_is_refused_in_the_command_lines_terms():
+    """It said ``filter on ...: ... (remove_operator)``: the Python API's names."""
+    proc = run(
+        "edit", str(FIXTURES / "join-hdfs"), "--operator", "0", "--table", "left-keyToNumValues",
+        "--delete-where", "key.field0 = 'a'", "--dry-run", check_rc=None,
+    )  # fmt: skip
+    assert_one_line_error(proc, "edit on symmetricHashJoin-", "--drop leaves the whole join out")
+    assert "remove_operator" not in proc.stderr and "filter" not in proc.stderr
