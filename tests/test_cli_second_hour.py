@@ -384,3 +384,73 @@ def test_edit_of_one_join_store_is_refused_in_the_command_lines_terms():
     )  # fmt: skip
     assert_one_line_error(proc, "edit on symmetricHashJoin-", "--drop leaves the whole join out")
     assert "remove_operator" not in proc.stderr and "filter" not in proc.stderr
+
+
+CHANGED_KEYS = """
+import pyspark.sql.functions as F
+
+
+def _events(spark):
+    return spark.readStream.schema("id long, k string, v long, ts timestamp").json({input!r})
+
+
+def _aggregates():
+    return F.count("*").alias("cnt"), F.sum("v").alias("total"), F.avg("v").alias("mean")
+
+
+def renamed(spark):
+    return _events(spark).withColumnRenamed("k", "user").groupBy("user").agg(*_aggregates())
+
+
+def by_expression(spark):
+    return _events(spark).groupBy(F.length("k")).agg(*_aggregates())
+"""
+
+
+def _statectl_in_this_process(*args: str) -> tuple[int, str, str]:
+    """``statectl ARGS`` run by main() in the test process, so ``--query`` plans with the
+    session's SparkSession (a fresh process would start a JVM per command); its wording
+    switch stays in a copied context."""
+    import contextlib
+    import contextvars
+    import io
+
+    from statectl import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, sys.argv = sys.argv, ["statectl", *args]
+    rc: object = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            contextvars.copy_context().run(cli.main)
+    except SystemExit as e:
+        rc = e.code or 0
+    finally:
+        sys.argv = argv
+    return int(rc), out.getvalue(), err.getvalue()  # type: ignore[call-overload]
+
+
+@pytest.mark.spark
+def test_query_plans_list_renamed_keys_and_refuse_in_the_users_terms(spark, savepoints, tmp_path):
+    """Issue 25 item 7: a renamed grouping column was matched by position with nothing in
+    the plan (or listed twice); a refusal showed Spark's internal ``_groupingexpression`` and
+    ran to 420 characters. agg-hdfs groups by ``k``."""
+    jobs = tmp_path / "jobs.py"
+    jobs.write_text(CHANGED_KEYS.format(input=str(tmp_path / "no-input")))
+    sp = str(savepoints["canonical"])
+    import statectl
+
+    (uid,) = (op.uid for op in statectl.open(sp).operators)
+    note = f"uid {uid}: key field 0 (user): renamed k -> user, matched by position"
+    restore = ("restore", "-s", sp, str(tmp_path / "t"), "--dry-run", "--query")
+    rc, out, err = _statectl_in_this_process(*restore, f"{jobs}:renamed")
+    assert rc == 0, err
+    assert out.splitlines().count(f"  evolved: {note}") == 1, out
+    rc, out, err = _statectl_in_this_process(*restore, f"{jobs}:renamed", "--json")
+    assert rc == 0 and json.loads(out)["evolved"] == [note], out
+    rc, out, err = _statectl_in_this_process(*restore, f"{jobs}:by_expression")
+    assert rc == 2 and out.startswith("Cannot restore"), out + err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("statectl: error:")]
+    assert "key field 0 (length(k)): string in the savepoint, integer in the query" in line
+    assert "_groupingexpression" not in err and f"--drop {uid} -n" in line
+    assert len(line) <= 250, (len(line), line)  # it was 420
