@@ -250,6 +250,9 @@ def test_a_closed_pipe_is_a_quiet_conventional_exit(as_json):
 def test_storage_option_after_the_command_is_taken_as_before_it(tmp_path):
     (tmp_path / "empty").mkdir()
     run("list", str(tmp_path / "empty"), "--storage-option", "anon=true")
+    # --debug too: the traceback, then the same line and exit code.
+    proc = run("inspect", str(tmp_path / "missing"), "--debug", check_rc=2)
+    assert "Traceback" in proc.stderr and proc.stderr.endswith("missing: no such directory\n")
     run("list", str(tmp_path / "empty"), "--storage-option=anon=true")
     proc = run("list", str(tmp_path / "empty"), "--storage-option", "bad", check_rc=None)
     assert_one_line_error(proc, "--storage-option must look like KEY=VALUE")
@@ -348,8 +351,8 @@ def _error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def test_paths_in_errors_are_as_the_user_wrote_them(savepoints, damaged_checkpoint, tmp_path):
-    """Issue 25 item 7: output named paths as typed, errors came back absolute or as
-    ``file://`` URLs. Relative paths, run from the directory they are relative to."""
+    """Issue 25 item 7: errors (and inspect) named paths absolute or as ``file://`` URLs.
+    Relative paths, run from the directory they are relative to."""
 
     def cli_here(*args: str) -> subprocess.CompletedProcess:
         return run_cli(*args, cwd=tmp_path)
@@ -361,6 +364,8 @@ def test_paths_in_errors_are_as_the_user_wrote_them(savepoints, damaged_checkpoi
     rel = victim.relative_to(tmp_path).as_posix()
     line = _error_line(cli_here("restore", "-s", "sp", "target"))
     assert line.startswith(f"{rel}: has "), line
+    # Output too: inspect's heading printed the absolute path.
+    assert cli_here("inspect", "sp").stdout.startswith("Savepoint sp\n")
     doc = json.loads(cli_here("restore", "-s", "sp", "target", "--dry-run", "--json").stdout)
     assert doc["path"] == rel and doc["error"].startswith(f"{rel}: has "), doc
     # A truncated delta under a relative checkpoint directory; ./ kept as written.
