@@ -110,8 +110,8 @@ def user_terms(text: str, names: list[str | None]) -> str:
 
     def named(m: re.Match[str]) -> str:
         i = int(m.group(1))
-        name = names[i] if i < len(names) and names[i] else _INTERNAL_KEY
-        return m.group(0).replace(_INTERNAL_KEY, name)
+        name = names[i] if i < len(names) else None
+        return m.group(0).replace(_INTERNAL_KEY, name or _INTERNAL_KEY)
 
     text = _NAMED_FIELD.sub(named, text)
     return "struct<".join(_in_key_order(part, exprs) for part in text.split("struct<"))
