@@ -44,7 +44,7 @@ def display_path(path: str) -> str:
 
 
 # A local path in a message: starts a word (not the rest of s3://bucket/x or a/b).
-_LOCAL_PATH = re.compile(r"(?<![\w./:-])(?:file://)?(/[^\s'\"(),;]*)")
+_LOCAL_PATH = re.compile(r"(?<![\w./:-])(?:file://)?(/[^\s'\"(),;]+)")
 
 
 def display_paths_in(text: str) -> str:
