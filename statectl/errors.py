@@ -7,26 +7,60 @@ Every error a user can cause is a :class:`StatectlError`: the CLI prints it on o
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import Callable
 
-# Roots opened on remote filesystems, stripped ("lake/ckpt") -> the FileIO's url(). Paths in
-# messages are the filesystem's stripped form; the user typed (and must see) the URL.
+# Roots the user named, in the form paths under them take in messages -> how the user wrote
+# them: remote roots stripped ("lake/ckpt") -> the FileIO's url() ("s3://lake/ckpt"); local
+# roots named by a relative path ("/home/me/ck") -> that path ("ck").
 _URL_ROOTS: dict[str, Callable[[str], str]] = {}
 
 
 def register_url_root(root: str, to_url: Callable[[str], str]) -> None:
-    _URL_ROOTS[root.rstrip("/")] = to_url
+    _URL_ROOTS[root.rstrip("/") or "/"] = to_url
+
+
+def register_typed_root(root: str, typed: str) -> None:
+    """Local directory ``root`` (absolute) was named ``typed`` (relative): paths under it are
+    shown under ``typed``. The first name given wins (later ones are statectl's own)."""
+    root = root.rstrip("/") or "/"
+    typed = typed.rstrip("/") or typed
+    if root not in _URL_ROOTS:
+        _URL_ROOTS[root] = lambda path: typed + path[len(root) :]
 
 
 def display_path(path: str) -> str:
-    """``path`` as the user knows it: with its URL scheme when it lies under a remote root."""
-    if "://" in path:
+    """``path`` as the user knows it: with its URL scheme when it lies under a remote root,
+    relative when it lies under a local directory named relatively, never ``file://``."""
+    if path.startswith("file:///"):
+        path = path[len("file://") :]
+    elif "://" in path:
         return path
     best = ""
     for root in _URL_ROOTS:
         if len(root) > len(best) and (path == root or path.startswith(root + "/")):
             best = root
     return _URL_ROOTS[best](path) if best else path
+
+
+# A local path in a message: starts a word (not the rest of s3://bucket/x or a/b).
+_LOCAL_PATH = re.compile(r"(?<![\w./:-])(?:file://)?(/[^\s'\"(),;]+)")
+
+
+def display_paths_in(text: str) -> str:
+    """``text`` with every local path in it (``/abs/ck/...``, ``file:///abs/ck/...``) as
+    :func:`display_path` shows it: messages quote paths as well as name them."""
+    if "/" not in text:
+        return text
+    return _LOCAL_PATH.sub(lambda m: _displayed(m.group(0), m.group(1)), text)
+
+
+def _displayed(whole: str, path: str) -> str:
+    shown = display_path(path.rstrip(":."))
+    rest = path[len(path.rstrip(":.")) :]
+    if shown == path.rstrip(":.") and whole.startswith("file://"):
+        return path  # a local path outside any named root: without file://
+    return shown + rest
 
 
 # Who reads the messages: "api" (Python: ``overwrite=True``) or "cli" (``--overwrite``); the
@@ -50,6 +84,7 @@ class StatectlError(Exception):
 
     def __init__(self, message: str, path: str | None = None, hint: str | None = None) -> None:
         path = display_path(path) if path else path
+        message = display_paths_in(message)
         self.message = message  # without path and hint: what a Spark task sends to the driver
         self.path = path
         self.hint = hint

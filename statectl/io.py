@@ -28,6 +28,7 @@ from statectl.errors import (
     CorruptFileError,
     MissingFileError,
     StatectlError,
+    register_typed_root,
     register_url_root,
 )
 
@@ -264,6 +265,9 @@ class FileIO:
         if io.protocol not in LOCAL_PROTOCOLS:
             # Errors built from the stripped path ("lake/ckpt") show the URL ("s3://lake/ckpt").
             register_url_root(root, io.url)
+        elif split_protocol(url)[0] is None and not os.path.isabs(url):
+            # A local path the user named relatively: shown so in messages, not absolute.
+            register_typed_root(root, url)
         return io, root
 
     @property

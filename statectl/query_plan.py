@@ -63,6 +63,10 @@ class PlannedQuery:
     # restore --from-query: the aggregates of the query the savepoint was taken with, by that
     # query's operator ids (the savepoint's), so buffers are matched by what they compute.
     savepoint_aggregates: dict[int, list[AggregateBuffer]] | None = None
+    # Operator id -> per key field, the SQL of a grouping expression Spark keys the state by
+    # under its internal name ``_groupingexpression`` (None: a column, named as the user named
+    # it). Messages show the expression, not Spark's name.
+    key_expressions: dict[int, list[str | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -285,18 +289,19 @@ def plan_query(
         jplan = _analyzed(df, spec)
         mode = check_output_mode(spark, jplan, output_mode)
         sources = planned_sources(spark, jplan, replaced)
-        aggregates, operators = _plan_first_batch(spark, df, spec, mode, confs)
+        aggregates, operators, keys = _plan_first_batch(spark, df, spec, mode, confs)
     partitions = int(confs.get(PARTITIONS_CONF, 0) or 0)
     for op in operators:
         op.num_partitions = partitions or op.num_partitions
-    return PlannedQuery(spec, mode, operators, stand_ins, sources, aggregates)
+    return PlannedQuery(spec, mode, operators, stand_ins, sources, aggregates, key_expressions=keys)
 
 
 def _plan_first_batch(
     spark: Any, df: Any, spec: str, mode: str, confs: dict[str, str]
-) -> tuple[dict[int, list[AggregateBuffer]], list[Operator]]:
+) -> tuple[dict[int, list[AggregateBuffer]], list[Operator], dict[int, list[str | None]]]:
     """Plan ``df`` as batch 0 against a scratch checkpoint: the aggregation buffers of its
-    plan, and its stateful operators read back from what planning wrote."""
+    plan, its stateful operators read back from what planning wrote, and the grouping
+    expressions of their keys."""
     with tempfile.TemporaryDirectory(prefix="statectl-plan-") as tmp:
         # What MicroBatchExecution writes before it plans batch 0; transformWithState's
         # schema validation checks that the batch is in the offset log.
@@ -318,13 +323,14 @@ def _plan_first_batch(
                 f"--query {spec}: Spark cannot plan the query: {spark_message(e)}"
             ) from None
         aggregates = aggregate_buffers(executed)
+        keys = key_expressions(executed)
         ckpt = Checkpoint.open(tmp)
         ids = sorted(
             int(f.name)
             for f in ckpt.io.list_dir(ckpt.path("state"))
             if f.is_dir and f.name.isdigit()
         )
-        return aggregates, [load_operator(ckpt, op, 0) for op in ids]
+        return aggregates, [load_operator(ckpt, op, 0) for op in ids], keys
 
 
 FILE_SOURCE = re.compile(r"^FileSource\[(.*)\]$", re.S)
@@ -454,6 +460,44 @@ def aggregate_buffers(plan: Any) -> dict[int, list[AggregateBuffer]]:
         except Exception:
             continue  # not an aggregate below: evolution refuses with its reason
     return found
+
+
+GROUPING_EXPRESSION = "_groupingexpression"
+
+
+def key_expressions(plan: Any) -> dict[int, list[str | None]]:
+    """Operator id -> per key field, the SQL of the grouping expression Spark aliased
+    ``_groupingexpression`` (``upper(k)``; None for a plain column), for the stateful operators
+    keyed by one. Spark pulls a non-column grouping expression into a projection below the
+    aggregate under that one name, whatever the expression."""
+    nodes, stack = [], [plan]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack += _seq(node.children())
+    aliases: dict[int, str] = {}
+    for node in nodes:
+        for expr in _seq(node.expressions()):
+            if expr.getClass().getSimpleName() == "Alias" and expr.name() == GROUPING_EXPRESSION:
+                aliases[int(expr.exprId().id())] = str(expr.child().sql())
+    found: dict[int, list[str | None]] = {}
+    for node in nodes:
+        try:
+            info = node.stateInfo()
+            keys = _seq(node.keyExpressions())
+        except Exception:
+            continue  # not a stateful operator keyed by expressions
+        names = [aliases.get(int(k.exprId().id())) if _is_grouping(k) else None for k in keys]
+        if info.isDefined() and any(names):
+            found[int(info.get().operatorId())] = names
+    return found
+
+
+def _is_grouping(expr: Any) -> bool:
+    try:
+        return str(expr.name()) == GROUPING_EXPRESSION
+    except Exception:
+        return False
 
 
 def planning_confs(pinned: dict[str, str], backend: str, partitions: int) -> dict[str, str]:

@@ -19,6 +19,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from statectl import errors
+
 INDENT = "    "
 
 
@@ -70,8 +72,9 @@ def value_text(value: Any) -> str:
 
 
 def display_path(url: str) -> str:
-    """Local paths without the ``file://`` prefix fsspec gives them."""
-    return url.removeprefix("file://") if url.startswith("file:///") else url
+    """A path as the user wrote it: local paths without the ``file://`` prefix fsspec gives
+    them, relative where the user named the directory relatively (as errors show them)."""
+    return errors.display_path(url)
 
 
 # -- schemas -------------------------------------------------------------------------------

@@ -83,6 +83,8 @@ def test_bad_input_is_one_line_exit_2(base_venv, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("statectl: error: ")
     assert len(proc.stderr.strip().splitlines()) == 1
+    # A relative path is named as written (it came back absolute).
+    assert _run(base_venv, "inspect", "nope").stderr == "statectl: error: nope: no such directory\n"
 
 
 def test_restore_help_reads_at_80_columns(base_venv):

@@ -250,6 +250,9 @@ def test_a_closed_pipe_is_a_quiet_conventional_exit(as_json):
 def test_storage_option_after_the_command_is_taken_as_before_it(tmp_path):
     (tmp_path / "empty").mkdir()
     run("list", str(tmp_path / "empty"), "--storage-option", "anon=true")
+    # --debug too: the traceback, then the same line and exit code.
+    proc = run("inspect", str(tmp_path / "missing"), "--debug", check_rc=2)
+    assert "Traceback" in proc.stderr and proc.stderr.endswith("missing: no such directory\n")
     run("list", str(tmp_path / "empty"), "--storage-option=anon=true")
     proc = run("list", str(tmp_path / "empty"), "--storage-option", "bad", check_rc=None)
     assert_one_line_error(proc, "--storage-option must look like KEY=VALUE")
@@ -340,3 +343,119 @@ def test_list_reports_a_truncated_delta_as_damaged(tmp_path):
     assert entries["b"]["problems"] == []
     (problem,) = entries["a"]["problems"]
     assert "4.delta" in problem and "checksum" in problem
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    assert_one_line_error(proc)
+    return proc.stderr.strip().removeprefix("statectl: error: ")
+
+
+def test_paths_in_errors_are_as_the_user_wrote_them(savepoints, damaged_checkpoint, tmp_path):
+    """Issue 25 item 7: errors (and inspect) named paths absolute or as ``file://`` URLs.
+    Relative paths, run from the directory they are relative to."""
+
+    def cli_here(*args: str) -> subprocess.CompletedProcess:
+        return run_cli(*args, cwd=tmp_path)
+
+    assert _error_line(cli_here("inspect", "missing")) == "missing: no such directory"
+    # A damaged savepoint's file, named under the savepoint as typed (not /tmp/.../sp/...),
+    # in the --json error document too.
+    victim = _damaged_copy(savepoints["canonical"], tmp_path / "sp", ".parquet")
+    rel = victim.relative_to(tmp_path).as_posix()
+    line = _error_line(cli_here("restore", "-s", "sp", "target"))
+    assert line.startswith(f"{rel}: has "), line
+    # Output too: inspect's heading printed the absolute path.
+    assert cli_here("inspect", "sp").stdout.startswith("Savepoint sp\n")
+    doc = json.loads(cli_here("restore", "-s", "sp", "target", "--dry-run", "--json").stdout)
+    assert doc["path"] == rel and doc["error"].startswith(f"{rel}: has "), doc
+    # A truncated delta under a relative checkpoint directory; ./ kept as written.
+    subprocess.run(["cp", "-r", str(damaged_checkpoint), str(tmp_path / "ck")], check=True)
+    line = _error_line(cli_here("export", "./ck", "-o", "out.csv"))
+    assert line.startswith("./ck/state/0/1/4.delta: truncated"), line
+    # A refused plan's problem names the target as typed (it was file:///.../target).
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "x").write_text("x")
+    proc = cli_here("restore", "-s", str(savepoints["canonical"]), "target")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("statectl: error: target: the target exists and is not empty"), line
+
+
+def test_edit_of_one_join_store_is_refused_in_the_command_lines_terms():
+    """It said ``filter on ...: ... (remove_operator)``: the Python API's names."""
+    proc = run(
+        "edit", str(FIXTURES / "join-hdfs"), "--operator", "0", "--table", "left-keyToNumValues",
+        "--delete-where", "key.field0 = 'a'", "--dry-run", check_rc=None,
+    )  # fmt: skip
+    assert_one_line_error(proc, "edit on symmetricHashJoin-", "--drop leaves the whole join out")
+    assert "remove_operator" not in proc.stderr and "filter" not in proc.stderr
+
+
+CHANGED_KEYS = """
+import pyspark.sql.functions as F
+
+
+def _events(spark):
+    return spark.readStream.schema("id long, k string, v long, ts timestamp").json({input!r})
+
+
+def _aggregates():
+    return F.count("*").alias("cnt"), F.sum("v").alias("total"), F.avg("v").alias("mean")
+
+
+def renamed(spark):
+    return _events(spark).withColumnRenamed("k", "user").groupBy("user").agg(*_aggregates())
+
+
+def by_expression(spark):
+    return _events(spark).groupBy(F.length("k")).agg(*_aggregates())
+"""
+
+
+def _statectl_in_this_process(*args: str) -> tuple[int, str, str]:
+    """``statectl ARGS`` run by main() in the test process, so ``--query`` plans with the
+    session's SparkSession (a fresh process would start a JVM per command); its wording
+    switch stays in a copied context."""
+    import contextlib
+    import contextvars
+    import io
+
+    from statectl import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, sys.argv = sys.argv, ["statectl", *args]
+    rc: object = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            contextvars.copy_context().run(cli.main)
+    except SystemExit as e:
+        rc = e.code or 0
+    finally:
+        sys.argv = argv
+    return int(rc), out.getvalue(), err.getvalue()  # type: ignore[call-overload]
+
+
+@pytest.mark.spark
+def test_query_plans_list_renamed_keys_and_refuse_in_the_users_terms(spark, savepoints, tmp_path):
+    """Issue 25 item 7: a renamed grouping column was matched by position with nothing in
+    the plan (or listed twice); a refusal showed Spark's internal ``_groupingexpression`` and
+    ran to 420 characters. agg-hdfs groups by ``k``."""
+    jobs = tmp_path / "jobs.py"
+    jobs.write_text(CHANGED_KEYS.format(input=str(tmp_path / "no-input")))
+    sp = str(savepoints["canonical"])
+    import statectl
+
+    (uid,) = (op.uid for op in statectl.open(sp).operators)
+    note = f"uid {uid}: key field 0 (user): renamed k -> user, matched by position"
+    restore = ("restore", "-s", sp, str(tmp_path / "t"), "--dry-run", "--query")
+    rc, out, err = _statectl_in_this_process(*restore, f"{jobs}:renamed")
+    assert rc == 0, err
+    assert out.splitlines().count(f"  evolved: {note}") == 1, out
+    rc, out, err = _statectl_in_this_process(*restore, f"{jobs}:renamed", "--json")
+    assert rc == 0 and json.loads(out)["evolved"] == [note], out
+    rc, out, err = _statectl_in_this_process(*restore, f"{jobs}:by_expression")
+    assert rc == 2 and out.startswith("Cannot restore"), out + err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("statectl: error:")]
+    assert "key field 0 (length(k)): string in the savepoint, integer in the query" in line
+    assert "_groupingexpression" not in err and f"--drop {uid} -n" in line
+    assert len(line) <= 250, (len(line), line)  # it was 420

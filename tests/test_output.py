@@ -350,3 +350,24 @@ def test_bad_statectl_toml_is_a_one_line_error(tmp_path):
     (tmp_path / "statectl.toml").write_text("[storage\n")
     proc = run("inspect", str(FIXTURES / "agg-hdfs"), cwd=tmp_path, check_rc=2)
     assert "statectl.toml: is not valid TOML" in proc.stderr
+
+
+def test_paths_in_messages_are_shown_as_the_user_named_their_directory():
+    """The one rule behind "paths as you wrote them" (the CLI tests in test_cli_second_hour
+    show it end to end): a path under a relatively named directory is shown relative, a
+    ``file://`` URL as its path, anything else as it is."""
+    from statectl.errors import StatectlError, display_paths_in, register_typed_root
+
+    root = "/nonexistent-statectl-test/work/ck"
+    register_typed_root(root, "ck")
+    assert display_paths_in(f"{root}/state/0/1/4.delta: truncated") == (
+        "ck/state/0/1/4.delta: truncated"
+    )
+    assert display_paths_in(f"inside the source checkpoint file://{root}.") == (
+        "inside the source checkpoint ck."
+    )
+    for same in (f"s3://b{root}/x", f"{root}2/x", "v / 2", "a/b"):
+        assert display_paths_in(same) == same
+    assert display_paths_in("file:///elsewhere/x: no") == "/elsewhere/x: no"
+    e = StatectlError("damaged", f"file://{root}/a.parquet")
+    assert (str(e), e.path) == ("ck/a.parquet: damaged", "ck/a.parquet")

@@ -72,9 +72,10 @@ def render_error(exc: BaseException, as_json: bool) -> int:
     ``{"error": "<the one line>", "path": <file or null>, "kind": "<exception class>",
     "exit_code": 2}``.
     """
-    from statectl.errors import StatectlError, describe_failure
+    from statectl.errors import StatectlError, describe_failure, display_paths_in
 
     message, code = describe_failure(exc)
+    message = display_paths_in(message)  # Spark's and the OS's messages quote paths too
     if not as_json:
         sys.stderr.write(f"statectl: {message}\n")
         return code
@@ -155,24 +156,26 @@ def _alive(pid: int) -> bool:
 def interrupted_message(what: str) -> str:
     """``statectl: interrupted``, naming each target this run left marked unfinished and how
     to redo it."""
+    from statectl.errors import display_path
     from statectl.in_progress import marked_targets
 
     line = f"statectl: {what}"
     for command, target in marked_targets():
         line += (
-            f"; {target.removeprefix('file://')} is left marked as an unfinished {command} (Spark will not start from "
+            f"; {display_path(target)} is left marked as an unfinished {command} (Spark will not start from "
             f"it): run the {command} again with --overwrite to replace it"
         )
     return line + "\n"
 
 
 _GLOBAL_WITH_VALUE = "--storage-option"
+_GLOBAL_FLAG = "--debug"  # ``statectl inspect CKPT --debug`` as well as ``statectl --debug ...``
 
 
 def global_options_first(argv: list[str]) -> list[str]:
-    """``argv`` with every ``--storage-option VALUE`` written after the command moved before
-    it, where Typer takes global options (``statectl list s3://x --storage-option k=v`` used to
-    be a bare "No such option"). No command has an option of that name."""
+    """``argv`` with every ``--storage-option VALUE`` and ``--debug`` written after the command
+    moved before it, where Typer takes global options (``statectl list s3://x --storage-option
+    k=v`` used to be a bare "No such option"). No command has an option of those names."""
     command_at = None
     i = 0
     while i < len(argv):
@@ -197,7 +200,7 @@ def global_options_first(argv: list[str]) -> list[str]:
         if arg == _GLOBAL_WITH_VALUE and j + 1 < len(tail):
             moved += tail[j : j + 2]
             j += 2
-        elif arg.startswith(_GLOBAL_WITH_VALUE + "="):
+        elif arg.startswith(_GLOBAL_WITH_VALUE + "=") or arg == _GLOBAL_FLAG:
             moved.append(arg)
             j += 1
         else:

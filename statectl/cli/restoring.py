@@ -359,8 +359,7 @@ def _print_restore(info: dict[str, Any], verb: str, paths: tuple[str, str]) -> N
         print(f"  operator {op_id} ({name}) starts with empty state")
     for src in info.get("sources", []):
         print(f"  {render_source(src)}")
-    for p in info["problems"]:
-        sys.stderr.write(f"statectl: error: {p}\n")
+    _print_problems(info["problems"])
 
 
 def migrate(
@@ -455,8 +454,16 @@ def _print_migrate(source: str, target: str, info: dict[str, Any]) -> None:
     _print_continuation(info)
     for note in info.get("conversions", []):
         print(f"  {note}")
-    for p in info["problems"]:
-        sys.stderr.write(f"statectl: error: {p}\n")
+    _print_problems(info["problems"])
+
+
+def _print_problems(problems: list[str]) -> None:
+    """A refused plan's problems on stderr, one line each, paths as the user wrote them (the
+    document has URLs)."""
+    from statectl.errors import display_paths_in
+
+    for p in problems:
+        sys.stderr.write(f"statectl: error: {display_paths_in(p)}\n")
 
 
 def _print_continuation(info: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from statectl.errors import StatectlError
+from statectl.errors import StatectlError, wording
 from statectl.io import FileIO
 from statectl.operators import OperatorKind
 from statectl.processor.bootstrap import build_base, describe_sources
@@ -178,10 +178,11 @@ class SavepointWriter:
             raise StatectlError(f"operator {op.uid} was removed from this writer")
         info = op.table(table)
         if info.kind == "join-store":
+            # The command line's edit has no filter or remove_operator: --delete-where, --drop.
             raise StatectlError(
-                f"{edit} on {op.uid}/{info.name}: a stream-stream join's four stores must stay "
-                "consistent with each other, so statectl edits a join only as a whole "
-                "(remove_operator)"
+                f"{wording('edit', edit)} on {op.uid}/{info.name}: a stream-stream join's four "
+                "stores must stay consistent with each other, so statectl edits a join only as "
+                f"a whole ({wording('--drop leaves the whole join out', 'remove_operator')})"
             )
         return op, info
 

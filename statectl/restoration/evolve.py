@@ -6,6 +6,7 @@ or the field-level reason restore cannot bridge it."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from statectl.checkpoint.model import UNKNOWN_OPERATOR, Operator
@@ -84,10 +85,57 @@ def evolve(
     """The savepoint operator ``op`` restored into the query's ``target``: Spark's own schema
     rule first; where it refuses, schema evolution (recorded in the plan) or its field-level
     reason."""
+    before = list(plan.report.evolved)
+    problems = _evolve(plan, uid, op, target, query, native)
+    names = query.key_expressions.get(target.operator_id, [])
+    # Planned twice (a changed operator, then every restored one), a note is listed once.
+    notes = [user_terms(n, names) for n in plan.report.evolved[len(before) :]]
+    plan.report.evolved[len(before) :] = [n for n in dict.fromkeys(notes) if n not in before]
+    return [user_terms(p, names) for p in problems]
+
+
+_INTERNAL_KEY = "_groupingexpression"
+_NAMED_FIELD = re.compile(
+    r"field (\d+) \(_groupingexpression\)(: renamed \S+ -> _groupingexpression)?"
+)
+
+
+def user_terms(text: str, names: list[str | None]) -> str:
+    """``text`` with Spark's internal name for a grouping expression (``_groupingexpression``,
+    the same for every one) replaced by the expression (``upper(k)``): the key field it names
+    (``field 0 (upper(k))``), else the grouping expressions in key order in each struct."""
+    exprs = [n for n in names if n]
+    if _INTERNAL_KEY not in text or not exprs:
+        return text
+
+    def named(m: re.Match[str]) -> str:
+        i = int(m.group(1))
+        name = names[i] if i < len(names) else None
+        return m.group(0).replace(_INTERNAL_KEY, name or _INTERNAL_KEY)
+
+    text = _NAMED_FIELD.sub(named, text)
+    return "struct<".join(_in_key_order(part, exprs) for part in text.split("struct<"))
+
+
+def _in_key_order(text: str, exprs: list[str]) -> str:
+    order = iter(exprs)
+    return re.sub(_INTERNAL_KEY, lambda _m: next(order, "a grouping expression"), text)
+
+
+def _evolve(
+    plan: RestorePlan,
+    uid: str,
+    op: OperatorState,
+    target: Operator,
+    query: PlannedQuery,
+    native: bool,
+) -> list[str]:
     problems = schema_problems(uid, op, target)
     if op.name not in (target.name, UNKNOWN_OPERATOR):
         return problems
-    where = f"uid {uid} -> operator {target.operator_id} ({target.name})"
+    where = f"uid {uid} -> operator {target.operator_id}"
+    if not uid.startswith(target.name):  # the uid names the kind unless relabelled
+        where += f" ({target.name})"
     if uid in plan.transforms:
         return plan_transform(plan, uid, op, target, where, native)
     if native:
@@ -165,9 +213,11 @@ def _grouped(plan: RestorePlan, op: OperatorState) -> bool:
 
 
 def _refused_store(problems: list[str], where: str, store: str, e: Refused) -> list[str]:
+    # Restore's reason names the field it cannot bridge, and so says what Spark's would (the
+    # same field, read by position): one of them, so the line stays readable. Otherwise
     # Spark's reason first (what the query changed), then why restore cannot bridge it.
-    if not problems:
-        return [f"{where}{store}: {e}"]
+    if not problems or re.search(r"\bfields?\b", str(e)):
+        return [f"{where}{store}: {e}", *problems[1:]]
     return [f"{problems[0]}; restore cannot evolve it:{store} {e}", *problems[1:]]
 
 

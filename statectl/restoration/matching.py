@@ -139,9 +139,7 @@ def match_changed_operators(
             continue
         for r in reasons:
             plan.problems.append(
-                f"{r}; the query changed this operator's state schema, which Spark cannot "
-                f"read the savepoint's state with: keep the schema, or discard the state "
-                f"deliberately with --drop {uid} -n"
+                f"{r} (keep the stored schema, or drop this state with --drop {uid} -n)"
             )
         changed.add(qop.operator_id)
     return changed
