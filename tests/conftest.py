@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import tempfile
 
 import pytest
 
@@ -14,6 +15,36 @@ from tests.helpers.fixtures import FIXTURES
 # Test modules that fork worker processes from the test process: they run on each xdist
 # worker before any Spark test starts a JVM gateway there.
 FORK_FIRST = {"test_adversarial.py"}
+
+
+# Every JVM the tests start (the session below, ``statectl --engine spark`` in a subprocess, the
+# executors of a local-cluster master) reads these through SPARK_CONF_DIR. The tests run tiny
+# batches, so the JVM's time goes to compiling code it runs a few times: C1 alone (no C2) and
+# the serial collector halve its CPU time; whole-stage code generation costs more (Janino
+# compiles per query) than it saves on a few rows. None of them changes what Spark computes or
+# writes. (The "default" Java options, so that a session's own extraJavaOptions, as statectl's
+# quiet_session sets, add to them instead of replacing them.)
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SPARK_DEFAULTS = {
+    "spark.driver.defaultJavaOptions": JVM_FLAGS,
+    "spark.executor.defaultJavaOptions": JVM_FLAGS,
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+_CONF_DIR = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    conf_dir = tempfile.mkdtemp(prefix="statectl-test-spark-conf-")
+    with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
+        f.writelines(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items())
+    config.stash[_CONF_DIR] = conf_dir
+    os.environ["SPARK_CONF_DIR"] = conf_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(config.stash.get(_CONF_DIR, ""), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
