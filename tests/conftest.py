@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The forking tests, then longest first: the two xdist workers start the long tests early
     and the short ones fill in around them, instead of one worker finishing a long one alone
     at the end. Longest: the ``slow`` ones (memory budgets, the base-dependency venv, the TTL
-    test that waits 3 minutes), those that run Spark first, then the other Spark tests, then
+    test that waits its TTL), those that run Spark first, then the other Spark tests, then
     the fast tier."""
 
     def rank(item: pytest.Item) -> tuple[bool, bool, bool]:
