@@ -20,16 +20,14 @@ FORK_FIRST = {"test_adversarial.py"}
 # Every JVM the tests start (the session below, ``statectl --engine spark`` in a subprocess, the
 # executors of a local-cluster master) reads these through SPARK_CONF_DIR. The tests run tiny
 # batches, so the JVM's time goes to compiling code it runs a few times: C1 alone (no C2) and
-# the serial collector halve its CPU time; whole-stage code generation costs more (Janino
-# compiles per query) than it saves on a few rows. None of them changes what Spark computes or
-# writes. (The "default" Java options, so that a session's own extraJavaOptions, as statectl's
-# quiet_session sets, add to them instead of replacing them.)
+# the serial collector halve its CPU time. Neither changes what Spark computes, writes or
+# plans. (SQL confs stay Spark's defaults: statectl walks physical plans, whole-stage code
+# generation included. The "default" Java options, so that a session's own
+# extraJavaOptions, as statectl's quiet_session sets, add to them instead of replacing them.)
 JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SPARK_DEFAULTS = {
     "spark.driver.defaultJavaOptions": JVM_FLAGS,
     "spark.executor.defaultJavaOptions": JVM_FLAGS,
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.adaptive.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
 _CONF_DIR = pytest.StashKey[str]()
