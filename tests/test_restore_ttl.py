@@ -187,8 +187,9 @@ def test_restored_ttl_state_expires_at_its_original_expiry(spark, tmp_path):
 
 
 def restored_values_expire_at_their_original_expiry(spark, root, ttl_ms: int) -> bool:
-    """The test with list and map values of TTL ``ttl_ms``; False (nothing asserted yet) when
-    the restored runs' first batch came after the first restored value expired."""
+    """The test with list and map values of TTL ``ttl_ms``; False, before any assertion that
+    depends on time, when the restored runs' first batch came after the first restored value
+    expired."""
     root.mkdir()
     d, src = root / "input", root / "src"
     write_input(d, 0, 2)
