@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import tempfile
 
 import pytest
 
@@ -16,11 +17,39 @@ from tests.helpers.fixtures import FIXTURES
 FORK_FIRST = {"test_adversarial.py"}
 
 
+# Every JVM the tests start (the session below, ``statectl --engine spark`` in a subprocess, the
+# executors of a local-cluster master) reads these through SPARK_CONF_DIR. The tests run tiny
+# batches, so the JVM's time goes to compiling code it runs a few times: C1 alone (no C2) and
+# the serial collector halve its CPU time. Neither changes what Spark computes, writes or
+# plans. (SQL confs stay Spark's defaults: statectl walks physical plans, whole-stage code
+# generation included. The "default" Java options, so that a session's own
+# extraJavaOptions, as statectl's quiet_session sets, add to them instead of replacing them.)
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SPARK_DEFAULTS = {
+    "spark.driver.defaultJavaOptions": JVM_FLAGS,
+    "spark.executor.defaultJavaOptions": JVM_FLAGS,
+    "spark.ui.showConsoleProgress": "false",
+}
+_CONF_DIR = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    conf_dir = tempfile.mkdtemp(prefix="statectl-test-spark-conf-")
+    with open(os.path.join(conf_dir, "spark-defaults.conf"), "w") as f:
+        f.writelines(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items())
+    config.stash[_CONF_DIR] = conf_dir
+    os.environ["SPARK_CONF_DIR"] = conf_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(config.stash.get(_CONF_DIR, ""), ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The forking tests, then longest first: the two xdist workers start the long tests early
     and the short ones fill in around them, instead of one worker finishing a long one alone
     at the end. Longest: the ``slow`` ones (memory budgets, the base-dependency venv, the TTL
-    test that waits 3 minutes), those that run Spark first, then the other Spark tests, then
+    test that waits its TTL), those that run Spark first, then the other Spark tests, then
     the fast tier."""
 
     def rank(item: pytest.Item) -> tuple[bool, bool, bool]:

@@ -7,6 +7,7 @@ the suite stayed green. This test builds a venv from pyproject.toml's base depen
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import venv
@@ -21,7 +22,21 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def base_venv(tmp_path_factory) -> Path:
-    where = tmp_path_factory.mktemp("base-venv")
+    """Built once per run: pytest-xdist's workers share the session's base directory, so the
+    first to get here builds the venv under a lock and the other waits for it (a second pip
+    install would cost as much again)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    where = shared / "base-venv"
+    with open(shared / "base-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (where / "built").exists():
+            _build(where)
+            (where / "built").touch()
+    return where
+
+
+def _build(where: Path) -> None:
     venv.EnvBuilder(with_pip=True, clear=True).create(where)
     python = where / "bin" / "python"
     proc = subprocess.run(
@@ -31,7 +46,6 @@ def base_venv(tmp_path_factory) -> Path:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return where
 
 
 def _run(venv_dir: Path, *args: str) -> subprocess.CompletedProcess:
