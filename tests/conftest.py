@@ -39,6 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
         f.writelines(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items())
     config.stash[_CONF_DIR] = conf_dir
     os.environ["SPARK_CONF_DIR"] = conf_dir
+    # Every CLI test starts a Python subprocess; without cached bytecode (machines that set
+    # PYTHONDONTWRITEBYTECODE) each one recompiles statectl, ~0.15 s a run over ~1,000 runs.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
