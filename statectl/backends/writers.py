@@ -120,6 +120,28 @@ def _bytewise_order(keys: pa.Array) -> pa.Array:
     # key order) are what Arrow's adaptive merge sort does fastest; one comparison pass tells.
     if _presorted(keys):
         return pc.sort_indices(keys)
+    columns = _varying_bytes(_word_columns(keys, offsets, lengths, longest))
+    if len(columns) == 1:  # one word settles every comparison unless two keys share it
+        order = np.argsort(columns[0])
+        ranked = columns[0][order]
+        if bool((ranked[1:] > ranked[:-1]).all()):
+            return pa.array(order)
+    if (lengths != lengths[0]).any():
+        columns.append(lengths)  # after every word: a tie means one key is a zero-padded prefix
+    if not columns:  # every key equal (callers have unique keys; kept correct anyway)
+        return pa.array(np.arange(n, dtype=np.int64))
+    # Least significant column first, each a stable sort of the order so far (numpy's stable
+    # sort of integers is adaptive: input in long sorted runs, as savepoints often are, is fast).
+    order = np.argsort(columns[-1], kind="stable")
+    for column in columns[-2::-1]:
+        order = order[np.argsort(column[order], kind="stable")]
+    return pa.array(order)
+
+
+def _word_columns(
+    keys: pa.Array, offsets: np.ndarray, lengths: np.ndarray, longest: int
+) -> list[np.ndarray]:
+    """The keys as big-endian uint64 words, zero-padded; words equal in every key left out."""
     words = (longest + 7) // 8
     # The data padded with zeros, so that every key's last word can be read whole.
     data = np.zeros(int(offsets[-1] - offsets[0]) + 8 * words, dtype=np.uint8)
@@ -137,22 +159,7 @@ def _bytewise_order(keys: pa.Array) -> pa.Array:
         word &= np.where(valid == 0, np.uint64(0), ~np.uint64(0) << shift)
         if (word != word[0]).any():
             columns.append(word)
-    columns = _varying_bytes(columns)
-    if len(columns) == 1:  # one word settles every comparison unless two keys share it
-        order = np.argsort(columns[0])
-        ranked = columns[0][order]
-        if bool((ranked[1:] > ranked[:-1]).all()):
-            return pa.array(order)
-    if (lengths != lengths[0]).any():
-        columns.append(lengths)  # after every word: a tie means one key is a zero-padded prefix
-    if not columns:  # every key equal (callers have unique keys; kept correct anyway)
-        return pa.array(np.arange(n, dtype=np.int64))
-    # Least significant column first, each a stable sort of the order so far (numpy's stable
-    # sort of integers is adaptive: input in long sorted runs, as savepoints often are, is fast).
-    order = np.argsort(columns[-1], kind="stable")
-    for column in columns[-2::-1]:
-        order = order[np.argsort(column[order], kind="stable")]
-    return pa.array(order)
+    return columns
 
 
 def _varying_bytes(columns: list[np.ndarray]) -> list[np.ndarray]:
