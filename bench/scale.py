@@ -108,6 +108,19 @@ measured: a vectorized record-boundary scan (every 8-byte-aligned candidate chec
 the chain verified by successor pointers; exact, equal to the loop's starts) took 1.9 s
 against 0.64 s for the Python loop on a 264 MB snapshot: 8 candidates per record cost more
 than the loop's 0.15 us per record.
+
+The next session (load 10-24 throughout: CPU seconds inflated, wall times meaningless) replaced
+the bucketed replay by last writer wins on sorted 64-bit key hashes
+(``statectl/backends/hashed_replay.py``), the SST sort's four stable word passes by one sort of
+the key bytes that vary, and the per-record scan loop by verified blocks of records
+(``record_scan.stride_runs_v1``). Back to back at load 10, migrate HDFS -> RocksDB 2 -> 8: 41.1
+-> 36.8 CPU-s (read+replay 19.2 -> 14.9, sort 9.0 -> 6.8); one partition's read+replay alone
+10.9 -> 4.7-5.7 CPU-s. This script's table on the new code (load 14-24): export 18.5 CPU-s
+(read+replay 11.2, was 16.5) and 1.6 GB; savepoint 22.7 CPU-s and a 2.3 GB tree; migrate
+HDFS -> RocksDB 34.6 CPU-s, 1.1 GB tree; RocksDB -> HDFS 34.8 CPU-s, 0.93 GB tree. Then the
+machine quietened (load 5-6), old and new code back to back (wall s / CPU s): migrate HDFS ->
+RocksDB 38.8 / 29.8 -> 19.3 / 20.3; export 30.6 / 22.0 -> 15.8 / 14.4; savepoint
+30.8 / 23.6 -> 23.7 / 17.5; RocksDB -> HDFS 21.6 / 17.6 -> 20.5 / 16.8 (its read is untouched).
 """
 
 from __future__ import annotations

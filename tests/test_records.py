@@ -639,3 +639,27 @@ def test_a_windowed_read_speculates_and_equals_the_whole_parse():
             got_values += batch.values.to_pylist()
         assert got_keys == whole.keys.to_pylist(), trial
         assert got_values == whole.values.to_pylist(), trial
+
+
+@pytest.mark.parametrize("value_size", [24, 13])
+def test_stride_runs_read_padded_keys_exactly(value_size: int) -> None:
+    """Keys of one padded length but a few (UnsafeRow strings) behind one value size: whole
+    blocks are verified at once (issue 27); removals, another key size, a value of another
+    size and a stride that is no multiple of 4 all end a run where the exact loop resumes."""
+    from statectl.codecs.records import iter_record_stream
+
+    rng = np.random.default_rng(27)
+    n = 5000
+    sizes = np.where(rng.random(n) < 0.01, 24, 32)
+    keys = [bytes(rng.integers(0, 256, int(s), dtype=np.uint8)) for s in sizes]
+    values: list[bytes | None] = [bytes([i % 256]) * value_size for i in range(n)]
+    values[3000] = None
+    values[4000:4010] = [b"x" * 7] * 10
+    raw = write_state_records(keys, values)
+    whole = parse_state_records(raw)
+    assert whole.keys.to_pylist() == keys and whole.values.to_pylist() == values
+    pieces = [raw[i : i + 70_000] for i in range(0, len(raw), 70_000)]
+    got: list[bytes | None] = []
+    for batch in iter_record_stream(pieces, max_bytes=50_000):
+        got += batch.values.to_pylist()
+    assert got == values

@@ -23,14 +23,12 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from statectl.backends.hashed_replay import REPLAY_FACTOR, hashed_replay, nbytes
 from statectl.codecs.murmur3 import hash_bytes
 from statectl.codecs.record_replay import replay
 from statectl.codecs.records import OP_DELETE_RANGE, RecordBatch
 
 BUCKETS = 128
-# Bytes of memory an in-memory replay needs per byte of record data (concatenation, the
-# dictionary of keys, event arrays, the result): generous, measured on aggregations.
-REPLAY_FACTOR = 6
 _SCHEMA = pa.schema(
     [
         ("seq", pa.int64()),
@@ -44,7 +42,7 @@ Chunk = tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]
 
 
 def _nbytes(b: RecordBatch) -> int:
-    return b.keys.nbytes + b.values.nbytes + len(b.ops)
+    return nbytes(b)
 
 
 def bounded_replay(
@@ -56,7 +54,33 @@ def bounded_replay(
     merge_delimiter: bytes = b"",
 ) -> Iterator[Chunk]:
     """The live (key, value) entries of ``chunks`` (records in replay order), about
-    ``max_bytes`` of them at a time, holding about ``budget`` bytes (plus one bucket)."""
+    ``max_bytes`` of them at a time, holding about ``budget`` bytes (plus one bucket).
+
+    Puts and deletes alone (HDFS deltas, most changelogs) take the hashed replay
+    (:mod:`statectl.backends.hashed_replay`); merges and delete-ranges, a collision of key
+    hashes, or more records than the budget has room for take the exact replay below. Both
+    give the same entries in the same chunks."""
+    yield from hashed_replay(
+        chunks,
+        budget=budget,
+        max_bytes=max_bytes,
+        scratch=scratch,
+        exact=lambda it: exact_replay(
+            it, budget=budget, max_bytes=max_bytes, scratch=scratch, merge_delimiter=merge_delimiter
+        ),
+    )
+
+
+def exact_replay(
+    chunks: Iterator[RecordBatch],
+    *,
+    budget: int,
+    max_bytes: int,
+    scratch: str,
+    merge_delimiter: bytes = b"",
+) -> Iterator[Chunk]:
+    """:func:`bounded_replay` by the keys' bytes: in memory when the records fit the budget
+    (``REPLAY_FACTOR``), else through hash buckets on disk (the module docstring)."""
     pending: list[RecordBatch] = []
     size = 0
     events = 0
