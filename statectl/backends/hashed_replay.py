@@ -57,7 +57,10 @@ class _Held:
         size = nbytes(chunk)
         self.records += len(chunk)
         if not self.spilled and self.used + size <= self.limit:
-            self.memory.append(chunk)
+            # Compacted copies: a chunk's arrays may view the whole decompressed file, which
+            # the budget does not count and holding the view would keep alive.
+            keys, values = pa.concat_arrays([chunk.keys]), pa.concat_arrays([chunk.values])
+            self.memory.append(RecordBatch(chunk.ops.copy(), keys, values))
             self.used += size
             return
         if self.writer is None:
@@ -118,7 +121,8 @@ def hashed_replay(
                 yield from exact(itertools.chain(held.chunks(release=True), [chunk], it))
                 return
             hashes.append(key_hashes(chunk.keys))
-            ops.append(chunk.ops)
+            # A copy: the chunk's ops may view the whole decompressed file, kept alive by it.
+            ops.append(np.array(chunk.ops, dtype=np.uint8, copy=True))
             held.add(chunk)
             size, events = size + nbytes(chunk), events + len(chunk)
             if cut is None and size * REPLAY_FACTOR > budget:
@@ -198,6 +202,8 @@ def _emit(held: _Held, live: np.ndarray, sizes: list[int]) -> Iterator[Chunk]:
             yield k.slice(0, n_out), v.slice(0, n_out)
             keys, values = [k.slice(n_out)], [v.slice(n_out)]
             have -= n_out
+            # Arrow's allocator keeps freed pages; without this the peak grows with the state.
+            pa.default_memory_pool().release_unused()
             n_out = next(want, None)
 
 
