@@ -41,10 +41,6 @@ _LIVE = pa.schema([("seq", pa.int64()), ("key", pa.large_binary()), ("value", pa
 Chunk = tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]
 
 
-def _nbytes(b: RecordBatch) -> int:
-    return nbytes(b)
-
-
 def bounded_replay(
     chunks: Iterator[RecordBatch],
     *,
@@ -86,7 +82,7 @@ def exact_replay(
     events = 0
     for chunk in chunks:
         pending.append(chunk)
-        size += _nbytes(chunk)
+        size += nbytes(chunk)
         events += len(chunk)
         if size * REPLAY_FACTOR > budget:
             break
