@@ -216,9 +216,11 @@ def main() -> None:
     (typer vendors its own click: importing ``click`` here would fail without it installed).
     """
     from statectl.errors import use_cli_wording
+    from statectl.native_memory import tune_for_bulk_work
     from statectl.processes import exit_on_termination
 
     use_cli_wording()
+    tune_for_bulk_work()
 
     try:
         with _run_scratch(), exit_on_termination(), guarded_stdout():
