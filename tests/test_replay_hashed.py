@@ -101,3 +101,38 @@ def test_last_of_each_marks_each_hash_newest_record():
     last, order, same = last_of_each(h)
     assert last.tolist() == [False, False, False, True, True, True]
     assert sorted(h[order].tolist()) == h[order].tolist() and len(same) == 3
+
+
+def test_last_of_each_orders_hashes_that_share_high_bits():
+    # The packed sort keeps a hash's high bits only; hashes that differ in their low bits
+    # (here: in the last two) must still come out in (hash, event) order, each its own run.
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 17, 1000, 50_000):
+        base = rng.integers(0, 2**63, size=max(1, n // 3), dtype=np.int64).astype(np.uint64)
+        h = base[rng.integers(0, len(base), size=n)]
+        flip = rng.random(n) < 0.3
+        h[flip] ^= rng.integers(1, 4, size=int(flip.sum())).astype(np.uint64)
+        last, order, same = last_of_each(h)
+        expect = np.argsort(h, kind="stable")  # by hash, then by event
+        assert order.tolist() == expect.tolist()
+        sh = h[expect]
+        assert same.tolist() == np.flatnonzero(sh[1:] == sh[:-1]).tolist()
+        newest = {int(x): i for i, x in enumerate(h)}
+        assert np.flatnonzero(last).tolist() == sorted(newest.values())
+
+
+def test_whole_word_keys_hash_as_the_general_loop_hashes_them(monkeypatch):
+    # Chunks of one replay may take either path (a chunk of UnsafeRow keys, one with an odd
+    # key): both must give every key the same hash, at any start offset of the data.
+    rng = np.random.default_rng(3)
+    keys = [
+        bytes(rng.integers(0, 256, 8 * int(rng.integers(1, 6)), dtype=np.uint8)) for _ in range(300)
+    ]
+    arrays = [
+        pa.array(keys, pa.large_binary()),
+        pa.array([b"abc", *keys], pa.large_binary()).slice(1),  # data starts 3 bytes in
+    ]
+    fast = [key_hashes(a) for a in arrays]
+    monkeypatch.setattr("statectl.codecs.key_hash._whole_words", lambda *a: False)
+    for a, h in zip(arrays, fast, strict=True):
+        assert h.tolist() == key_hashes(a).tolist()

@@ -198,13 +198,30 @@ def _emit(held: _Held, live: np.ndarray, sizes: list[int]) -> Iterator[Chunk]:
             values.append(chunk.values.take(idx))
             have += len(sel)
         while n_out is not None and have >= n_out:
-            k, v = _concat(keys), _concat(values)
-            yield k.slice(0, n_out), v.slice(0, n_out)
-            keys, values = [k.slice(n_out)], [v.slice(n_out)]
+            # Whole pieces and a slice of the last: each entry is copied once more, here.
+            k, keys = _first(keys, n_out)
+            v, values = _first(values, n_out)
+            yield k, v
             have -= n_out
             # Arrow's allocator keeps freed pages; without this the peak grows with the state.
             pa.default_memory_pool().release_unused()
             n_out = next(want, None)
+
+
+def _first(pieces: list[pa.Array], n: int) -> tuple[pa.Array, list[pa.Array]]:
+    """The first ``n`` entries of ``pieces`` as one array, and the pieces left (the last one
+    taken from cut by a zero-copy slice)."""
+    out: list[pa.Array] = []
+    rest = pieces
+    while n:
+        head, rest = rest[0], rest[1:]
+        if len(head) > n:
+            out.append(head.slice(0, n))
+            rest = [head.slice(n), *rest]
+            break
+        out.append(head)
+        n -= len(head)
+    return _concat(out), rest
 
 
 def _concat(arrays: list[pa.Array]) -> pa.Array:

@@ -48,6 +48,9 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
     h = np.full(len(starts), _P3, dtype=np.uint64)
     if not len(h):
         return h
+    if _whole_words(starts, lengths):
+        _mix_whole_words(h, data, starts, lengths)
+        return _finish(h, lengths)
     windows = sliding_window_view(data, 8) if len(data) >= 8 else None
     words = (lengths + 7) >> 3  # the last word overlaps the one before (its last 8 bytes)
     # Every row in every word while all keys have one (no index arrays); else the rows left.
@@ -65,11 +68,48 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
                 _mix(sub, windows[pos].view("<u8").reshape(-1))
                 h[rows] = sub
         _short_keys(h, data, starts, lengths)
+    return _finish(h, lengths)
+
+
+def _finish(h: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Mix in the length, then a final avalanche, in place."""
+    with np.errstate(over="ignore"):
         h ^= lengths.astype(np.uint64) * _P2
         h ^= h >> np.uint64(29)
         h *= _P3
         h ^= h >> np.uint64(32)
     return h
+
+
+def _whole_words(starts: np.ndarray, lengths: np.ndarray) -> bool:
+    """Every key is whole 8-byte words, all starting at the same offset modulo 8 (UnsafeRow
+    keys are): then word ``w`` of a key is ``8 * w`` bytes in, with no overlapping last word."""
+    return bool(
+        int(lengths.min()) >= 8 and not (lengths & 7).any() and not ((starts - starts[0]) & 7).any()
+    )
+
+
+def _mix_whole_words(
+    h: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> None:
+    """:func:`key_hashes`' word loop for whole-word keys: a gather from the data viewed as
+    little-endian uint64 (one 8-byte load per key and word, where the general loop gathers
+    8-byte windows)."""
+    base = int(starts[0]) & 7
+    u64 = data[base : base + ((len(data) - base) >> 3 << 3)].view("<u8")
+    at = (starts - base) >> 3  # each key's first word
+    words = lengths >> 3
+    every = int(words.min())
+    with np.errstate(over="ignore"):
+        for w in range(int(words.max())):
+            if w < every:
+                _mix(h, u64[at])
+            else:
+                rows = np.flatnonzero(words > w)
+                sub = h[rows]
+                _mix(sub, u64[at[rows]])
+                h[rows] = sub
+            at += 1
 
 
 def _short_keys(h: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
@@ -88,20 +128,59 @@ def _short_keys(h: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np
 
 def last_of_each(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For events (records in replay order) with these key hashes: (a bool mask of each
-    hash's last event; ``order``, the events sorted by hash; ``same``, the positions ``i`` in
-    ``order`` whose event has the hash of the one at ``i + 1``): the pairs to compare."""
+    hash's last event; ``order``, the events sorted by hash, equal hashes by event;
+    ``same``, the positions ``i`` in ``order`` whose event has the hash of the one at
+    ``i + 1``): the pairs to compare."""
     n = len(hashes)
     last = np.zeros(n, dtype=bool)
     if not n:
         return last, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    order = np.argsort(hashes)  # no need for a stable sort: the newest of a hash is its max
-    sh = hashes[order]
-    differs = sh[1:] != sh[:-1]
-    del sh
-    same = np.flatnonzero(~differs)
-    if not len(same):  # every key once: every record is its key's last
-        last[:] = True
-        return last, order, same
-    starts = np.concatenate([np.zeros(1, dtype=np.int64), np.flatnonzero(differs) + 1])
-    last[np.maximum.reduceat(order, starts)] = True
+    order, pairs = _order_by_hash(hashes)
+    # Adjacent in ``order`` with the same high bits: the candidates; the same full hash: same.
+    same = pairs[hashes[order[pairs]] == hashes[order[pairs + 1]]]
+    # Within a hash, events ascend: each hash's last event ends its run.
+    ends = np.ones(n, dtype=bool)
+    ends[same] = False
+    last[order[ends]] = True
     return last, order, same
+
+
+def _order_by_hash(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the events sorted by (hash, event); the positions ``i`` of that order whose event shares
+    its hash's high bits with the one at ``i + 1``).
+
+    numpy's ``sort`` of uint64 is vectorized (AVX-512) where ``argsort`` is not: 0.06 against
+    0.37 CPU-s for 5.5M hashes. So each hash's low bits are replaced by its event number and
+    the packed words sorted; events that share the remaining high bits but not the hash (a
+    few per million) are put back in (hash, event) order by a small lexsort."""
+    n = len(hashes)
+    bits = max(1, (n - 1).bit_length())
+    if bits > 32:  # too few high bits left to tell hashes apart: sort the hashes themselves
+        order = np.argsort(hashes, kind="stable")
+        sh = hashes[order]
+        return order, np.flatnonzero(sh[1:] == sh[:-1])
+    low = np.uint64((1 << bits) - 1)
+    packed = hashes & ~low
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    order = (packed & low).astype(np.int64)
+    packed >>= np.uint64(bits)
+    pairs = np.flatnonzero(packed[1:] == packed[:-1])
+    del packed
+    split = pairs[hashes[order[pairs]] != hashes[order[pairs + 1]]]
+    if len(split):
+        _sort_runs(hashes, order, pairs, split)
+    return order, pairs
+
+
+def _sort_runs(hashes: np.ndarray, order: np.ndarray, pairs: np.ndarray, split: np.ndarray) -> None:
+    """Put the runs of ``order`` (adjacent positions linked by ``pairs``) that hold more than
+    one hash (``split``: positions in them) in (hash, event) order, in place."""
+    linked = np.zeros(len(order), dtype=bool)
+    linked[pairs] = True  # position i is in the run of i + 1
+    run = np.concatenate([[0], np.cumsum(~linked[:-1])])  # run id per position
+    bad = np.isin(run, run[split])
+    pos = np.flatnonzero(bad)
+    sub = order[pos]
+    perm = np.lexsort((sub, hashes[sub], run[pos]))
+    order[pos] = sub[perm]
