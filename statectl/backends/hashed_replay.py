@@ -59,7 +59,7 @@ class _Held:
         if not self.spilled and self.used + size <= self.limit:
             # Compacted copies: a chunk's arrays may view the whole decompressed file, which
             # the budget does not count and holding the view would keep alive.
-            keys, values = pa.concat_arrays([chunk.keys]), pa.concat_arrays([chunk.values])
+            keys, values = _compact(chunk.keys), _compact(chunk.values)
             self.memory.append(RecordBatch(chunk.ops.copy(), keys, values))
             self.used += size
             return
@@ -97,6 +97,18 @@ class _Held:
         self.memory = []
         if self.spilled and os.path.exists(self.path):
             os.remove(self.path)
+
+
+def _compact(arr: pa.Array) -> pa.Array:
+    """``arr``, copied when its buffers hold much more than its own bytes (a slice of a larger
+    array: holding it would keep the rest alive); the record readers' own takes are compact."""
+    bufs = arr.buffers()
+    data = bufs[-1]
+    used = arr.nbytes
+    held = sum(b.size for b in bufs if b is not None)
+    if arr.offset == 0 and data is not None and held <= used + used // 4 + 4096:
+        return arr
+    return pa.concat_arrays([arr])
 
 
 def _plain(chunk: RecordBatch) -> bool:
