@@ -53,19 +53,39 @@ def test_same_entries_and_chunks_as_the_exact_replay(tmp_path, budget):
 
 
 def test_spilled_records_are_read_back(tmp_path, monkeypatch):
-    seen: list[bool] = []
+    seen: list[tuple[bool, bool]] = []
     original = hashed._live
 
-    def spy(h, ops, held):  # type: ignore[no-untyped-def]
-        seen.append(held.spilled)
-        return original(h, ops, held)
+    def spy(h, ops, held, budget):  # type: ignore[no-untyped-def]
+        live = original(h, ops, held, budget)
+        seen.append((held.spilled, live is not None))
+        return live
 
     monkeypatch.setattr(hashed, "_live", spy)
-    batches = _batches(3000, 500, 250)
+    batches = _batches(3000, 20_000, 250)  # a few keys repeat: their comparison fits
     got = _run(bounded_replay, batches, tmp_path, 200_000)
-    assert seen == [True]
+    assert seen == [(True, True)]  # spilled, and the hashed replay decided
     assert got == _run(exact_replay, batches, tmp_path, 200_000)
     assert not list((tmp_path / "bounded_replay").iterdir())  # the spill file is gone
+
+
+def test_keys_updated_too_often_to_compare_take_the_exact_replay(tmp_path, monkeypatch):
+    # 3000 records of 100 keys: comparing the keys of every repeated hash would gather nearly
+    # every record's key, more than a quarter of a 200 kB budget.
+    decided: list[bool] = []
+    original = hashed._live
+
+    def spy(h, ops, held, budget):  # type: ignore[no-untyped-def]
+        live = original(h, ops, held, budget)
+        decided.append(live is not None)
+        return live
+
+    monkeypatch.setattr(hashed, "_live", spy)
+    monkeypatch.setattr(hashed, "_same_keys", lambda *a: pytest.fail("keys gathered"))
+    batches = _batches(3000, 100, 250)
+    got = _run(bounded_replay, batches, tmp_path, 200_000)
+    assert decided == [False]
+    assert got == _run(exact_replay, batches, tmp_path, 200_000)
 
 
 def test_colliding_hashes_fall_back_to_the_exact_replay(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ equal have their key bytes compared before anything is emitted; if two differ (a
 collision, about one in 10^12 for 5M keys) the exact replay runs instead, as it does for merges,
 delete-ranges, or more records than the budget has room for (``HASH_BYTES`` each).
 
-The records are held meanwhile: in memory up to half the budget, the rest appended to one Arrow
+The records are held meanwhile: in memory up to an eighth of the budget, the rest appended to one Arrow
 file in the caller's scratch directory (one sequential write and read, no buckets). The output
 is :func:`statectl.backends.replay.exact_replay`'s exactly: the live entries ordered by their
 last record, cut into the same chunks (``rows`` entries each, or by sequence range where the
@@ -52,10 +52,12 @@ class _Held:
         self.writer: tuple[pa.NativeFile, pa.ipc.RecordBatchStreamWriter] | None = None
         self.spilled = False
         self.records = 0
+        self.key_bytes = 0
 
     def add(self, chunk: RecordBatch) -> None:
         size = nbytes(chunk)
         self.records += len(chunk)
+        self.key_bytes += chunk.keys.nbytes
         if not self.spilled and self.used + size <= self.limit:
             # Compacted copies: a chunk's arrays may view the whole decompressed file, which
             # the budget does not count and holding the view would keep alive.
@@ -140,8 +142,8 @@ def hashed_replay(
             if cut is None and size * REPLAY_FACTOR > budget:
                 cut = (size, events)
         held.finish()
-        live = _live(hashes, ops, held)
-        if live is None:  # a hash collision: the exact replay decides
+        live = _live(hashes, ops, held, budget)
+        if live is None:  # a hash collision (or too many keys to compare): the exact replay
             yield from exact(held.chunks(release=True))
             return
         at_bytes, at_events = cut or (size, events)
@@ -151,15 +153,24 @@ def hashed_replay(
         held.close()
 
 
-def _live(hashes: list[np.ndarray], ops: list[np.ndarray], held: _Held) -> np.ndarray | None:
+def _live(
+    hashes: list[np.ndarray], ops: list[np.ndarray], held: _Held, budget: int
+) -> np.ndarray | None:
     """Per record, whether it is its key's live entry (its last record, a put); None when two
-    records of equal hashes have different keys."""
+    records of equal hashes have different keys, or when comparing their keys would hold
+    more than a quarter of the budget (every key updated many times: the exact replay,
+    which bounds itself, decides)."""
     h = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.uint64)
     hashes.clear()
     last, order, same = last_of_each(h)
     del h
-    if len(same) and not _same_keys(order[same], order[same + 1], held):
-        return None
+    if len(same):
+        a, b = order[same], order[same + 1]
+        compared = min(2 * len(a), held.records)  # the records whose keys are gathered
+        if compared * (held.key_bytes // max(1, held.records) + 8) > budget // 4:
+            return None
+        if not _same_keys(a, b, held):
+            return None
     all_ops = np.concatenate(ops) if ops else np.zeros(0, dtype=np.uint8)
     return last & (all_ops == OP_PUT)
 
