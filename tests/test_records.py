@@ -351,6 +351,40 @@ def test_speculation_resumes_after_a_wrong_guess() -> None:
     assert batch.keys.to_pylist() == keys2 and batch.values.to_pylist() == values2
 
 
+def test_runs_of_one_size_are_copied_as_arrow_takes_them(monkeypatch) -> None:
+    """Records in long runs of one key and value size take the strided copy; short runs, empty
+    values and a removal take Arrow's take; both give the same arrays (issue 27)."""
+    import statectl.codecs.record_scan as scan
+
+    rng = np.random.default_rng(5)
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
+    for size, vsize, count in [(32, 24, 500), (24, 24, 300), (32, 0, 200), (32, 24, 400)]:
+        keys += [rng.bytes(size) for _ in range(count)]
+        values += [rng.bytes(vsize) for _ in range(count)]
+    raw = write_state_records(keys, values)
+    taken: list[bool] = []
+    original = scan._strided_copy
+
+    def spy(*args):  # type: ignore[no-untyped-def]
+        out = original(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(scan, "_strided_copy", spy)
+    batch = parse_state_records(raw)
+    assert taken == [True]
+    assert batch.keys.to_pylist() == keys and batch.values.to_pylist() == values
+    # Runs of 1-2 records on average: Arrow's take.
+    short = [rng.bytes(int(n)) for n in rng.integers(1, 30, 400)]
+    batch = parse_state_records(write_state_records(short, short))
+    assert taken == [True, False] and batch.keys.to_pylist() == short
+    # A removal (a null value): Arrow's take, which keeps the null.
+    values[10] = None
+    batch = parse_state_records(write_state_records(keys, values))
+    assert len(taken) == 2 and batch.values.to_pylist() == values
+
+
 # -- changelog headers ---------------------------------------------------------------------------------
 def _utf(text: bytes) -> bytes:
     return struct.pack(">H", len(text)) + text
