@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from numpy.lib.stride_tricks import sliding_window_view
+
+from statectl.codecs.unaligned import loads
 
 _P1 = np.uint64(0x9E3779B97F4A7C15)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -51,7 +52,7 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
     if _whole_words(starts, lengths):
         _mix_whole_words(h, data, starts, lengths)
         return _finish(h, lengths)
-    windows = sliding_window_view(data, 8) if len(data) >= 8 else None
+    windows = loads(data, "<u8") if len(data) >= 8 else None
     words = (lengths + 7) >> 3  # the last word overlaps the one before (its last 8 bytes)
     # Every row in every word while all keys have one (no index arrays); else the rows left.
     every = int(words.min()) if int(lengths.min()) >= 8 else 0
@@ -59,13 +60,13 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
         for w in range(int(words.max())):
             if w < every:
                 assert windows is not None
-                _mix(h, windows[starts + np.minimum(8 * w, lengths - 8)].view("<u8").reshape(-1))
+                _mix(h, windows[starts + np.minimum(8 * w, lengths - 8)])
                 continue
             rows = np.flatnonzero((words > w) & (lengths >= 8))
             if len(rows) and windows is not None:
                 pos = starts[rows] + np.minimum(8 * w, lengths[rows] - 8)
                 sub = h[rows]
-                _mix(sub, windows[pos].view("<u8").reshape(-1))
+                _mix(sub, windows[pos])
                 h[rows] = sub
         _short_keys(h, data, starts, lengths)
     return _finish(h, lengths)

@@ -22,8 +22,8 @@ from typing import TypeAlias
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from numpy.lib.stride_tricks import sliding_window_view
 
+from statectl.codecs.unaligned import loads
 from statectl.errors import UnsupportedError
 
 C1 = np.uint32(0xCC9E2D51)
@@ -107,19 +107,17 @@ def hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         max_words = int(words.max(initial=0))
         if max_words:
-            windows = sliding_window_view(data, 4)
+            words_at = loads(data, "<u4")
             if int(words.min()) == max_words:  # equal word counts: every row every step
                 for w in range(max_words):
-                    k = windows[starts + 4 * w].view("<u4").reshape(-1)
-                    _mix_word(h, k)
+                    _mix_word(h, words_at[starts + 4 * w])
             else:  # longest first, so the rows still going at word w are a prefix
                 order = np.argsort(-words, kind="stable")
                 hs, st = h[order], starts[order]
                 live = n - np.cumsum(np.bincount(words, minlength=max_words + 1))
                 for w in range(max_words):
                     m = int(live[w])
-                    k = windows[st[:m] + 4 * w].view("<u4").reshape(-1)
-                    _mix_word(hs[:m], k)
+                    _mix_word(hs[:m], words_at[st[:m] + 4 * w])
                 h[order] = hs
         tail = lengths & 3
         for t in range(3):

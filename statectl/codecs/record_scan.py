@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.lib.stride_tricks import as_strided
 
+from statectl.codecs.unaligned import loads
 from statectl.errors import CorruptFileError
 
 TYPE_EOF, TYPE_PUT, TYPE_DELETE, TYPE_MERGE, TYPE_DELETE_RANGE = 0x00, 0x01, 0x10, 0x11, 0x20
@@ -28,10 +29,7 @@ def be32_at(arr: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Big-endian int32 at every position (all ``pos + 4 <= len(arr)``), as int64."""
     if len(pos) == 0:
         return np.zeros(0, dtype=np.int64)
-    # A big-endian int32 at every byte offset (a stride of one byte): one 4-byte load per
-    # position, 40% faster than gathering 4-byte windows.
-    at_every_byte = np.ndarray((len(arr) - 3,), dtype=">i4", buffer=arr, strides=(1,))
-    return at_every_byte[pos].astype(np.int64)
+    return loads(arr, ">i4")[pos].astype(np.int64)
 
 
 def _segments(raw: bytes | memoryview, bounds: np.ndarray) -> pa.LargeBinaryArray:
