@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import datetime as dt
 import io as _io
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -15,7 +18,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from statectl.engine import Engine, spill_dir
+from statectl.codecs.phases import phase
+from statectl.engine import Engine, spill_dir, task_futures
 from statectl.errors import StatectlError, wording
 from statectl.io import FileIO
 from statectl.processor.reading import handle_of
@@ -123,41 +127,63 @@ def _nested_as_text(flat: pa.Table) -> pa.Table:
 
 def write_chunks(chunks: Iterator[pa.Table], fmt: str, out: BinaryIO) -> int:
     """:func:`encode_table` of the chunks' concatenation, written a chunk at a time (a Parquet
-    row group, JSON lines, CSV rows under one header); returns the row count.
+    row group, JSON lines, CSV rows under one header); returns the row count."""
+    rows = 0
+
+    def prepared() -> Iterator[Prepared]:
+        nonlocal rows
+        for table in chunks:
+            rows += table.num_rows
+            with phase("prepare"):
+                ready = prepare(table, fmt)
+            yield ready
+
+    write_prepared(prepared(), fmt, out)
+    return rows
+
+
+# A chunk made ready for its format's writer: the table Parquet or CSV writes, JSON lines' bytes.
+Prepared = pa.Table | bytes
+
+
+def prepare(table: pa.Table, fmt: str) -> Prepared:
+    """What ``fmt``'s writer writes of one chunk (the part that needs no writer: an export
+    task does it where it reads the chunk)."""
+    if fmt == "parquet":
+        return exportable(table)
+    if fmt == "jsonl":
+        return encode_table(table, fmt)
+    if fmt == "csv":
+        return _nested_as_text(_flatten_all(exportable(table)))
+    raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+
+
+def write_prepared(chunks: Iterator[Prepared], fmt: str, out: BinaryIO) -> None:
+    """The prepared chunks written in order: a Parquet row group, CSV rows under one header
+    (the writer made on the first chunk), or JSON lines' bytes each.
 
     The writer is closed here on every path: left to the garbage collector after a failure, a
     ParquetWriter closes itself after ``out`` is closed and prints a traceback on stderr."""
-    rows = 0
     writer: Any = None
     try:
-        for table in chunks:
-            rows += table.num_rows
-            writer = _write_chunk(writer, table, fmt, out)
+        for ready in chunks:
+            with phase(f"{fmt} write"):
+                if isinstance(ready, bytes):
+                    out.write(ready)
+                elif fmt == "parquet":
+                    writer = writer or pq.ParquetWriter(out, ready.schema)
+                    writer.write_table(ready)
+                else:
+                    writer = writer or pacsv.CSVWriter(out, ready.schema)
+                    writer.write_table(ready)
     except BaseException:
         if writer is not None:
             with contextlib.suppress(Exception):  # the output is discarded anyway
                 writer.close()
         raise
     if writer is not None:
-        writer.close()
-    return rows
-
-
-def _write_chunk(writer: Any, table: pa.Table, fmt: str, out: BinaryIO) -> Any:
-    """One chunk written; returns the writer (made on the first chunk) that writes the next."""
-    if fmt == "parquet":
-        table = exportable(table)
-        writer = writer or pq.ParquetWriter(out, table.schema)
-        writer.write_table(table)
-    elif fmt == "jsonl":
-        out.write(encode_table(table, fmt))
-    elif fmt == "csv":
-        flat = _nested_as_text(_flatten_all(exportable(table)))
-        writer = writer or pacsv.CSVWriter(out, flat.schema)
-        writer.write_table(flat)
-    else:
-        raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
-    return writer
+        with phase(f"{fmt} write"):
+            writer.close()
 
 
 def format_of(path: str) -> str:
@@ -210,6 +236,105 @@ def _parts_on(
         yield pa.ipc.open_stream(pa.py_buffer(b)).read_all()
 
 
+@dataclass
+class ExportChunksTask:
+    """One state partition of the selection, read in chunks where the task runs (a local fork
+    worker) within ``budget``: each chunk prepared for ``fmt`` (:func:`prepare`) and left as a
+    file of its own (:func:`chunk_path`, renamed into place when complete) for the parent,
+    which writes them in order while later chunks are still being read. Returns the
+    partition's rows and its columns (none: the partition had no chunks)."""
+
+    handle: Any  # StateHandle
+    operator: str | int
+    table: str | None
+    join_side: str | None
+    partition: int
+    fmt: str
+    directory: str
+    budget: int
+
+    def __call__(self) -> tuple[int, list[str]]:
+        rows, columns = 0, []
+        scratch = tempfile.mkdtemp(prefix=f"read-{self.partition}-", dir=self.directory)
+        try:
+            chunks = self.handle.partition_chunks(
+                self.operator,
+                self.partition,
+                self.table,
+                join_side=self.join_side,
+                budget=self.budget,
+                scratch=scratch,
+            )
+            for i, table in enumerate(chunks):
+                rows += table.num_rows
+                columns = table.column_names
+                with phase("prepare"):
+                    ready = prepare(table, self.fmt)
+                del table
+                with phase("ipc write"):
+                    _write_chunk_file(chunk_path(self.directory, self.partition, i), ready)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return rows, columns
+
+
+def chunk_path(directory: str, partition: int, index: int) -> str:
+    return os.path.join(directory, f"p{partition:06d}-{index:06d}.chunk")
+
+
+def _write_chunk_file(path: str, ready: Prepared) -> None:
+    """One prepared chunk: JSON lines' bytes as they are, a table as Arrow IPC (its record
+    batches as they are, so the writer sees the chunk the serial export sees)."""
+    temp = path + ".tmp"
+    if isinstance(ready, bytes):
+        with open(temp, "wb") as f:
+            f.write(ready)
+    else:
+        with pa.OSFile(temp, "wb") as sink, pa.ipc.new_file(sink, ready.schema) as w:
+            w.write_table(ready)
+    os.rename(temp, path)  # complete: the parent may read it
+
+
+def _read_chunk_file(path: str, fmt: str) -> Prepared:
+    """A chunk file read back (and removed: the disk holds only what is not yet written)."""
+    try:
+        if fmt == "jsonl":
+            with open(path, "rb") as f:
+                return f.read()
+        with pa.memory_map(path) as source:
+            return pa.ipc.open_file(source).read_all()
+    finally:
+        os.remove(path)
+
+
+def _parallel_chunks(
+    jobs: list[ExportChunksTask], workers: int, fmt: str, counted: list[tuple[int, list[str]]]
+) -> Iterator[Prepared]:
+    """The prepared chunks of every partition in partition order, read by ``workers`` fork
+    workers at once: a partition's chunks are yielded as its task leaves them, so the
+    parent writes while the workers read. ``counted``: each task's result, once all ended."""
+    with task_futures(jobs, workers) as futures:  # type: ignore[arg-type]
+        for job, fut in zip(jobs, futures, strict=True):
+            i = 0
+            while _await_chunk(chunk_path(job.directory, job.partition, i), fut):
+                with phase("ipc read"):
+                    ready = _read_chunk_file(chunk_path(job.directory, job.partition, i), fmt)
+                yield ready
+                del ready
+                i += 1
+            counted.append(fut.result())  # a failed task raises here
+
+
+def _await_chunk(path: str, fut: cf.Future[Any]) -> bool:
+    """Whether the chunk file at ``path`` exists: waits until it does or its task ended."""
+    with phase("export wait"):
+        while not os.path.exists(path):
+            if fut.done():
+                return os.path.exists(path)  # renamed just before the task ended
+            cf.wait([fut], timeout=0.005)
+    return True
+
+
 def export_state(
     path: str,
     operator: str | int = 0,
@@ -224,12 +349,14 @@ def export_state(
     verify: bool = True,
     memory: str | int | None = None,
     engine: Any = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Export from a checkpoint (operator id) or a savepoint (uid or original operator id).
 
     Read and written in chunks within ``memory`` (bytes or ``"512M"``; default as the local
     engine's, :mod:`statectl.engine`), through a local file uploaded atomically. ``engine``:
-    the Spark engine reads one partition per Spark task (None: here)."""
+    the Spark engine reads one partition per Spark task (None: here, one partition per task
+    of ``workers`` fork workers, each within its share of ``memory``)."""
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
     hint = f"pass {wording('--overwrite', 'overwrite=True')} to replace it"
@@ -239,19 +366,34 @@ def export_state(
     handle = handle_of(open_source(path, verify=verify), batch)
     schema = handle.schema(operator, table_name, join_side=join_side)  # checks the selection
     on_spark = getattr(engine, "name", "local") == "spark"
-    budget = Engine.of(memory, 1).memory
+    local = Engine.of(memory, workers)
+    partitions = handle.operator(operator).partitions
     with spill_dir() as scratch:
-        if on_spark:
-            chunks = _parts_on(engine, handle, operator, table_name, join_side)
-        else:
-            chunks = handle.chunks(
-                operator, table_name, join_side=join_side, budget=budget, scratch=scratch
-            )
-        local = os.path.join(scratch, "export.out")
-        columns: list[str] = []
-        with open(local, "wb") as f:
-            rows = write_chunks(_or_empty(chunks, schema, join_side, columns), fmt, f)
-        io.put_atomic(local, out, overwrite=overwrite, overwrite_hint=hint)
+        output = os.path.join(scratch, "export.out")
+        with open(output, "wb") as f:
+            if on_spark or local.workers == 1 or partitions < 2 or not _local_source(handle):
+                chunks = (
+                    _parts_on(engine, handle, operator, table_name, join_side)
+                    if on_spark
+                    else handle.chunks(
+                        operator,
+                        table_name,
+                        join_side=join_side,
+                        budget=local.memory,
+                        scratch=scratch,
+                    )
+                )
+                columns: list[str] = []
+                rows = write_chunks(_or_empty(chunks, schema, join_side, columns), fmt, f)
+            else:
+                jobs = [
+                    ExportChunksTask(
+                        handle, operator, table_name, join_side, p, fmt, scratch, local.per_task
+                    )
+                    for p in range(partitions)
+                ]
+                rows, columns = _write_parallel(jobs, local.workers, schema, join_side, fmt, f)
+        io.put_atomic(output, out, overwrite=overwrite, overwrite_hint=hint)
     return {
         "path": io.url(out),
         "format": fmt,
@@ -259,6 +401,39 @@ def export_state(
         "columns": columns,
         "engine": "spark" if on_spark else "local",
     }
+
+
+def _write_parallel(
+    jobs: list[ExportChunksTask],
+    workers: int,
+    schema: pa.Schema,
+    join_side: str | None,
+    fmt: str,
+    out: BinaryIO,
+) -> tuple[int, list[str]]:
+    """The partitions read by ``jobs`` on ``workers`` and written to ``out`` in order (the
+    bytes the serial export writes from chunks of the same size); returns (rows, columns)."""
+    counted: list[tuple[int, list[str]]] = []
+
+    def chunks() -> Iterator[Prepared]:
+        yield from _parallel_chunks(jobs, workers, fmt, counted)
+        if not any(columns for _, columns in counted):  # no chunks at all
+            yield prepare(_empty(schema, join_side), fmt)
+
+    write_prepared(chunks(), fmt, out)
+    columns = next((c for _, c in reversed(counted) if c), None)
+    return sum(r for r, _ in counted), columns or _empty(schema, join_side).column_names
+
+
+def _local_source(handle: Any) -> bool:
+    """Whether the state is on this machine's disks (fork workers; s3fs and fork do not mix)."""
+    source = getattr(handle, "ckpt", None) or getattr(handle, "sp", None)
+    return bool(getattr(getattr(source, "io", None), "is_local", False))
+
+
+def _empty(schema: pa.Schema, join_side: str | None) -> pa.Table:
+    empty = schema.empty_table()
+    return join_side_view(empty) if join_side else empty
 
 
 def _or_empty(
@@ -270,7 +445,6 @@ def _or_empty(
         columns[:] = c.column_names
         yield c
     if not columns:
-        empty = schema.empty_table()
-        empty = join_side_view(empty) if join_side else empty
+        empty = _empty(schema, join_side)
         columns[:] = empty.column_names
         yield empty
