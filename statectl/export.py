@@ -393,7 +393,8 @@ def export_state(
                     for p in range(partitions)
                 ]
                 rows, columns = _write_parallel(jobs, local.workers, schema, join_side, fmt, f)
-        io.put_atomic(output, out, overwrite=overwrite, overwrite_hint=hint)
+        with phase("upload"):
+            io.put_atomic(output, out, overwrite=overwrite, overwrite_hint=hint)
     return {
         "path": io.url(out),
         "format": fmt,
