@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from statectl.codecs.phases import flush as flush_phases
 from statectl.codecs.phases import phase
 from statectl.engine import Engine, spill_dir, task_futures
 from statectl.errors import StatectlError, wording
@@ -395,6 +396,7 @@ def export_state(
                 rows, columns = _write_parallel(jobs, local.workers, schema, join_side, fmt, f)
         with phase("upload"):
             io.put_atomic(output, out, overwrite=overwrite, overwrite_hint=hint)
+    flush_phases()  # the parent's own phases (its writes): no task flushes them
     return {
         "path": io.url(out),
         "format": fmt,
