@@ -357,7 +357,9 @@ def export_state(
     Read and written in chunks within ``memory`` (bytes or ``"512M"``; default as the local
     engine's, :mod:`statectl.engine`), through a local file uploaded atomically. ``engine``:
     the Spark engine reads one partition per Spark task (None: here, one partition per task
-    of ``workers`` fork workers, each within its share of ``memory``)."""
+    of ``workers`` fork workers, each within its share of ``memory``: ``memory / (workers +
+    1)``, the parent holding one chunk at a time). The output is the bytes a serial export
+    (``workers=1``) writes under that share: Parquet's row groups are the chunks read.)"""
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
     hint = f"pass {wording('--overwrite', 'overwrite=True')} to replace it"
@@ -387,9 +389,11 @@ def export_state(
                 columns: list[str] = []
                 rows = write_chunks(_or_empty(chunks, schema, join_side, columns), fmt, f)
             else:
+                # One share of the budget per worker and one for the parent (the chunk it writes).
+                share = max(1, local.memory // (local.workers + 1))
                 jobs = [
                     ExportChunksTask(
-                        handle, operator, table_name, join_side, p, fmt, scratch, local.per_task
+                        handle, operator, table_name, join_side, p, fmt, scratch, share
                     )
                     for p in range(partitions)
                 ]

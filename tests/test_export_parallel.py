@@ -63,16 +63,16 @@ def wide(tmp_path_factory) -> dict[str, str]:
 
 @pytest.mark.parametrize("source", ["hdfs", "rocksdb", "savepoint"])
 def test_parallel_export_writes_the_serial_bytes(tmp_path, wide, source):
-    """Two workers, each with half the budget, write what one reader with that half writes,
-    byte for byte, in every format; under a tiny budget (several chunk files per partition)
-    the rows, in order, are the ones an export in memory writes (JSON lines and CSV: the very
-    bytes, which do not depend on the chunks)."""
+    """Two workers, each with a third of the budget (the parent has the last third), write
+    what one reader with that third writes, byte for byte, in every format; under a tiny
+    budget (several chunk files per partition) the rows, in order, are the ones an export in
+    memory writes (JSON lines and CSV: the very bytes, which do not depend on the chunks)."""
     src = wide[source]
     # a changelog replayed in 1 KB chunks is slow: its text formats are the other sources'
     for fmt in ("parquet",) if source == "rocksdb" else ("parquet", "jsonl", "csv"):
         whole = _export(tmp_path, src, f"whole.{fmt}", 1, 1 << 34)
         serial = _export(tmp_path, src, f"s.{fmt}", 1, TINY)
-        parallel = _export(tmp_path, src, f"p.{fmt}", 2, 2 * TINY)
+        parallel = _export(tmp_path, src, f"p.{fmt}", 2, 3 * TINY)
         assert parallel == serial, fmt
         if fmt != "parquet":
             assert parallel == whole, fmt
@@ -84,12 +84,13 @@ def test_parallel_export_writes_the_serial_bytes(tmp_path, wide, source):
 @pytest.mark.parametrize(("name", "side"), CASES, ids=[c[0] for c in CASES])
 def test_parallel_export_of_each_kind_writes_the_serial_bytes(tmp_path, name, side):
     """Fixtures of several kinds (replayed deltas and changelogs, a join side, column
-    families): two workers write the serial bytes, in every format, in memory and tiny."""
+    families): two workers write the serial bytes (of their share), in every format, in
+    memory and under a tiny budget."""
     src = str(FIXTURES / name)
     for fmt in ("parquet", "jsonl", "csv"):
         for memory in (1 << 30, TINY):
             serial = _export(tmp_path, src, f"s{memory}.{fmt}", 1, memory, **side)
-            parallel = _export(tmp_path, src, f"p{memory}.{fmt}", 2, 2 * memory, **side)
+            parallel = _export(tmp_path, src, f"p{memory}.{fmt}", 2, 3 * memory, **side)
             assert parallel == serial, (fmt, memory)
 
 
@@ -107,6 +108,6 @@ def test_failed_worker_leaves_no_output(fixture_copy, tmp_path, monkeypatch):
     out = tmp_path / "out" / "e.parquet"
     out.parent.mkdir()
     with pytest.raises(CorruptFileError, match=r"3\.delta"):
-        export_state(str(ck), 0, out_url=str(out), memory=2 * TINY, workers=2)
+        export_state(str(ck), 0, out_url=str(out), memory=3 * TINY, workers=2)
     assert os.listdir(out.parent) == []
     assert os.listdir(scratch) == []
