@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -144,7 +144,7 @@ def write_chunks(chunks: Iterator[pa.Table], fmt: str, out: BinaryIO) -> int:
 
 
 # A chunk made ready for its format's writer: the table Parquet or CSV writes, JSON lines' bytes.
-Prepared = pa.Table | bytes
+Prepared: TypeAlias = "pa.Table | bytes"
 
 
 def prepare(table: pa.Table, fmt: str) -> Prepared:
