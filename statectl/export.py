@@ -427,7 +427,11 @@ def _write_parallel(
         if not any(columns for _, columns in counted):  # no chunks at all
             yield prepare(_empty(schema, join_side), fmt)
 
-    write_prepared(chunks(), fmt, out)
+    written = chunks()
+    try:
+        write_prepared(written, fmt, out)
+    finally:
+        written.close()  # a failed write: the workers are killed before the scratch goes
     columns = next((c for _, c in reversed(counted) if c), None)
     return sum(r for r, _ in counted), columns or _empty(schema, join_side).column_names
 
