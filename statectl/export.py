@@ -8,8 +8,10 @@ import datetime as dt
 import io as _io
 import json
 import os
+import select
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeAlias
@@ -253,6 +255,7 @@ class ExportChunksTask:
     fmt: str
     directory: str
     budget: int
+    notify: int = -1  # a pipe's write end (inherited at fork): one byte per chunk file left
 
     def __call__(self) -> tuple[int, list[str]]:
         rows, columns = 0, []
@@ -274,6 +277,9 @@ class ExportChunksTask:
                 del table
                 with phase("ipc write"):
                     _write_chunk_file(chunk_path(self.directory, self.partition, i), ready)
+                if self.notify >= 0:
+                    with contextlib.suppress(OSError):  # the parent is gone: it reads no more
+                        os.write(self.notify, b"\0")
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return rows, columns
@@ -308,31 +314,69 @@ def _read_chunk_file(path: str, fmt: str) -> Prepared:
         os.remove(path)
 
 
+class _Wakeup:
+    """A pipe that wakes the parent: worker processes write a byte to its write end (inherited
+    at fork) for each chunk file they leave, and each task's future writes one when it ends."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._lock = threading.Lock()
+        self._open = True
+
+    def note(self, _: object = None) -> None:
+        """One byte (a future's done callback, from the pool's thread); a no-op once closed,
+        so that a late callback never writes to a file descriptor reused since."""
+        with self._lock, contextlib.suppress(OSError):
+            if self._open:
+                os.write(self.write_fd, b"\0")
+
+    def wait(self, timeout: float) -> None:
+        """Until a byte arrives or ``timeout`` seconds passed; reads every byte there."""
+        if select.select([self.read_fd], [], [], timeout)[0]:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.read_fd, 1 << 12)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+            os.close(self.read_fd)
+            os.close(self.write_fd)
+
+
 def _parallel_chunks(
     jobs: list[ExportChunksTask], workers: int, fmt: str, counted: list[tuple[int, list[str]]]
 ) -> Iterator[Prepared]:
     """The prepared chunks of every partition in partition order, read by ``workers`` fork
     workers at once: a partition's chunks are yielded as its task leaves them, so the
     parent writes while the workers read. ``counted``: each task's result, once all ended."""
-    with task_futures(jobs, workers) as futures:  # type: ignore[arg-type]
-        for job, fut in zip(jobs, futures, strict=True):
-            i = 0
-            while _await_chunk(chunk_path(job.directory, job.partition, i), fut):
-                with phase("ipc read"):
-                    ready = _read_chunk_file(chunk_path(job.directory, job.partition, i), fmt)
-                yield ready
-                del ready
-                i += 1
-            counted.append(fut.result())  # a failed task raises here
+    wakeup = _Wakeup()
+    try:
+        for job in jobs:
+            job.notify = wakeup.write_fd
+        with task_futures(jobs, workers) as futures:  # type: ignore[arg-type]
+            for fut in futures:
+                fut.add_done_callback(wakeup.note)
+            for job, fut in zip(jobs, futures, strict=True):
+                i = 0
+                while _await_chunk(chunk_path(job.directory, job.partition, i), fut, wakeup):
+                    with phase("ipc read"):
+                        ready = _read_chunk_file(chunk_path(job.directory, job.partition, i), fmt)
+                    yield ready
+                    del ready
+                    i += 1
+                counted.append(fut.result())  # a failed task raises here
+    finally:
+        wakeup.close()
 
 
-def _await_chunk(path: str, fut: cf.Future[Any]) -> bool:
+def _await_chunk(path: str, fut: cf.Future[Any], wakeup: _Wakeup) -> bool:
     """Whether the chunk file at ``path`` exists: waits until it does or its task ended."""
     with phase("export wait"):
         while not os.path.exists(path):
             if fut.done():
                 return os.path.exists(path)  # renamed just before the task ended
-            cf.wait([fut], timeout=0.005)
+            wakeup.wait(0.5)  # a worker's note or a task's end; the timeout: a safety net
     return True
 
 
