@@ -401,9 +401,9 @@ def export_state(
     Read and written in chunks within ``memory`` (bytes or ``"512M"``; default as the local
     engine's, :mod:`statectl.engine`), through a local file uploaded atomically. ``engine``:
     the Spark engine reads one partition per Spark task (None: here, one partition per task
-    of ``workers`` fork workers, each within its share of ``memory``: ``memory / (workers +
-    1)``, the parent holding one chunk at a time). The output is the bytes a serial export
-    (``workers=1``) writes under that share: Parquet's row groups are the chunks read.)"""
+    of ``workers`` fork workers, each within its share of ``memory``, ``memory / (workers +
+    1)``: the parent holds one chunk at a time). The output is the bytes a serial export
+    (``workers=1``) writes under that share (Parquet's row groups are the chunks read)."""
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
     hint = f"pass {wording('--overwrite', 'overwrite=True')} to replace it"
