@@ -12,7 +12,7 @@ import select
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeAlias
 
@@ -466,7 +466,7 @@ def _write_parallel(
     bytes the serial export writes from chunks of the same size); returns (rows, columns)."""
     counted: list[tuple[int, list[str]]] = []
 
-    def chunks() -> Iterator[Prepared]:
+    def chunks() -> Generator[Prepared, None, None]:
         yield from _parallel_chunks(jobs, workers, fmt, counted)
         if not any(columns for _, columns in counted):  # no chunks at all
             yield prepare(_empty(schema, join_side), fmt)
