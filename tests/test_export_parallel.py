@@ -3,6 +3,7 @@ left as a file the parent writes in partition order. Its output is the serial ex
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow.parquet as pq
@@ -111,3 +112,21 @@ def test_failed_worker_leaves_no_output(fixture_copy, tmp_path, monkeypatch):
         export_state(str(ck), 0, out_url=str(out), memory=3 * TINY, workers=2)
     assert os.listdir(out.parent) == []
     assert os.listdir(scratch) == []
+
+
+def test_parallel_export_times_its_phases(tmp_path, monkeypatch):
+    """With $STATECTL_PHASES the workers charge their reading and their chunk files, the
+    parent its Parquet writing and its waiting (bench/scale.py's phase table)."""
+    log = tmp_path / "phases.jsonl"
+    monkeypatch.setenv("STATECTL_PHASES", str(log))
+    export_state(str(FIXTURES / "agg-hdfs"), 0, out_url=str(tmp_path / "e.parquet"), workers=2)
+    by_pid: dict[int, set[str]] = {}
+    for line in log.read_text().splitlines():
+        doc = json.loads(line)
+        by_pid.setdefault(doc["pid"], set()).update(doc["phases"])
+    parent = by_pid.pop(os.getpid())
+    assert {"parquet write", "export wait", "ipc read", "upload"} <= parent
+    assert "ipc write" not in parent
+    assert by_pid  # the workers (one may have run both tasks)
+    for worker in by_pid.values():
+        assert {"read+replay", "decode", "ipc write"} <= worker
