@@ -121,9 +121,11 @@ def export(
     spark: Any = None,
     spark_confs: dict[str, str] | None = None,
     memory: str | int | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """``statectl export``: :func:`read_state`'s table written to ``output`` (.parquet, .jsonl
-    or .csv), read and written in chunks within ``memory`` (bytes or ``"512M"``).
+    or .csv), read and written in chunks within ``memory`` (bytes or ``"512M"``) by
+    ``workers`` parallel partition tasks.
     ``engine="spark"`` (or ``spark=`` a SparkSession) reads one partition per Spark task;
     ``"auto"`` as for :func:`savepoint`. Returns what ``--json`` prints (``engine``: which
     ran)."""
@@ -146,6 +148,7 @@ def export(
         verify=verify,
         memory=memory,
         engine=None if chosen is None or chosen.runs_locally else chosen,
+        workers=workers,
     )
 
 

@@ -21,6 +21,7 @@ object stores (concurrent transfers; s3fs and fork do not mix).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import inspect
 import os
 import re
@@ -39,7 +40,7 @@ from statectl.codecs import phases
 from statectl.codecs.phases import phase, timed
 from statectl.errors import StatectlError
 from statectl.io import FileIO
-from statectl.processes import run_in_pool
+from statectl.processes import pool_futures, run_in_pool
 from statectl.spill import SpilledTable, SpillWriters, read_spills, spill_paths, spill_size
 from statectl.spill import spill_dir as spill_dir
 from statectl.spill import split_by_partition as split_by_partition
@@ -317,6 +318,16 @@ def iter_tasks(jobs: list[Callable[[], Any]], workers: int, *, threads: bool) ->
             for f in futures:
                 f.cancel()
             raise
+
+
+@contextlib.contextmanager
+def task_futures(jobs: list[Callable[[], Any]], workers: int) -> Iterator[list[cf.Future[Any]]]:
+    """Every job submitted to a fork process pool of ``workers``: their futures, in job order,
+    for a caller that consumes what a task writes while it runs (export). Workers die with the
+    parent and are killed if the block raises (:func:`statectl.processes.pool_futures`)."""
+    with pool_futures(_call, jobs, min(workers, max(1, len(jobs)))) as futures:
+        yield futures
+    phases.flush()
 
 
 def run_tasks(jobs: list[Callable[[], Any]], workers: int, *, threads: bool) -> list[Any]:

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import datetime as dt
 import io as _io
 import json
 import os
-from collections.abc import Iterator
+import select
+import shutil
+import tempfile
+import threading
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from statectl.engine import Engine, spill_dir
+from statectl.codecs.phases import flush as flush_phases
+from statectl.codecs.phases import phase
+from statectl.engine import Engine, spill_dir, task_futures
 from statectl.errors import StatectlError, wording
 from statectl.io import FileIO
 from statectl.processor.reading import handle_of
@@ -123,41 +130,63 @@ def _nested_as_text(flat: pa.Table) -> pa.Table:
 
 def write_chunks(chunks: Iterator[pa.Table], fmt: str, out: BinaryIO) -> int:
     """:func:`encode_table` of the chunks' concatenation, written a chunk at a time (a Parquet
-    row group, JSON lines, CSV rows under one header); returns the row count.
+    row group, JSON lines, CSV rows under one header); returns the row count."""
+    rows = 0
+
+    def prepared() -> Iterator[Prepared]:
+        nonlocal rows
+        for table in chunks:
+            rows += table.num_rows
+            with phase("prepare"):
+                ready = prepare(table, fmt)
+            yield ready
+
+    write_prepared(prepared(), fmt, out)
+    return rows
+
+
+# A chunk made ready for its format's writer: the table Parquet or CSV writes, JSON lines' bytes.
+Prepared: TypeAlias = "pa.Table | bytes"
+
+
+def prepare(table: pa.Table, fmt: str) -> Prepared:
+    """What ``fmt``'s writer writes of one chunk (the part that needs no writer: an export
+    task does it where it reads the chunk)."""
+    if fmt == "parquet":
+        return exportable(table)
+    if fmt == "jsonl":
+        return encode_table(table, fmt)
+    if fmt == "csv":
+        return _nested_as_text(_flatten_all(exportable(table)))
+    raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
+
+
+def write_prepared(chunks: Iterator[Prepared], fmt: str, out: BinaryIO) -> None:
+    """The prepared chunks written in order: a Parquet row group, CSV rows under one header
+    (the writer made on the first chunk), or JSON lines' bytes each.
 
     The writer is closed here on every path: left to the garbage collector after a failure, a
     ParquetWriter closes itself after ``out`` is closed and prints a traceback on stderr."""
-    rows = 0
     writer: Any = None
     try:
-        for table in chunks:
-            rows += table.num_rows
-            writer = _write_chunk(writer, table, fmt, out)
+        for ready in chunks:
+            with phase(f"{fmt} write"):
+                if isinstance(ready, bytes):
+                    out.write(ready)
+                elif fmt == "parquet":
+                    writer = writer or pq.ParquetWriter(out, ready.schema)
+                    writer.write_table(ready)
+                else:
+                    writer = writer or pacsv.CSVWriter(out, ready.schema)
+                    writer.write_table(ready)
     except BaseException:
         if writer is not None:
             with contextlib.suppress(Exception):  # the output is discarded anyway
                 writer.close()
         raise
     if writer is not None:
-        writer.close()
-    return rows
-
-
-def _write_chunk(writer: Any, table: pa.Table, fmt: str, out: BinaryIO) -> Any:
-    """One chunk written; returns the writer (made on the first chunk) that writes the next."""
-    if fmt == "parquet":
-        table = exportable(table)
-        writer = writer or pq.ParquetWriter(out, table.schema)
-        writer.write_table(table)
-    elif fmt == "jsonl":
-        out.write(encode_table(table, fmt))
-    elif fmt == "csv":
-        flat = _nested_as_text(_flatten_all(exportable(table)))
-        writer = writer or pacsv.CSVWriter(out, flat.schema)
-        writer.write_table(flat)
-    else:
-        raise StatectlError(f"unknown output format {fmt!r}; use .parquet, .jsonl or .csv")
-    return writer
+        with phase(f"{fmt} write"):
+            writer.close()
 
 
 def format_of(path: str) -> str:
@@ -210,6 +239,147 @@ def _parts_on(
         yield pa.ipc.open_stream(pa.py_buffer(b)).read_all()
 
 
+@dataclass
+class ExportChunksTask:
+    """One state partition of the selection, read in chunks where the task runs (a local fork
+    worker) within ``budget``: each chunk prepared for ``fmt`` (:func:`prepare`) and left as a
+    file of its own (:func:`chunk_path`, renamed into place when complete) for the parent,
+    which writes them in order while later chunks are still being read. Returns the
+    partition's rows and its columns (none: the partition had no chunks)."""
+
+    handle: Any  # StateHandle
+    operator: str | int
+    table: str | None
+    join_side: str | None
+    partition: int
+    fmt: str
+    directory: str
+    budget: int
+    notify: int = -1  # a pipe's write end (inherited at fork): one byte per chunk file left
+
+    def __call__(self) -> tuple[int, list[str]]:
+        rows, columns = 0, []
+        scratch = tempfile.mkdtemp(prefix=f"read-{self.partition}-", dir=self.directory)
+        try:
+            chunks = self.handle.partition_chunks(
+                self.operator,
+                self.partition,
+                self.table,
+                join_side=self.join_side,
+                budget=self.budget,
+                scratch=scratch,
+            )
+            for i, table in enumerate(chunks):
+                rows += table.num_rows
+                columns = table.column_names
+                with phase("prepare"):
+                    ready = prepare(table, self.fmt)
+                del table
+                with phase("ipc write"):
+                    _write_chunk_file(chunk_path(self.directory, self.partition, i), ready)
+                if self.notify >= 0:
+                    with contextlib.suppress(OSError):  # the parent is gone: it reads no more
+                        os.write(self.notify, b"\0")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return rows, columns
+
+
+def chunk_path(directory: str, partition: int, index: int) -> str:
+    return os.path.join(directory, f"p{partition:06d}-{index:06d}.chunk")
+
+
+def _write_chunk_file(path: str, ready: Prepared) -> None:
+    """One prepared chunk: JSON lines' bytes as they are, a table as Arrow IPC (its record
+    batches as they are, so the writer sees the chunk the serial export sees)."""
+    temp = path + ".tmp"
+    if isinstance(ready, bytes):
+        with open(temp, "wb") as f:
+            f.write(ready)
+    else:
+        with pa.OSFile(temp, "wb") as sink, pa.ipc.new_file(sink, ready.schema) as w:
+            w.write_table(ready)
+    os.rename(temp, path)  # complete: the parent may read it
+
+
+def _read_chunk_file(path: str, fmt: str) -> Prepared:
+    """A chunk file read back (and removed: the disk holds only what is not yet written)."""
+    try:
+        if fmt == "jsonl":
+            with open(path, "rb") as f:
+                return f.read()
+        with pa.memory_map(path) as source:
+            return pa.ipc.open_file(source).read_all()
+    finally:
+        os.remove(path)
+
+
+class _Wakeup:
+    """A pipe that wakes the parent: worker processes write a byte to its write end (inherited
+    at fork) for each chunk file they leave, and each task's future writes one when it ends."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._lock = threading.Lock()
+        self._open = True
+
+    def note(self, _: object = None) -> None:
+        """One byte (a future's done callback, from the pool's thread); a no-op once closed,
+        so that a late callback never writes to a file descriptor reused since."""
+        with self._lock, contextlib.suppress(OSError):
+            if self._open:
+                os.write(self.write_fd, b"\0")
+
+    def wait(self, timeout: float) -> None:
+        """Until a byte arrives or ``timeout`` seconds passed; reads every byte there."""
+        if select.select([self.read_fd], [], [], timeout)[0]:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.read_fd, 1 << 12)
+
+    def close(self) -> None:
+        with self._lock:
+            self._open = False
+            os.close(self.read_fd)
+            os.close(self.write_fd)
+
+
+def _parallel_chunks(
+    jobs: list[ExportChunksTask], workers: int, fmt: str, counted: list[tuple[int, list[str]]]
+) -> Iterator[Prepared]:
+    """The prepared chunks of every partition in partition order, read by ``workers`` fork
+    workers at once: a partition's chunks are yielded as its task leaves them, so the
+    parent writes while the workers read. ``counted``: each task's result, once all ended."""
+    wakeup = _Wakeup()
+    try:
+        for job in jobs:
+            job.notify = wakeup.write_fd
+        with task_futures(jobs, workers) as futures:  # type: ignore[arg-type]
+            for fut in futures:
+                fut.add_done_callback(wakeup.note)
+            for job, fut in zip(jobs, futures, strict=True):
+                i = 0
+                while _await_chunk(chunk_path(job.directory, job.partition, i), fut, wakeup):
+                    with phase("ipc read"):
+                        ready = _read_chunk_file(chunk_path(job.directory, job.partition, i), fmt)
+                    yield ready
+                    del ready
+                    i += 1
+                counted.append(fut.result())  # a failed task raises here
+    finally:
+        wakeup.close()
+
+
+def _await_chunk(path: str, fut: cf.Future[Any], wakeup: _Wakeup) -> bool:
+    """Whether the chunk file at ``path`` exists: waits until it does or its task ended."""
+    with phase("export wait"):
+        while not os.path.exists(path):
+            if fut.done():
+                return os.path.exists(path)  # renamed just before the task ended
+            wakeup.wait(0.5)  # a worker's note or a task's end; the timeout: a safety net
+    return True
+
+
 def export_state(
     path: str,
     operator: str | int = 0,
@@ -224,12 +394,16 @@ def export_state(
     verify: bool = True,
     memory: str | int | None = None,
     engine: Any = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Export from a checkpoint (operator id) or a savepoint (uid or original operator id).
 
     Read and written in chunks within ``memory`` (bytes or ``"512M"``; default as the local
     engine's, :mod:`statectl.engine`), through a local file uploaded atomically. ``engine``:
-    the Spark engine reads one partition per Spark task (None: here)."""
+    the Spark engine reads one partition per Spark task (None: here, one partition per task
+    of ``workers`` fork workers, each within its share of ``memory``, ``memory / (workers +
+    1)``: the parent holds one chunk at a time). The output is the bytes a serial export
+    (``workers=1``) writes under that share (Parquet's row groups are the chunks read)."""
     fmt = format_of(out_url)
     io, out = FileIO.for_url(out_url)
     hint = f"pass {wording('--overwrite', 'overwrite=True')} to replace it"
@@ -239,19 +413,38 @@ def export_state(
     handle = handle_of(open_source(path, verify=verify), batch)
     schema = handle.schema(operator, table_name, join_side=join_side)  # checks the selection
     on_spark = getattr(engine, "name", "local") == "spark"
-    budget = Engine.of(memory, 1).memory
+    local = Engine.of(memory, workers)
+    partitions = handle.operator(operator).partitions
     with spill_dir() as scratch:
-        if on_spark:
-            chunks = _parts_on(engine, handle, operator, table_name, join_side)
-        else:
-            chunks = handle.chunks(
-                operator, table_name, join_side=join_side, budget=budget, scratch=scratch
-            )
-        local = os.path.join(scratch, "export.out")
-        columns: list[str] = []
-        with open(local, "wb") as f:
-            rows = write_chunks(_or_empty(chunks, schema, join_side, columns), fmt, f)
-        io.put_atomic(local, out, overwrite=overwrite, overwrite_hint=hint)
+        output = os.path.join(scratch, "export.out")
+        with open(output, "wb") as f:
+            if on_spark or local.workers == 1 or partitions < 2 or not _local_source(handle):
+                chunks = (
+                    _parts_on(engine, handle, operator, table_name, join_side)
+                    if on_spark
+                    else handle.chunks(
+                        operator,
+                        table_name,
+                        join_side=join_side,
+                        budget=local.memory,
+                        scratch=scratch,
+                    )
+                )
+                columns: list[str] = []
+                rows = write_chunks(_or_empty(chunks, schema, join_side, columns), fmt, f)
+            else:
+                # One share of the budget per worker and one for the parent (the chunk it writes).
+                share = max(1, local.memory // (local.workers + 1))
+                jobs = [
+                    ExportChunksTask(
+                        handle, operator, table_name, join_side, p, fmt, scratch, share
+                    )
+                    for p in range(partitions)
+                ]
+                rows, columns = _write_parallel(jobs, local.workers, schema, join_side, fmt, f)
+        with phase("upload"):
+            io.put_atomic(output, out, overwrite=overwrite, overwrite_hint=hint)
+    flush_phases()  # the parent's own phases (its writes): no task flushes them
     return {
         "path": io.url(out),
         "format": fmt,
@@ -259,6 +452,43 @@ def export_state(
         "columns": columns,
         "engine": "spark" if on_spark else "local",
     }
+
+
+def _write_parallel(
+    jobs: list[ExportChunksTask],
+    workers: int,
+    schema: pa.Schema,
+    join_side: str | None,
+    fmt: str,
+    out: BinaryIO,
+) -> tuple[int, list[str]]:
+    """The partitions read by ``jobs`` on ``workers`` and written to ``out`` in order (the
+    bytes the serial export writes from chunks of the same size); returns (rows, columns)."""
+    counted: list[tuple[int, list[str]]] = []
+
+    def chunks() -> Generator[Prepared, None, None]:
+        yield from _parallel_chunks(jobs, workers, fmt, counted)
+        if not any(columns for _, columns in counted):  # no chunks at all
+            yield prepare(_empty(schema, join_side), fmt)
+
+    written = chunks()
+    try:
+        write_prepared(written, fmt, out)
+    finally:
+        written.close()  # a failed write: the workers are killed before the scratch goes
+    columns = next((c for _, c in reversed(counted) if c), None)
+    return sum(r for r, _ in counted), columns or _empty(schema, join_side).column_names
+
+
+def _local_source(handle: Any) -> bool:
+    """Whether the state is on this machine's disks (fork workers; s3fs and fork do not mix)."""
+    source = getattr(handle, "ckpt", None) or getattr(handle, "sp", None)
+    return bool(getattr(getattr(source, "io", None), "is_local", False))
+
+
+def _empty(schema: pa.Schema, join_side: str | None) -> pa.Table:
+    empty = schema.empty_table()
+    return join_side_view(empty) if join_side else empty
 
 
 def _or_empty(
@@ -270,7 +500,6 @@ def _or_empty(
         columns[:] = c.column_names
         yield c
     if not columns:
-        empty = schema.empty_table()
-        empty = join_side_view(empty) if join_side else empty
+        empty = _empty(schema, join_side)
         columns[:] = empty.column_names
         yield empty

@@ -8,8 +8,10 @@ temporary files runs, as it does for Ctrl-C (``KeyboardInterrupt``).
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import ctypes
+import multiprocessing as mp
 import os
 import signal
 import sys
@@ -35,9 +37,23 @@ def run_in_pool(fn: Callable[[Any], Any], jobs: list[Any], workers: int) -> Iter
     On any exception (Ctrl-C and SIGTERM included) the workers are killed and reaped before it
     propagates: nothing keeps writing while the caller removes its partial output.
     """
-    import concurrent.futures as cf
-    import multiprocessing as mp
+    with pool_futures(fn, jobs, workers) as futures:
+        for fut in futures:
+            yield fut.result()
 
+
+@contextlib.contextmanager
+def pool_futures(
+    fn: Callable[[Any], Any], jobs: list[Any], workers: int
+) -> Iterator[list[cf.Future[Any]]]:
+    """``fn(job)`` for each job submitted to a fork process pool: the futures, in job order,
+    for a caller that uses what a task leaves behind before the task ends (export reads a
+    partition's chunk files while they are written).
+
+    Every worker is forked here, before the block runs (in the thread that enters it). On any
+    exception in the block (Ctrl-C and SIGTERM included) the workers are killed and reaped
+    before it propagates; on a normal exit the pool is shut down, waiting for its tasks.
+    """
     pool = cf.ProcessPoolExecutor(
         workers,
         mp_context=mp.get_context("fork"),
@@ -45,9 +61,7 @@ def run_in_pool(fn: Callable[[Any], Any], jobs: list[Any], workers: int) -> Iter
         initargs=(os.getpid(),),
     )
     try:
-        futures = [pool.submit(fn, job) for job in jobs]
-        for fut in futures:
-            yield fut.result()
+        yield [pool.submit(fn, job) for job in jobs]
     except BaseException:
         procs = list((getattr(pool, "_processes", None) or {}).values())
         for p in procs:

@@ -15,6 +15,7 @@ from statectl.cli.app import (
     NoVerifyOpt,
     SparkConfOpt,
     WideOpt,
+    WorkersOpt,
     console,
     engine_args,
     print_json,
@@ -109,6 +110,7 @@ def export(
         bool, typer.Option("--overwrite", help="Replace an existing output file.")
     ] = False,
     memory: MemoryOpt = None,
+    workers: WorkersOpt = None,
     as_json: JsonOpt = False,
     no_verify: NoVerifyOpt = False,
     engine: EngineOpt = "local",
@@ -130,6 +132,7 @@ def export(
         verify=not no_verify,
         **engine_args(engine, spark_conf),
         memory=memory,
+        workers=workers,
     )
     if as_json:
         print_json(result)

@@ -177,8 +177,37 @@ class StateHandle:
         self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
     ) -> Iterator[pa.Table]:
         """:meth:`chunks` of ``table`` or one join side (as :meth:`_partitions` shapes it)."""
-        for _, part in self._partitions(op, table, join_side):
-            yield part
+        for p in range(op.partitions):
+            yield from self._partition_chunks(op, table, p, join_side, budget, scratch)
+
+    def partition_chunks(
+        self,
+        op: str | int | OperatorInfo,
+        p: int,
+        table: str | None = None,
+        *,
+        join_side: str | None = None,
+        budget: int,
+        scratch: str,
+    ) -> Iterator[pa.Table]:
+        """State partition ``p``'s part of :meth:`chunks` (the same chunks): the unit of one
+        export task on the local engine."""
+        info, t = self._select(op, table, join_side)
+        if not 0 <= p < info.partitions:
+            raise StatectlError(f"operator {info.id} has no partition {p}", self.path)
+        yield from self._partition_chunks(info, t, p, join_side, budget, scratch)
+
+    def _partition_chunks(
+        self,
+        op: OperatorInfo,
+        table: TableInfo,
+        p: int,
+        join_side: str | None,
+        budget: int,
+        scratch: str,
+    ) -> Iterator[pa.Table]:
+        """Partition ``p``'s chunks (default: the partition whole)."""
+        yield self._partition(op, table, p, join_side)
 
     def schema(
         self,

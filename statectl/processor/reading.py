@@ -151,16 +151,20 @@ class CheckpointHandle(StateHandle):
             return Selection(op.id, store=table.name, batch=self.batch)
         return Selection(op.id, state_var=table.name, batch=self.batch)
 
-    def _chunks(
-        self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
+    def _partition_chunks(
+        self,
+        op: OperatorInfo,
+        table: TableInfo,
+        p: int,
+        join_side: str | None,
+        budget: int,
+        scratch: str,
     ) -> Iterator[pa.Table]:
-        operator = self._ops[op.id]
         enc = StoreEncoding.of(self.ckpt, self.batch)
         sel = self._selection(op, table, join_side)
-        for p in range(operator.num_partitions):
-            yield from iter_partition(
-                self.ckpt, operator, sel, p, self.batch, enc, budget=budget, scratch=scratch
-            )
+        yield from iter_partition(
+            self.ckpt, self._ops[op.id], sel, p, self.batch, enc, budget=budget, scratch=scratch
+        )
 
     def _partition(
         self, op: OperatorInfo, table: TableInfo, p: int, join_side: str | None
@@ -274,13 +278,18 @@ class SavepointHandle(StateHandle):
         part = self.sp.read_part(st, st.files[p])
         return join_side_view(part) if join_side else part
 
-    def _chunks(
-        self, op: OperatorInfo, table: TableInfo, join_side: str | None, budget: int, scratch: str
+    def _partition_chunks(
+        self,
+        op: OperatorInfo,
+        table: TableInfo,
+        p: int,
+        join_side: str | None,
+        budget: int,
+        scratch: str,
     ) -> Iterator[pa.Table]:
         st = self.state_table(op, table)
-        for f in st.files:
-            for part in self.sp.iter_file(st, f, batch_rows(budget), scratch):
-                yield join_side_view(part) if join_side else part
+        for part in self.sp.iter_file(st, st.files[p], batch_rows(budget), scratch):
+            yield join_side_view(part) if join_side else part
 
     def to_spark(
         self,

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from statectl.codecs.phases import phase
 from statectl.io import FileIO
 from statectl.savepoints.format import METADATA_FILE, DataFile, SavepointMetadata
 from statectl.savepoints.tables import exportable
@@ -82,10 +83,14 @@ def write_table(
         if second is not None:
             return write_chunks(io, root, rel, itertools.chain([table, second], chunks), scratch)
     buf = _io.BytesIO()
-    pq.write_table(exportable(table), buf, compression="zstd", row_group_size=_row_group(table))
-    data = buf.getvalue()
-    io.write_atomic(posixpath.join(root, rel), data)
-    return DataFile(rel, table.num_rows, len(data), hashlib.sha256(data).hexdigest())
+    with phase("parquet write"):
+        pq.write_table(exportable(table), buf, compression="zstd", row_group_size=_row_group(table))
+        data = buf.getvalue()
+    with phase("upload"):
+        io.write_atomic(posixpath.join(root, rel), data)
+    with phase("sha256"):
+        digest = hashlib.sha256(data).hexdigest()
+    return DataFile(rel, table.num_rows, len(data), digest)
 
 
 def write_chunks(
@@ -99,20 +104,23 @@ def write_chunks(
     group = 0
     try:
         for chunk in chunks:
-            chunk = exportable(chunk)
-            if writer is None:
-                group = _row_group(chunk)
-                writer = pq.ParquetWriter(local, chunk.schema, compression="zstd")
-            writer.write_table(chunk, row_group_size=group)
+            with phase("parquet write"):
+                chunk = exportable(chunk)
+                if writer is None:
+                    group = _row_group(chunk)
+                    writer = pq.ParquetWriter(local, chunk.schema, compression="zstd")
+                writer.write_table(chunk, row_group_size=group)
             rows += chunk.num_rows
         assert writer is not None
-        writer.close()
+        with phase("parquet write"):
+            writer.close()
         digest = hashlib.sha256()
-        with open(local, "rb") as f:
+        with phase("sha256"), open(local, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
         size = os.path.getsize(local)
-        io.put_atomic(local, posixpath.join(root, rel))
+        with phase("upload"):
+            io.put_atomic(local, posixpath.join(root, rel))
     finally:
         if os.path.exists(local):
             os.remove(local)
