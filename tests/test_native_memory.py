@@ -22,3 +22,10 @@ def test_every_setting_is_accepted_by_glibc() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def test_statectl_malloc_default_keeps_glibcs_settings(monkeypatch) -> None:
+    from statectl.native_memory import tune_for_bulk_work
+
+    monkeypatch.setenv("STATECTL_MALLOC", "default")
+    assert tune_for_bulk_work() is False  # returns before any mallopt call
