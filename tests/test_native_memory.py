@@ -29,3 +29,25 @@ def test_statectl_malloc_default_keeps_glibcs_settings(monkeypatch) -> None:
 
     monkeypatch.setenv("STATECTL_MALLOC", "default")
     assert tune_for_bulk_work() is False  # returns before any mallopt call
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.parametrize(("preset", "backend"), [(None, "system"), ("mimalloc", "mimalloc")])
+def test_arrow_allocates_from_the_same_malloc_unless_the_user_chose(preset, backend) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if preset:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = preset
+    for code in (
+        # the CLI's order: settings first, pyarrow imported later
+        "from statectl.native_memory import tune_for_bulk_work as t; t();"
+        "import pyarrow as pa; print(pa.default_memory_pool().backend_name)",
+        # pyarrow already imported (the Python API's process, a test)
+        "import pyarrow as pa; from statectl.native_memory import tune_for_bulk_work as t; t();"
+        "print(pa.default_memory_pool().backend_name)",
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+        )
+        assert out.stdout.strip() == backend
