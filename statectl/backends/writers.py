@@ -138,25 +138,35 @@ def _bytewise_order(keys: pa.Array) -> pa.Array:
     return pa.array(order)
 
 
+# Masks of a big-endian word's first 0..8 bytes: a key that ends within a word keeps them.
+_LEADING_BYTES = np.array(
+    [((1 << 64) - 1) ^ ((1 << (64 - 8 * v)) - 1) for v in range(9)], dtype=np.uint64
+)
+
+
 def _word_columns(
     keys: pa.Array, offsets: np.ndarray, lengths: np.ndarray, longest: int
 ) -> list[np.ndarray]:
     """The keys as big-endian uint64 words, zero-padded; words equal in every key left out."""
     words = (longest + 7) // 8
-    # The data padded with zeros, so that every key's last word can be read whole.
-    data = np.zeros(int(offsets[-1] - offsets[0]) + 8 * words, dtype=np.uint8)
-    data[: len(data) - 8 * words] = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[
-        offsets[0] : offsets[-1]
-    ]
-    windows = np.lib.stride_tricks.sliding_window_view(data, 8)
-    starts = offsets[:-1] - offsets[0]
+    # The 8 bytes at every offset of the data, read as one big-endian number: a word of a key
+    # is one (unaligned) load, not eight byte gathers, and the data is not copied.
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)
+    if len(data) < 8:  # a few bytes of keys in all: padded, so that one word can be read
+        data = np.concatenate([data, np.zeros(8, dtype=np.uint8)])
+    last = len(data) - 8  # the last offset a whole word can be read at
+    at_every_byte = np.ndarray((last + 1,), dtype=">u8", buffer=data, strides=(1,))
+    starts = offsets[:-1]
+    shortest = int(lengths.min())
     columns: list[np.ndarray] = []
     for w in range(words):
-        word = windows[starts + 8 * w].view(">u8").reshape(-1).astype(np.uint64)
-        # Bytes past a key's end belong to the next key: zero them.
-        valid = np.clip(lengths - 8 * w, 0, 8).astype(np.uint64)
-        shift = np.minimum(np.uint64(8) * (np.uint64(8) - valid), np.uint64(63))
-        word &= np.where(valid == 0, np.uint64(0), ~np.uint64(0) << shift)
+        at = starts + 8 * w
+        word = at_every_byte[np.minimum(at, last)].astype(np.uint64)
+        for i in np.flatnonzero(at > last).tolist():  # a few keys at the end of the data
+            word[i] = int.from_bytes(bytes(data[at[i] : at[i] + 8]).ljust(8, b"\0"), "big")
+        if 8 * (w + 1) > shortest:
+            # Bytes past a key's end belong to the next key: zero them.
+            word &= _LEADING_BYTES[np.clip(lengths - 8 * w, 0, 8)]
         if (word != word[0]).any():
             columns.append(word)
     return columns
