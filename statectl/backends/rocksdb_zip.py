@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 from rocksdict import AccessType, Options, Rdict
 
+from statectl.backends import sst_read
 from statectl.backends.base import RawState
 from statectl.checksums import read_verified
 from statectl.codecs.jsonfields import Fields, loads
@@ -130,11 +131,71 @@ def iter_zip(
         with phase("RocksDB open"):
             meta = _unpack(io, store_dir, zip_path, verify, tmp)
             db = _open_read_only(tmp, zip_path)
+            run = _sorted_run(db, tmp, zip_path)
         metas.append(meta)
         try:
-            yield from timed(_iter_db(db, meta, zip_path, max_bytes or 0), "RocksDB read")
+            if run is None:
+                yield from timed(_iter_db(db, meta, zip_path, max_bytes or 0), "RocksDB read")
+            else:
+                yield from timed(_iter_run(run, db, meta, zip_path, max_bytes or 0), "SST read")
         finally:
             db.close()
+
+
+def _sorted_run(db: Any, tmp: str, zip_path: str) -> sst_read.Run | None:
+    """The snapshot's SST files for statectl's own reader, when they are one sorted run (no
+    LSM merge needed; see :mod:`statectl.backends.sst_read`), else None: RocksDB reads it."""
+    try:
+        return sst_read.sorted_run(tmp, db.live_files())
+    except sst_read.Unsupported:
+        return None
+    except CorruptFileError as e:
+        raise _in_snapshot(e, zip_path) from None
+
+
+def _in_snapshot(e: CorruptFileError, zip_path: str) -> CorruptFileError:
+    """A damaged SST named by the snapshot that holds it (its local name is a temporary one)."""
+    name = posixpath.basename(e.path or "")
+    return CorruptFileError(f"RocksDB failed while reading {name}: {e.message}", zip_path)
+
+
+def _iter_run(
+    run: sst_read.Run, db: Any, meta: SnapshotMetadata, zip_path: str, limit: int
+) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
+    """:func:`_iter_db` for a sorted run read by statectl: the same entries, in pieces of
+    about ``limit`` bytes (0: all at once), the count checked before the last piece."""
+    total = 0
+    held: list[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]] = []
+    try:
+        for keys, values in run:
+            total += len(keys)
+            if limit:
+                for piece in _pieces(keys, values, limit):
+                    yield from held
+                    held = [piece]
+            else:
+                held.append((keys, values))
+    except CorruptFileError as e:
+        raise _in_snapshot(e, zip_path) from None
+    if total != meta.expected_keys:
+        _check_count(db, meta, zip_path, total)
+    if limit or not held:
+        yield from held or [(_binary([]), _binary([]))]
+        return
+    yield (
+        pa.concat_arrays([k for k, _ in held]),
+        pa.concat_arrays([v for _, v in held]),
+    )
+
+
+def _pieces(
+    keys: pa.LargeBinaryArray, values: pa.LargeBinaryArray, limit: int
+) -> Iterator[tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]]:
+    """Slices of about ``limit`` bytes (zero-copy)."""
+    n = len(keys)
+    rows = max(1, limit * n // max(1, keys.nbytes + values.nbytes))
+    for start in range(0, n, rows):
+        yield keys.slice(start, rows), values.slice(start, rows)
 
 
 def _unpack(io: FileIO, store_dir: str, zip_path: str, verify: bool, tmp: str) -> SnapshotMetadata:
