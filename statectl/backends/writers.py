@@ -30,7 +30,7 @@ from statectl.backends.sst import SstWriter
 from statectl.checksums import spark_checksum_file, spark_crc_path
 from statectl.codecs.compression import compress_stream
 from statectl.codecs.phases import phase
-from statectl.codecs.records import write_state_records
+from statectl.codecs.records import record_stream
 from statectl.io import FileIO
 
 EMPTY_RECORDS = b"\xff\xff\xff\xff"
@@ -41,9 +41,9 @@ def write_hdfs_store(
 ) -> list[str]:
     path = posixpath.join(store_dir, f"{version}.snapshot")
     with phase("encode records"):
-        data = write_state_records(keys, values)
+        records = memoryview(record_stream(keys, values, end=True))
     with phase("compress"):
-        data = compress_stream(codec, data)
+        data = compress_stream(codec, records)
     with phase("upload"):
         io.write_atomic(path, data)
     return [path]
@@ -68,8 +68,8 @@ def write_rocksdb_store(
         io.write_atomic(path, empty)
         written.append(path)
     path = posixpath.join(store_dir, f"{version}.changelog")
-    data = write_state_records(keys, values, prefix=b"" if encoded else b"\x00")
-    io.write_atomic(path, compress_stream(codec, data))
+    records = record_stream(keys, values, prefix=b"" if encoded else b"\x00", end=True)
+    io.write_atomic(path, compress_stream(codec, memoryview(records)))
     written.append(path)
     return written
 
