@@ -33,8 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import cramjam
 import google_crc32c
-import lz4.block
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -88,8 +88,9 @@ def _handle(b: bytes, i: int) -> tuple[int, int, int]:
     return offset, size, i
 
 
-def _block(data: bytes, checksum: int, path: str, offset: int, size: int) -> bytes:
-    """The block at ``offset`` checked against its trailer's checksum and decompressed."""
+def _checked(data: bytes, checksum: int, path: str, offset: int, size: int) -> tuple[int, int, int]:
+    """The block at ``offset`` checked against its trailer's checksum: (compression type, where
+    its payload starts, its size once decompressed)."""
     if offset < 0 or size < 0 or offset + size + 5 > len(data):
         raise CorruptFileError("a block handle points past the end of the file", path)
     view = memoryview(data)[offset : offset + size]
@@ -105,14 +106,34 @@ def _block(data: bytes, checksum: int, path: str, offset: int, size: int) -> byt
     if actual != stored:
         raise CorruptFileError(f"block checksum mismatch at offset {offset}", path)
     if kind == NO_COMPRESSION:
-        return bytes(view)
+        return kind, offset, size
     if kind not in (LZ4, LZ4HC):
         raise CorruptFileError(f"block compression type {kind} is not LZ4", path)
-    raw, start = _varint(data, offset)
+    raw, start = _varint(data, offset)  # compress_format_version 2: the raw size first
+    return kind, start, raw
+
+
+def _block(data: bytes, checksum: int, path: str, offset: int, size: int) -> bytes:
+    """The block at ``offset``, checked and decompressed."""
+    kind, start, raw = _checked(data, checksum, path, offset, size)
+    out = np.empty(raw, dtype=np.uint8)
+    _decompress_into(data, kind, start, offset + size, out, path)
+    return out.tobytes()
+
+
+def _decompress_into(
+    data: bytes, kind: int, start: int, end: int, out: np.ndarray, path: str
+) -> None:
+    """The payload ``data[start:end]`` decompressed into ``out`` (exactly its size)."""
+    if kind == NO_COMPRESSION:
+        out[:] = np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
+        return
     try:
-        return lz4.block.decompress(view[start - offset :], uncompressed_size=raw)
-    except lz4.block.LZ4BlockError:
-        raise CorruptFileError(f"LZ4 block at offset {offset} is damaged", path) from None
+        n = cramjam.lz4.decompress_block_into(memoryview(data)[start:end], memoryview(out))
+    except cramjam.DecompressionError:
+        n = -1
+    if n != len(out):
+        raise CorruptFileError(f"LZ4 block at offset {start} is damaged", path)
 
 
 def _meta_entries(block: bytes, path: str) -> dict[bytes, bytes]:
@@ -434,18 +455,25 @@ def _values(raw: pa.Buffer, e: _Entries) -> pa.Array:
 def _parse_blocks(table: Table, first: int, last: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
     """Keys, values and entry types of data blocks ``first:last``."""
     data, checksum, path = table.data, table.checksum, table.path
-    blocks = [_block(data, checksum, path, o, s) for o, s in table.handles[first:last].tolist()]
-    sizes = np.fromiter(map(len, blocks), dtype=np.int64, count=len(blocks))
+    handles = table.handles[first:last].tolist()
+    blocks = [_checked(data, checksum, path, o, s) for o, s in handles]
+    sizes = np.array([raw for _, _, raw in blocks], dtype=np.int64)
     ends = np.cumsum(sizes)
     starts = ends - sizes
-    joined = b"".join(blocks) + bytes(16)  # padding: varints are read a byte past an end
-    buf = np.frombuffer(joined, dtype=np.uint8)
+    # Every block decompressed into its place in one buffer, padded with zeros: varints are
+    # read a byte past an end.
+    buf = np.empty(int(ends[-1]) + 16, dtype=np.uint8)
+    buf[-16:] = 0
+    for (kind, start, _), (o, s), a, b in zip(
+        blocks, handles, starts.tolist(), ends.tolist(), strict=True
+    ):
+        _decompress_into(data, kind, start, o + s, buf[a:b], path)
     try:
         entries = _walk(buf, *_groups(buf, starts, ends))
         keys, kinds = _keys(buf, entries)
     except (ValueError, IndexError) as e:
         raise CorruptFileError(f"a data block is damaged ({e})", table.path) from None
-    return keys, _values(pa.py_buffer(joined), entries), kinds
+    return keys, _values(pa.py_buffer(buf), entries), kinds
 
 
 def _blocks_per_step(table: Table) -> int:
