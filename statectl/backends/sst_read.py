@@ -129,7 +129,7 @@ def _decompress_into(
         out[:] = np.frombuffer(data, dtype=np.uint8, count=end - start, offset=start)
         return
     try:
-        n = cramjam.lz4.decompress_block_into(memoryview(data)[start:end], memoryview(out))
+        n = cramjam.lz4.decompress_block_into(memoryview(data)[start:end], out.data)
     except cramjam.DecompressionError:
         n = -1
     if n != len(out):
