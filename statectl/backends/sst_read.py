@@ -382,6 +382,8 @@ def _keys(buf: np.ndarray, e: _Entries) -> tuple[pa.Array, np.ndarray]:
     (sequence number and type) are read from the blocks, not rebuilt, unless a key shares
     bytes of the trailer before it (two entries of one user key): then the whole internal
     keys are rebuilt."""
+    if not e.shared.any():
+        return _unshared_keys(buf, e)
     n = len(e.group)
     user = e.shared + e.unshared - 8
     if (user < 0).any() or (e.shared[: e.bounds[1]] != 0).any():
@@ -437,19 +439,33 @@ def _share(
     matrix[lo:hi, :words] |= matrix[prev, :words] & mask
 
 
-def _values(raw: pa.Buffer, e: _Entries) -> pa.Array:
-    """The values, cut out of the blocks: an array alternating values and the bytes between
-    them (its offsets rise, as entries follow each other), of which every other row is taken."""
-    n = len(e.group)
-    starts = e.in_file_order(e.key_at + e.unshared)
+def _cut(raw: pa.Buffer, starts: np.ndarray, sizes: np.ndarray) -> pa.Array:
+    """``raw[starts[i]:][:sizes[i]]`` for every i (ranges in rising order, not overlapping):
+    an array alternating the ranges and the bytes between them (its offsets rise), of which
+    every other row is taken."""
+    n = len(starts)
     bounds = np.empty(2 * n + 1, dtype=np.int64)
     bounds[0:-1:2] = starts
-    bounds[1::2] = starts + e.in_file_order(e.value_size)
+    bounds[1::2] = starts + sizes
     bounds[-1] = bounds[-2]
     both = pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), 2 * n, [None, pa.py_buffer(bounds), raw]
     )
     return both.take(pa.array(np.arange(0, 2 * n, 2)))
+
+
+def _values(raw: pa.Buffer, e: _Entries) -> pa.Array:
+    """The values, cut out of the blocks."""
+    return _cut(raw, e.in_file_order(e.key_at + e.unshared), e.in_file_order(e.value_size))
+
+
+def _unshared_keys(buf: np.ndarray, e: _Entries) -> tuple[pa.Array, np.ndarray]:
+    """:func:`_keys` when no key shares bytes with the one before (statectl's own SSTs): each
+    user key is cut out of the blocks whole, and its type is the byte after it."""
+    starts, user = e.in_file_order(e.key_at), e.in_file_order(e.unshared - 8)
+    if (user < 0).any():
+        raise ValueError("an entry's key is shorter than its trailer")
+    return _cut(pa.py_buffer(buf), starts, user), buf[starts + user]
 
 
 def _parse_blocks(table: Table, first: int, last: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
