@@ -182,19 +182,32 @@ def _varying_bytes(columns: list[np.ndarray]) -> list[np.ndarray]:
     filled = 0
     for column in columns:
         varying = int(np.bitwise_or.reduce(column ^ column[0]))
-        for byte in range(8):
-            shift = 56 - 8 * byte
-            if not (varying >> shift) & 0xFF:
-                continue
-            part = (column >> np.uint64(shift)) & np.uint64(0xFF)
-            current = part if current is None else (current << np.uint64(8)) | part
-            filled += 1
-            if filled == 8:
-                packed.append(current)
-                current, filled = None, 0
+        for first, count in _byte_runs(varying):
+            while count:  # a run of adjacent varying bytes moves in one shift and mask
+                take = min(count, 8 - filled)
+                shift = 64 - 8 * (first + take)
+                part = (column >> np.uint64(shift)) & np.uint64((1 << (8 * take)) - 1)
+                current = part if current is None else (current << np.uint64(8 * take)) | part
+                filled += take
+                first, count = first + take, count - take
+                if filled == 8:
+                    packed.append(current)
+                    current, filled = None, 0
     if current is not None:
         packed.append(current)
     return packed
+
+
+def _byte_runs(varying: int) -> list[tuple[int, int]]:
+    """(first byte, count) of each run of adjacent nonzero bytes of a big-endian word."""
+    runs: list[tuple[int, int]] = []
+    for byte in range(8):
+        if (varying >> (56 - 8 * byte)) & 0xFF:
+            if runs and runs[-1][0] + runs[-1][1] == byte:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((byte, 1))
+    return runs
 
 
 def _rocksdb_options() -> Any:
