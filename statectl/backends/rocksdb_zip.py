@@ -131,7 +131,7 @@ def iter_zip(
         with phase("RocksDB open"):
             meta = _unpack(io, store_dir, zip_path, verify, tmp)
             db = _open_read_only(tmp, zip_path)
-            run = _sorted_run(db, tmp, zip_path)
+            run = _sorted_run(db, tmp, zip_path, max_bytes or 0)
         metas.append(meta)
         try:
             if run is None:
@@ -142,11 +142,11 @@ def iter_zip(
             db.close()
 
 
-def _sorted_run(db: Any, tmp: str, zip_path: str) -> sst_read.Run | None:
+def _sorted_run(db: Any, tmp: str, zip_path: str, max_bytes: int) -> sst_read.Run | None:
     """The snapshot's SST files for statectl's own reader, when they are one sorted run (no
     LSM merge needed; see :mod:`statectl.backends.sst_read`), else None: RocksDB reads it."""
     try:
-        return sst_read.sorted_run(tmp, db.live_files())
+        return sst_read.sorted_run(tmp, db.live_files(), max_bytes)
     except sst_read.Unsupported:
         return None
     except CorruptFileError as e:

@@ -62,11 +62,12 @@ class Table:
     """One SST file's data blocks: (offset, size) per block, and how they are checked."""
 
     path: str
-    data: bytes
+    size: int  # of the file (it is read a window at a time, never whole)
     handles: np.ndarray  # int64 (blocks, 2)
     checksum: int
     entries: int
     key_bytes: int  # of internal keys, all entries together
+    value_bytes: int
 
 
 def _varint(b: bytes, i: int) -> tuple[int, int]:
@@ -161,21 +162,34 @@ def _int_property(props: dict[bytes, bytes], name: bytes) -> int:
     return 0 if raw is None else _varint(raw, 0)[0]
 
 
+def _pread(fd: int, offset: int, size: int, path: str) -> bytes:
+    data = os.pread(fd, size, offset)
+    if len(data) != size or offset < 0:
+        raise CorruptFileError("a block handle points past the end of the file", path)
+    return data
+
+
+def _read_block(fd: int, checksum: int, path: str, offset: int, size: int) -> bytes:
+    """The (meta or index) block at ``offset`` of the file, read, checked, decompressed."""
+    return _block(_pread(fd, offset, size + 5, path), checksum, path, 0, size)
+
+
 def open_table(path: str) -> Table:
-    """The file's footer, properties and index; :class:`Unsupported` for what
-    :func:`read_table` does not read."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """The file's footer, properties and index; :class:`Unsupported` for what this reader
+    does not read. Only those blocks are read."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        return _parse_table(path, data)
+        return _parse_table(path, fd, os.fstat(fd).st_size)
     except (IndexError, struct.error):
         raise CorruptFileError("SST file is truncated or damaged", path) from None
+    finally:
+        os.close(fd)
 
 
-def _parse_table(path: str, data: bytes) -> Table:
-    if len(data) < FOOTER:
+def _parse_table(path: str, fd: int, file_size: int) -> Table:
+    if file_size < FOOTER:
         raise CorruptFileError("SST file is shorter than its footer", path)
-    footer = data[-FOOTER:]
+    footer = _pread(fd, file_size - FOOTER, FOOTER, path)
     version, magic = struct.unpack("<IQ", footer[-12:])
     if magic != MAGIC or not 2 <= version <= 5:
         raise Unsupported(f"table format_version {version}")
@@ -184,24 +198,27 @@ def _parse_table(path: str, data: bytes) -> Table:
         raise Unsupported(f"checksum type {checksum}")
     meta_off, meta_size, i = _handle(footer, 1)
     index_off, index_size, _ = _handle(footer, i)
-    metaindex = _meta_entries(_block(data, checksum, path, meta_off, meta_size), path)
+    metaindex = _meta_entries(_read_block(fd, checksum, path, meta_off, meta_size), path)
     if b"rocksdb.properties" not in metaindex:
         raise Unsupported("no properties block")
     if b"rocksdb.range_del" in metaindex:
         raise Unsupported("range deletions")
     props_off, props_size, _ = _handle(metaindex[b"rocksdb.properties"], 0)
-    props = _meta_entries(_block(data, checksum, path, props_off, props_size), path)
+    props = _meta_entries(_read_block(fd, checksum, path, props_off, props_size), path)
     _check_properties(props)
     index = _index_handles(
-        _block(data, checksum, path, index_off, index_size),
+        _read_block(fd, checksum, path, index_off, index_size),
         props.get(b"rocksdb.index.value.is.delta.encoded") == b"\x01",
         path,
     )
-    if len(index) and int((index[:, 0] + index[:, 1] + 5).max()) > len(data):
+    if len(index) and (
+        int((index[:, 0] + index[:, 1] + 5).max()) > file_size or int(index.min()) < 0
+    ):
         raise CorruptFileError("a data block handle points past the end of the file", path)
     entries = _int_property(props, b"rocksdb.num.entries")
     key_bytes = _int_property(props, b"rocksdb.raw.key.size")
-    return Table(path, data, index, checksum, entries, key_bytes)
+    value_bytes = _int_property(props, b"rocksdb.raw.value.size")
+    return Table(path, file_size, index, checksum, entries, key_bytes, value_bytes)
 
 
 def _check_properties(props: dict[bytes, bytes]) -> None:
@@ -468,10 +485,17 @@ def _unshared_keys(buf: np.ndarray, e: _Entries) -> tuple[pa.Array, np.ndarray]:
     return _cut(pa.py_buffer(buf), starts, user), buf[starts + user]
 
 
-def _parse_blocks(table: Table, first: int, last: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """Keys, values and entry types of data blocks ``first:last``."""
-    data, checksum, path = table.data, table.checksum, table.path
-    handles = table.handles[first:last].tolist()
+def _parse_blocks(
+    table: Table, fd: int, first: int, last: int
+) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """Keys, values and entry types of data blocks ``first:last`` (read from the file as one
+    window: data blocks follow each other)."""
+    checksum, path = table.checksum, table.path
+    handles = table.handles[first:last]
+    base = int(handles[0, 0])
+    window = int((handles[:, 0] + handles[:, 1]).max()) + 5 - base
+    data = _pread(fd, base, window, path)
+    handles = (handles - [base, 0]).tolist()
     blocks = [_checked(data, checksum, path, o, s) for o, s in handles]
     sizes = np.array([raw for _, _, raw in blocks], dtype=np.int64)
     ends = np.cumsum(sizes)
@@ -492,13 +516,19 @@ def _parse_blocks(table: Table, first: int, last: int) -> tuple[pa.Array, pa.Arr
     return keys, _values(pa.py_buffer(buf), entries), kinds
 
 
-def _blocks_per_step(table: Table) -> int:
+def _blocks_per_step(table: Table, max_bytes: int) -> int:
     """Data blocks parsed at once: their key matrix within ``MATRIX_BYTES``, judged by the
-    file's average entry (the matrix is as wide as the longest key)."""
+    file's average entry (the matrix is as wide as the longest key), and, when ``max_bytes``
+    is given, their entries within a quarter of it (a step holds the blocks as read, as
+    decompressed, and their keys and values)."""
     blocks = max(1, len(table.handles))
     per_block = max(1, table.entries // blocks)
     width = max(64, 2 * table.key_bytes // max(1, table.entries))
-    return max(1, MATRIX_BYTES // (per_block * width))
+    step = max(1, MATRIX_BYTES // (per_block * width))
+    if max_bytes:
+        raw_per_block = max(1, (table.key_bytes + table.value_bytes) // blocks)
+        step = min(step, max(1, max_bytes // (4 * raw_per_block)))
+    return step
 
 
 class Run:
@@ -506,17 +536,23 @@ class Run:
     its newest entry, deletions dropped (an older entry of a key always follows the newer
     one within a file, and no key is in two files)."""
 
-    def __init__(self, tables: list[Table]) -> None:
-        self.tables = tables
+    def __init__(self, paths: list[str], max_bytes: int = 0) -> None:
+        self.paths = paths  # each file is read a window of blocks at a time
+        self.max_bytes = max_bytes  # what a window may cost (0: MATRIX_BYTES bounds it)
         self.last: bytes | None = None  # the key of the entry before the current chunk
 
     def __iter__(self) -> Iterator[tuple[pa.Array, pa.Array]]:
-        for table in self.tables:
-            step = _blocks_per_step(table)
-            for first in range(0, len(table.handles), step):
-                keys, values, kinds = _parse_blocks(table, first, first + step)
-                if len(keys):
-                    yield self._live(table, keys, values, kinds)
+        for path in self.paths:
+            table = open_table(path)
+            step = _blocks_per_step(table, self.max_bytes)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                for first in range(0, len(table.handles), step):
+                    keys, values, kinds = _parse_blocks(table, fd, first, first + step)
+                    if len(keys):
+                        yield self._live(table, keys, values, kinds)
+            finally:
+                os.close(fd)
 
     def _live(
         self, table: Table, keys: pa.Array, values: pa.Array, kinds: np.ndarray
@@ -543,7 +579,7 @@ class Run:
         return keys.filter(mask), values.filter(mask)
 
 
-def sorted_run(directory: str, live_files: list[dict[str, Any]]) -> Run:
+def sorted_run(directory: str, live_files: list[dict[str, Any]], max_bytes: int = 0) -> Run:
     """The live SST files of a database directory as one :class:`Run`, or :class:`Unsupported`
     when they overlap or something else needs RocksDB itself (a WAL with entries: its
     records are only in the memtable)."""
@@ -554,5 +590,7 @@ def sorted_run(directory: str, live_files: list[dict[str, Any]]) -> Run:
     for a, b in itertools.pairwise(files):
         if a["end_key"] >= b["start_key"]:
             raise Unsupported("SST files overlap")
-    tables = [open_table(os.path.join(directory, os.path.basename(f["name"]))) for f in files]
-    return Run(tables)
+    paths = [os.path.join(directory, os.path.basename(f["name"])) for f in files]
+    for path in paths:  # what this reader cannot read is known before any entry is read
+        open_table(path)
+    return Run(paths, max_bytes)
