@@ -122,8 +122,9 @@ def split_by_partition(table: pa.Table, pids: np.ndarray, out: SpillWriters) -> 
     one stable sort by partition, then contiguous slices."""
     if not table.num_rows:
         return
-    order = np.argsort(pids, kind="stable")
     counts = np.bincount(pids, minlength=int(pids.max()) + 1)
+    # numpy's stable sort of 16-bit integers is a radix sort: O(n), where int64 is a merge sort.
+    order = np.argsort(pids.astype(np.uint16) if len(counts) <= 1 << 16 else pids, kind="stable")
     ordered = table.take(pa.array(order)).combine_chunks()
     start = 0
     for p, n in enumerate(counts.tolist()):

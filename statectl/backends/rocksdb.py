@@ -50,6 +50,7 @@ from statectl.backends.writers import write_rocksdb_snapshot, write_rocksdb_stor
 from statectl.checksums import iter_verified, read_verified, stream_block
 from statectl.codecs.changelog import changelog_version, parse_changelog
 from statectl.codecs.compression import EXPANSION, decompress_stream, iter_decompressed
+from statectl.codecs.phases import phase, timed
 from statectl.codecs.record_replay import last_writer_wins
 from statectl.codecs.records import OP_PUT, RecordBatch, iter_record_stream
 from statectl.errors import CorruptFileError, MissingFileError, StatectlError, display_path
@@ -240,10 +241,13 @@ def rocksdb_events(
             if batch is None:
                 if io.size(f.path) * EXPANSION > max_bytes:  # read and decompressed in windows
                     blocks = iter_verified(io, f.path, verify=verify, block=stream_block(max_bytes))
-                    yield from _changelog_chunks(codec, blocks, f.path, max_bytes)
+                    yield from timed(
+                        _changelog_chunks(codec, blocks, f.path, max_bytes), "changelog read"
+                    )
                     continue
-                data = read_verified(io, f.path, data_file=True, verify=verify)
-                batch = parse_changelog(decompress_stream(codec, data, f.path), f.path)
+                with phase("changelog read"):
+                    data = read_verified(io, f.path, data_file=True, verify=verify)
+                    batch = parse_changelog(decompress_stream(codec, data, f.path), f.path)
             rows = max(
                 16, max_bytes * len(batch) // max(1, batch.keys.nbytes + batch.values.nbytes)
             )

@@ -25,7 +25,8 @@ from statectl.backends.base import Batches
 from statectl.backends.writers import EMPTY_RECORDS, _bytewise_order
 from statectl.codecs.compression import SNAPPY_HEADER, ZSTD_LEVEL, compress_stream
 from statectl.codecs.lz4block import DEFAULT_BLOCK_SIZE, HEADER
-from statectl.codecs.records import write_state_records
+from statectl.codecs.phases import phase
+from statectl.codecs.records import record_stream
 from statectl.io import FileIO
 
 # Bytes of memory a build needs per byte of spilled state when it writes a partition from
@@ -51,18 +52,27 @@ class CodecStream:
             # Pledging the size keeps it in the frame header, as a one-shot frame has it.
             self.zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj(size=size or -1)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         if self.zstd is not None:
             self.out.write(self.zstd.compress(data))
             return
-        self.buf += data
         assert self.block is not None
-        whole = len(self.buf) // self.block * self.block
+        view = memoryview(data).cast("B")
+        if self.buf:  # first fill the block begun by the last write
+            room = self.block - len(self.buf)
+            self.buf += view[:room]
+            view = view[room:]
+            if len(self.buf) < self.block:
+                return
+            self._emit(memoryview(self.buf), last=False)
+            self.buf = bytearray()
+        # Whole blocks straight from the caller's bytes (no copy); the rest waits.
+        whole = len(view) // self.block * self.block
         if whole:
-            self._emit(bytes(self.buf[:whole]), last=False)
-            del self.buf[:whole]
+            self._emit(view[:whole], last=False)
+        self.buf += view[whole:]
 
-    def _emit(self, raw: bytes, last: bool) -> None:
+    def _emit(self, raw: bytes | memoryview, last: bool) -> None:
         framed = compress_stream(self.codec, raw)
         if self.codec == "lz4" and not last:
             framed = framed[: -HEADER.size]  # the end mark comes once, at the end
@@ -101,11 +111,16 @@ def write_records_streamed(
         for batch in batches():
             keys, values = batch.column(0), batch.column(1)
             if len(keys):
-                stream.write(write_state_records(keys, values, prefix=prefix)[:-4])
-        stream.write(EMPTY_RECORDS)
-        stream.close()
+                with phase("encode records"):
+                    records = record_stream(keys, values, prefix=prefix)
+                with phase("compress"):
+                    stream.write(records)
+        with phase("compress"):
+            stream.write(EMPTY_RECORDS)
+            stream.close()
     try:
-        io.put_atomic(local, path)
+        with phase("upload"):
+            io.put_atomic(local, path)
     finally:
         os.remove(local)
 

@@ -30,7 +30,7 @@ from statectl.backends.sst import SstWriter
 from statectl.checksums import spark_checksum_file, spark_crc_path
 from statectl.codecs.compression import compress_stream
 from statectl.codecs.phases import phase
-from statectl.codecs.records import write_state_records
+from statectl.codecs.records import record_stream
 from statectl.io import FileIO
 
 EMPTY_RECORDS = b"\xff\xff\xff\xff"
@@ -41,9 +41,9 @@ def write_hdfs_store(
 ) -> list[str]:
     path = posixpath.join(store_dir, f"{version}.snapshot")
     with phase("encode records"):
-        data = write_state_records(keys, values)
+        records = memoryview(record_stream(keys, values, end=True))
     with phase("compress"):
-        data = compress_stream(codec, data)
+        data = compress_stream(codec, records)
     with phase("upload"):
         io.write_atomic(path, data)
     return [path]
@@ -68,8 +68,8 @@ def write_rocksdb_store(
         io.write_atomic(path, empty)
         written.append(path)
     path = posixpath.join(store_dir, f"{version}.changelog")
-    data = write_state_records(keys, values, prefix=b"" if encoded else b"\x00")
-    io.write_atomic(path, compress_stream(codec, data))
+    records = record_stream(keys, values, prefix=b"" if encoded else b"\x00", end=True)
+    io.write_atomic(path, compress_stream(codec, memoryview(records)))
     written.append(path)
     return written
 
@@ -138,25 +138,35 @@ def _bytewise_order(keys: pa.Array) -> pa.Array:
     return pa.array(order)
 
 
+# Masks of a big-endian word's first 0..8 bytes: a key that ends within a word keeps them.
+_LEADING_BYTES = np.array(
+    [((1 << 64) - 1) ^ ((1 << (64 - 8 * v)) - 1) for v in range(9)], dtype=np.uint64
+)
+
+
 def _word_columns(
     keys: pa.Array, offsets: np.ndarray, lengths: np.ndarray, longest: int
 ) -> list[np.ndarray]:
     """The keys as big-endian uint64 words, zero-padded; words equal in every key left out."""
     words = (longest + 7) // 8
-    # The data padded with zeros, so that every key's last word can be read whole.
-    data = np.zeros(int(offsets[-1] - offsets[0]) + 8 * words, dtype=np.uint8)
-    data[: len(data) - 8 * words] = np.frombuffer(keys.buffers()[2], dtype=np.uint8)[
-        offsets[0] : offsets[-1]
-    ]
-    windows = np.lib.stride_tricks.sliding_window_view(data, 8)
-    starts = offsets[:-1] - offsets[0]
+    # The 8 bytes at every offset of the data, read as one big-endian number: a word of a key
+    # is one (unaligned) load, not eight byte gathers, and the data is not copied.
+    data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)
+    if len(data) < 8:  # a few bytes of keys in all: padded, so that one word can be read
+        data = np.concatenate([data, np.zeros(8, dtype=np.uint8)])
+    last = len(data) - 8  # the last offset a whole word can be read at
+    at_every_byte = np.ndarray((last + 1,), dtype=">u8", buffer=data, strides=(1,))
+    starts = offsets[:-1]
+    shortest = int(lengths.min())
     columns: list[np.ndarray] = []
     for w in range(words):
-        word = windows[starts + 8 * w].view(">u8").reshape(-1).astype(np.uint64)
-        # Bytes past a key's end belong to the next key: zero them.
-        valid = np.clip(lengths - 8 * w, 0, 8).astype(np.uint64)
-        shift = np.minimum(np.uint64(8) * (np.uint64(8) - valid), np.uint64(63))
-        word &= np.where(valid == 0, np.uint64(0), ~np.uint64(0) << shift)
+        at = starts + 8 * w
+        word = at_every_byte[np.minimum(at, last)].astype(np.uint64)
+        for i in np.flatnonzero(at > last).tolist():  # a few keys at the end of the data
+            word[i] = int.from_bytes(bytes(data[at[i] : at[i] + 8]).ljust(8, b"\0"), "big")
+        if 8 * (w + 1) > shortest:
+            # Bytes past a key's end belong to the next key: zero them.
+            word &= _LEADING_BYTES[np.clip(lengths - 8 * w, 0, 8)]
         if (word != word[0]).any():
             columns.append(word)
     return columns
@@ -172,19 +182,32 @@ def _varying_bytes(columns: list[np.ndarray]) -> list[np.ndarray]:
     filled = 0
     for column in columns:
         varying = int(np.bitwise_or.reduce(column ^ column[0]))
-        for byte in range(8):
-            shift = 56 - 8 * byte
-            if not (varying >> shift) & 0xFF:
-                continue
-            part = (column >> np.uint64(shift)) & np.uint64(0xFF)
-            current = part if current is None else (current << np.uint64(8)) | part
-            filled += 1
-            if filled == 8:
-                packed.append(current)
-                current, filled = None, 0
+        for first, count in _byte_runs(varying):
+            while count:  # a run of adjacent varying bytes moves in one shift and mask
+                take = min(count, 8 - filled)
+                shift = 64 - 8 * (first + take)
+                part = (column >> np.uint64(shift)) & np.uint64((1 << (8 * take)) - 1)
+                current = part if current is None else (current << np.uint64(8 * take)) | part
+                filled += take
+                first, count = first + take, count - take
+                if filled == 8:
+                    packed.append(current)
+                    current, filled = None, 0
     if current is not None:
         packed.append(current)
     return packed
+
+
+def _byte_runs(varying: int) -> list[tuple[int, int]]:
+    """(first byte, count) of each run of adjacent nonzero bytes of a big-endian word."""
+    runs: list[tuple[int, int]] = []
+    for byte in range(8):
+        if (varying >> (56 - 8 * byte)) & 0xFF:
+            if runs and runs[-1][0] + runs[-1][1] == byte:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+            else:
+                runs.append((byte, 1))
+    return runs
 
 
 def _rocksdb_options() -> Any:

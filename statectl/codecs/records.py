@@ -222,9 +222,9 @@ def _be32_rows(v: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(v.astype(">i4")).view(np.uint8).reshape(-1, 4)
 
 
-def _interleave(pieces: list[tuple[pa.LargeBinaryArray, np.ndarray]], tail: bytes) -> bytes:
+def _interleave(pieces: list[tuple[pa.LargeBinaryArray, np.ndarray]], tail: bytes) -> pa.Buffer:
     """Concatenate, for each record i, ``piece[j][idx_j[i]]`` for every piece j in order, then
-    ``tail``; one Arrow take does the copying."""
+    ``tail``; one Arrow take does the copying (the result is a slice of its buffer)."""
     n = len(pieces[0][1])
     arrays = [p for p, _ in pieces] + [pa.array([tail], pa.large_binary())]
     base = np.cumsum([0] + [len(a) for a in arrays])
@@ -235,7 +235,7 @@ def _interleave(pieces: list[tuple[pa.LargeBinaryArray, np.ndarray]], tail: byte
     taken = pa.concat_arrays(arrays).take(pa.array(order))
     offsets = np.frombuffer(taken.buffers()[1], dtype=np.int64)
     data = taken.buffers()[2]
-    return data[int(offsets[0]) : int(offsets[-1])].to_pybytes()
+    return data[int(offsets[0]) : int(offsets[-1])]
 
 
 def _prepare(
@@ -267,10 +267,24 @@ def write_state_records(
     A record is a removal (``vlen -1``) where ``deletes`` is true or the value is null.
     ``prefix`` goes before every key and value (RocksDB's 0x00 encoding-version byte).
     """
+    return record_stream(keys, values, deletes, prefix=prefix, end=True).to_pybytes()
+
+
+def record_stream(
+    keys: BinaryLike,
+    values: BinaryLike,
+    deletes: np.ndarray | Sequence[bool] | None = None,
+    *,
+    prefix: bytes = b"",
+    end: bool = False,
+) -> pa.Buffer:
+    """:func:`write_state_records`' records as an Arrow buffer (not copied into ``bytes``),
+    with the end marker only when ``end``: a streamed writer appends batch after batch."""
     keys, values, deleted = _prepare(keys, values, deletes)
     n = len(keys)
+    marker = b"\xff\xff\xff\xff" if end else b""
     if n == 0:
-        return b"\xff\xff\xff\xff"
+        return pa.py_buffer(marker)
     p = len(prefix)
     klen = _lengths(keys) + p
     vlen = np.where(deleted, -1, _lengths(values) + p)
@@ -283,4 +297,4 @@ def write_state_records(
         pre = pa.array([prefix, b""], pa.large_binary())
         pieces.insert(1, (pre, np.zeros(n, dtype=np.int64)))
         pieces.insert(4, (pre, deleted.astype(np.int64)))
-    return _interleave(pieces, b"\xff\xff\xff\xff")
+    return _interleave(pieces, marker)
