@@ -48,7 +48,7 @@ TWO_CHILDREN = textwrap.dedent(
     os.close(go_r)
     for _ in kids:
         os.read(ready_r, 1)
-    time.sleep(0.4)
+    time.sleep(1.0)  # long enough for 10 samples on a loaded machine (the sampler backs off)
     os.close(go_w)
     for pid in kids:
         os.waitpid(pid, 0)
