@@ -418,7 +418,7 @@ def export_state(
     with spill_dir() as scratch:
         output = os.path.join(scratch, "export.out")
         with open(output, "wb") as f:
-            if on_spark or local.workers == 1 or partitions < 2 or not _local_source(handle):
+            if on_spark or not _worth_workers(handle, operator, table_name, local.workers):
                 chunks = (
                     _parts_on(engine, handle, operator, table_name, join_side)
                     if on_spark
@@ -478,6 +478,24 @@ def _write_parallel(
         written.close()  # a failed write: the workers are killed before the scratch goes
     columns = next((c for _, c in reversed(counted) if c), None)
     return sum(r for r, _ in counted), columns or _empty(schema, join_side).column_names
+
+
+# Below this much state on disk a fork pool's start costs more than the workers save (a
+# pytest process forks in ~50 ms; the export of a small fixture takes ~20 ms).
+_PARALLEL_MIN_BYTES = 32 << 20
+
+
+def _worth_workers(handle: Any, operator: str | int, table: str | None, workers: int) -> bool:
+    """Whether the export reads its partitions in fork workers: several of each, the state on
+    this machine's disks, and enough of it (bytes on disk) to pay for starting them."""
+    info = handle.operator(operator)
+    if workers < 2 or info.partitions < 2 or not _local_source(handle):
+        return False
+    try:
+        on_disk = sum(handle.partition_bytes(info, info.table(table)))
+    except StatectlError:  # a table the size listing does not name: the bytes are unknown
+        return True
+    return on_disk >= _PARALLEL_MIN_BYTES
 
 
 def _local_source(handle: Any) -> bool:

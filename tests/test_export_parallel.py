@@ -39,6 +39,23 @@ def _rows(path):
     return lines[1:] if path.suffix == ".csv" else lines
 
 
+@pytest.fixture(autouse=True)
+def _workers_for_small_state(monkeypatch) -> None:
+    """These states are small: the parallel path is taken for them here, as for big ones."""
+    monkeypatch.setattr("statectl.export._PARALLEL_MIN_BYTES", 0)
+
+
+def test_small_state_is_exported_without_workers(tmp_path, monkeypatch):
+    # A fixture's few KiB: forking workers would cost more than they save.
+    monkeypatch.setattr("statectl.export._PARALLEL_MIN_BYTES", 32 << 20)
+    monkeypatch.setattr(
+        "statectl.export._write_parallel", lambda *a: pytest.fail("workers started")
+    )
+    out = tmp_path / "e.parquet"
+    result = export_state(str(FIXTURES / "agg-hdfs"), 0, out_url=str(out), workers=2)
+    assert result["rows"] == 7 == pq.read_table(out).num_rows
+
+
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory) -> dict[str, str]:
     """3,000 wide keys as an HDFS delta checkpoint and a RocksDB changelog one, 3 partitions
