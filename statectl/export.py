@@ -414,11 +414,11 @@ def export_state(
     schema = handle.schema(operator, table_name, join_side=join_side)  # checks the selection
     on_spark = getattr(engine, "name", "local") == "spark"
     local = Engine.of(memory, workers)
-    partitions = handle.operator(operator).partitions
+    info = handle.operator(operator)
     with spill_dir() as scratch:
         output = os.path.join(scratch, "export.out")
         with open(output, "wb") as f:
-            if on_spark or not _worth_workers(handle, operator, table_name, local.workers):
+            if on_spark or not _worth_workers(handle, info, table_name, local.workers):
                 chunks = (
                     _parts_on(engine, handle, operator, table_name, join_side)
                     if on_spark
@@ -439,7 +439,7 @@ def export_state(
                     ExportChunksTask(
                         handle, operator, table_name, join_side, p, fmt, scratch, share
                     )
-                    for p in range(partitions)
+                    for p in range(info.partitions)
                 ]
                 rows, columns = _write_parallel(jobs, local.workers, schema, join_side, fmt, f)
         with phase("upload"):
@@ -485,10 +485,9 @@ def _write_parallel(
 _PARALLEL_MIN_BYTES = 32 << 20
 
 
-def _worth_workers(handle: Any, operator: str | int, table: str | None, workers: int) -> bool:
+def _worth_workers(handle: Any, info: Any, table: str | None, workers: int) -> bool:
     """Whether the export reads its partitions in fork workers: several of each, the state on
     this machine's disks, and enough of it (bytes on disk) to pay for starting them."""
-    info = handle.operator(operator)
     if workers < 2 or info.partitions < 2 or not _local_source(handle):
         return False
     try:
