@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import hashlib
 import io
 import json
@@ -1991,7 +1992,10 @@ def preload() -> None:
                 ["export", str(FIXTURES / "agg-hdfs"), "-o", f"{tmp}/x.jsonl", "--json"],
                 ["savepoint", str(FIXTURES / "agg-hdfs"), tmp, "--json"],
             ):
-                _run_cli(argv)
+                # In a copy of the context: main() switches messages to the command line's
+                # wording, which must not outlive the warm-up in a process that goes on
+                # calling the Python API (a pytest worker).
+                contextvars.copy_context().run(_run_cli, argv)
         finally:
             if old is None:
                 os.environ.pop("STATECTL_WORKERS")

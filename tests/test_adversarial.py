@@ -523,3 +523,12 @@ def test_parsers_raise_corrupt_file_errors(parse: Any) -> None:
     with pytest.raises(CorruptFileError) as e:
         parse()
     assert str(e.value).startswith("F: ") and "\n" not in str(e.value)
+
+
+def test_the_warm_up_leaves_the_api_wording(outcomes: dict[int, Any]) -> None:
+    """The campaign ran ``main()`` in this process to warm up: a Python caller after it still
+    reads the API's wording (``table=``, not ``--table``). It leaked once, failing a later
+    test in the same pytest worker."""
+    from statectl.errors import wording
+
+    assert outcomes and wording("--cli", "api=") == "api="
