@@ -22,7 +22,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 
 from statectl.backends import get_backend
@@ -51,6 +50,7 @@ from statectl.state import (
     check_schema,
     live_entries,
     placement_checked,
+    prepend,
     slice_bytes,
 )
 from statectl.tws_encode import VERSION
@@ -137,22 +137,6 @@ def _has_version_byte(rows: pa.Array) -> bool:
     return bool((offsets[1:] > starts).all() and (data[starts] == VERSION[0]).all())
 
 
-def _prepend_version(rows: pa.Array) -> pa.LargeBinaryArray:
-    """``VERSION ‖ row`` for every row, as two buffer copies (no per-row work)."""
-    data, offsets = binary_parts(rows)
-    n = len(offsets) - 1
-    base = offsets - offsets[0]
-    new_offsets = base + np.arange(n + 1, dtype=np.int64)
-    out = np.empty(int(new_offsets[-1]), dtype=np.uint8)
-    out[new_offsets[:-1]] = VERSION[0]
-    keep = np.ones(len(out), dtype=bool)
-    keep[new_offsets[:-1]] = False
-    out[keep] = data[offsets[0] : offsets[-1]]
-    return pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [None, pa.py_buffer(new_offsets), pa.py_buffer(out)]
-    )
-
-
 def to_target(rows: pa.Array, source: str, target: str) -> pa.LargeBinaryArray:
     """Source entry bytes as the target backend keeps them: each backend's entry codec says
     whether its rows carry the encoding-version byte in front of the UnsafeRow (RocksDB's do,
@@ -161,11 +145,11 @@ def to_target(rows: pa.Array, source: str, target: str) -> pa.LargeBinaryArray:
     prefix = get_backend(source).entry_codec().row_prefix
     if prefix == get_backend(target).entry_codec().row_prefix:
         if prefix and not _has_version_byte(rows):
-            return _prepend_version(slice_bytes(rows, prefix))
+            return prepend(slice_bytes(rows, prefix), VERSION)
         return rows
     if prefix:  # -> a backend whose rows carry no version byte
         return slice_bytes(rows, prefix)
-    return _prepend_version(rows)
+    return prepend(rows, VERSION)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from statectl.backends import EntryCodec, RawState, empty_raw_state
 from statectl.backends.entries import binary_parts as binary_parts
+from statectl.backends.entries import prepend as prepend
 from statectl.backends.entries import read_le_int
 from statectl.backends.entries import slice_bytes as slice_bytes
 from statectl.backends.replay import bounded_replay
