@@ -107,6 +107,13 @@ def test_deletes_and_inputs() -> None:
     assert b"\x00\x00\x00\x02k2\xff\xff\xff\xff" in raw
     with pytest.raises(CorruptFileError, match=f"{PATH}: removal record at byte 12 in a snapshot"):
         parse_state_records(raw, PATH, allow_deletes=False)
+    # RocksDB's version byte in front of keys and values, none for a removal's missing value
+    pre = write_state_records(keys, values, deletes=[False, False, False, True], prefix=b"\x00")
+    assert records_of(parse_state_records(pre)) == [
+        (op, b"\x00" + k, None if v is None else b"\x00" + v)
+        for op, k, v in [*expected, (OP_DELETE, b"k4", None)]
+    ]
+    assert b"\x00\x00\x00\x03\x00k2\xff\xff\xff\xff\x00\x00\x00\x03\x00k3" in pre
     with pytest.raises(ValueError, match="2 keys but 1 values"):
         write_state_records([b"a", b"b"], [b"x"])
     # Spark treats any negative value size as a removal (HDFS and changelog v1 readers)

@@ -21,6 +21,7 @@ from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statectl.codecs.record_scan import (
     be32_at,
@@ -188,6 +189,9 @@ def _v1_batch(
     return RecordBatch(deleted.astype(np.uint8), keys, values)
 
 
+_EMPTY = pa.scalar(b"", pa.large_binary())
+
+
 # -- writing ----------------------------------------------------------------------------------
 BinaryLike: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
 
@@ -222,20 +226,13 @@ def _be32_rows(v: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(v.astype(">i4")).view(np.uint8).reshape(-1, 4)
 
 
-def _interleave(pieces: list[tuple[pa.LargeBinaryArray, np.ndarray]], tail: bytes) -> pa.Buffer:
-    """Concatenate, for each record i, ``piece[j][idx_j[i]]`` for every piece j in order, then
-    ``tail``; one Arrow take does the copying (the result is a slice of its buffer)."""
-    n = len(pieces[0][1])
-    arrays = [p for p, _ in pieces] + [pa.array([tail], pa.large_binary())]
-    base = np.cumsum([0] + [len(a) for a in arrays])
-    order = np.empty(len(pieces) * n + 1, dtype=np.int64)
-    for j, (_, idx) in enumerate(pieces):
-        order[j : len(order) - 1 : len(pieces)] = base[j] + idx
-    order[-1] = base[-2]
-    taken = pa.concat_arrays(arrays).take(pa.array(order))
-    offsets = np.frombuffer(taken.buffers()[1], dtype=np.int64)
-    data = taken.buffers()[2]
-    return data[int(offsets[0]) : int(offsets[-1])]
+def _tail(n: int, tail: bytes) -> pa.LargeBinaryArray:
+    """``n`` elements, all empty but the last, which is ``tail`` (zero-copy but the offsets)."""
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[-1] = len(tail)
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(tail)]
+    )
 
 
 def _prepare(
@@ -288,13 +285,20 @@ def record_stream(
     p = len(prefix)
     klen = _lengths(keys) + p
     vlen = np.where(deleted, -1, _lengths(values) + p)
-    ints = _fixed(_be32_rows(np.stack([klen, vlen], axis=1).reshape(-1)))
-    ar = np.arange(n, dtype=np.int64)
-    vidx = np.where(deleted, n, ar)  # a removal takes the empty element appended below
-    vals = pa.concat_arrays([values.fill_null(b""), pa.array([b""], pa.large_binary())])
-    pieces = [(ints, 2 * ar), (keys, ar), (ints, 2 * ar + 1), (vals, vidx)]
-    if p:
-        pre = pa.array([prefix, b""], pa.large_binary())
-        pieces.insert(1, (pre, np.zeros(n, dtype=np.int64)))
-        pieces.insert(4, (pre, deleted.astype(np.int64)))
-    return _interleave(pieces, marker)
+    # One Arrow join of the record's parts, row by row: its data buffer is the stream
+    # (2.6x an interleaving take of the same parts, issue 27).
+    head = pa.scalar(prefix, pa.large_binary())
+    value_head: pa.Scalar | pa.Array = head
+    if deleted.any():  # a removal is its key and length -1: no value bytes, no prefix
+        gone = pa.array(deleted)
+        value_head = pc.if_else(gone, _EMPTY, head)
+        values = pc.if_else(gone, _EMPTY, values)
+    parts: list[pa.Scalar | pa.Array] = [_fixed(_be32_rows(klen))]
+    parts += [head, keys] if p else [keys]
+    parts.append(_fixed(_be32_rows(vlen)))
+    parts += [value_head, values] if p else [values]
+    if end:
+        parts.append(_tail(n, marker))
+    joined = pc.binary_join_element_wise(*parts, _EMPTY)
+    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64)[: n + 1]
+    return joined.buffers()[2][int(offsets[0]) : int(offsets[-1])]
