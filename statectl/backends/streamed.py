@@ -154,14 +154,19 @@ def sorted_runs(batches: Iterable[pa.RecordBatch], scratch: str, budget: int) ->
 
 
 def _write_run(pending: list[pa.RecordBatch], scratch: str) -> str:
-    table = pa.Table.from_batches(pending).combine_chunks()
-    order = _bytewise_order(table.column(0).chunk(0).cast(pa.large_binary()))
+    with phase("run sort"):
+        table = pa.Table.from_batches(pending).combine_chunks()
+        order = _bytewise_order(table.column(0).chunk(0).cast(pa.large_binary()))
+        sorted_table = table.take(order)
     path = os.path.join(scratch, f"run-{uuid.uuid4()}.arrow")
-    sorted_table = table.take(order)
     # Small batches: the merge holds one batch of every run at once.
     per_row = max(1, sorted_table.nbytes // max(1, sorted_table.num_rows))
     rows = max(64, RUN_BATCH_BYTES // per_row)
-    with pa.OSFile(path, "wb") as f, pa.ipc.new_stream(f, sorted_table.schema) as w:
+    with (
+        phase("run write"),
+        pa.OSFile(path, "wb") as f,
+        pa.ipc.new_stream(f, sorted_table.schema) as w,
+    ):
         for b in sorted_table.to_batches(max_chunksize=rows):
             w.write_batch(b)
     return path
@@ -189,10 +194,12 @@ def merge_runs(runs: list[str]) -> Iterator[tuple[pa.Array, pa.Array]]:
         if first is not None:
             heads[i] = first
     while heads:
-        bound = min(keys[-1].as_py() for keys, _ in heads.values())
-        keys, values = _take_up_to(heads, streams, pa.scalar(bound, pa.large_binary()))
-        order = _bytewise_order(keys)
-        yield keys.take(order), values.take(order)
+        with phase("merge"):  # never across the yield: the consumer's phase resumes there
+            bound = min(keys[-1].as_py() for keys, _ in heads.values())
+            keys, values = _take_up_to(heads, streams, pa.scalar(bound, pa.large_binary()))
+            order = _bytewise_order(keys)
+            merged = keys.take(order), values.take(order)
+        yield merged
 
 
 def _take_up_to(
