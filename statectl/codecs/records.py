@@ -189,11 +189,9 @@ def _v1_batch(
     return RecordBatch(deleted.astype(np.uint8), keys, values)
 
 
-_EMPTY = pa.scalar(b"", pa.large_binary())
-
-
 # -- writing ----------------------------------------------------------------------------------
 BinaryLike: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
+_EMPTY = pa.scalar(b"", pa.large_binary())
 
 
 def as_large_binary(a: BinaryLike) -> pa.LargeBinaryArray:
