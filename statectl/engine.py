@@ -40,6 +40,7 @@ from statectl.codecs import phases
 from statectl.codecs.phases import phase, timed
 from statectl.errors import StatectlError
 from statectl.io import FileIO
+from statectl.native_memory import release_above
 from statectl.processes import pool_futures, run_in_pool
 from statectl.spill import SpilledTable, SpillWriters, read_spills, spill_paths, spill_size
 from statectl.spill import spill_dir as spill_dir
@@ -419,25 +420,30 @@ class SpillTask:
         try:
             chunks = self.sp.iter_file(self.table, f, batch_rows(self.budget), self.directory)
             for chunk in timed(chunks, "read"):
-                if self.convert is not None:
-                    with phase("convert"):
-                        chunk = self.convert(self.table, chunk)
-                key = chunk.column("key").combine_chunks()
-                with phase("place"):
-                    pids = self.place(self.table.name, key, self.partitions)
-                    pids = np.asarray(pids, dtype=np.int64)
-                if self.encoder is not None:
-                    with phase("encode"):
-                        k, v = self.encoder(key, chunk.column("value").combine_chunks(), self.table)
-                        chunk = pa.table(
-                            {"key": k.cast(pa.large_binary()), "value": v.cast(pa.large_binary())}
-                        )
-                with phase("spill write"):
-                    split_by_partition(chunk, pids, out)
-                rows += chunk.num_rows
+                rows += self._spill(chunk, out)
+                del chunk
+                release_above(self.budget)  # the chunk's arrays are gone here
         finally:
             out.close()
         return rows
+
+    def _spill(self, chunk: pa.Table, out: SpillWriters) -> int:
+        if self.convert is not None:
+            with phase("convert"):
+                chunk = self.convert(self.table, chunk)
+        key = chunk.column("key").combine_chunks()
+        with phase("place"):
+            pids = self.place(self.table.name, key, self.partitions)
+            pids = np.asarray(pids, dtype=np.int64)
+        if self.encoder is not None:
+            with phase("encode"):
+                k, v = self.encoder(key, chunk.column("value").combine_chunks(), self.table)
+                chunk = pa.table(
+                    {"key": k.cast(pa.large_binary()), "value": v.cast(pa.large_binary())}
+                )
+        with phase("spill write"):
+            split_by_partition(chunk, pids, out)
+        return chunk.num_rows
 
 
 def table_schema(sp: Any, table: Any, convert: Convert | None) -> pa.Schema:

@@ -608,3 +608,20 @@ def test_memory_budget_bounds_a_format_4_join_savepoint(tmp_path):
     (whole,) = (tmp_path / "sp3").iterdir()
     for part in sorted(bounded.glob("operators/*/*/*.parquet")):
         assert pq.read_table(part).equals(pq.read_table(whole / part.relative_to(bounded)))
+
+
+@pytest.mark.parametrize(
+    ("chunk_rows", "sizes"),
+    [(25, [20, 20, 20, 10]), (30, [30, 30, 10]), (5, [5] * 14), (1000, [70])],
+)
+def test_savepoint_files_are_read_a_window_of_row_groups_at_a_time(tmp_path, chunk_rows, sizes):
+    """Every row once, in order, in batches of whole row groups up to the chunk size (a group
+    larger than a chunk is cut): one reader per window, since one over the whole file keeps
+    memory for every row group it has passed."""
+    from statectl.savepoints.store import _row_group_batches
+
+    path = tmp_path / "part.parquet"
+    pq.write_table(pa.table({"n": np.arange(70)}), path, row_group_size=10)
+    batches = list(_row_group_batches(pq.ParquetFile(path), chunk_rows))
+    assert [b.num_rows for b in batches] == sizes
+    assert pa.Table.from_batches(batches).column("n").to_pylist() == list(range(70))

@@ -51,3 +51,24 @@ def test_arrow_allocates_from_the_same_malloc_unless_the_user_chose(preset, back
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
         )
         assert out.stdout.strip() == backend
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_free_heap_memory_goes_back_only_above_the_limit() -> None:
+    # In a child process under the CLI's settings: freed blocks stay with the process until its
+    # RSS is over the limit it is given.
+    code = (
+        "from statectl.native_memory import tune_for_bulk_work as t, release_above as r;"
+        "import numpy as np;"
+        "t();"
+        "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096;"
+        # 8 MiB blocks come from the heap under the settings (the mmap threshold is 32 MiB)
+        "blocks = [np.ones(1 << 20) for _ in range(40)];"
+        "held = rss(); del blocks;"
+        "kept = rss();"
+        "assert not r(held * 10) and rss() >= kept - (4 << 20), 'trimmed below the limit';"
+        "assert r(0) and rss() < kept - (200 << 20), (kept, rss());"
+        "print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"

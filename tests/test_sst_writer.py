@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rocksdict import IngestExternalFileOptions, Rdict, ReadOptions
 
+from statectl.backends import writers
 from statectl.backends.sst import BLOCK_SIZE, STEP_ROWS, SstWriter
 from statectl.backends.streamed import merge_runs
 from statectl.backends.writers import (
@@ -183,12 +184,19 @@ def test_build_rocksdb_without_entries(tmp_path):
     db.close()
 
 
-def _runs(tmp_path, rows: list[tuple[bytes, bytes]], pieces: int, batch: int) -> list[str]:
-    """``rows`` dealt round-robin into sorted run files of ``batch``-row batches."""
+def _runs(
+    tmp_path, rows: list[tuple[bytes, bytes]], pieces: int, batch: int, ranges: bool = False
+) -> list[str]:
+    """``rows`` dealt round-robin (or, with ``ranges``, cut into key ranges, as a presorted
+    input's runs are) into sorted run files of ``batch``-row batches."""
     paths = []
     schema = pa.schema([("key", pa.large_binary()), ("value", pa.large_binary())])
+    ordered = sorted(rows)
     for r in range(pieces):
-        part = sorted(rows[r::pieces])
+        if ranges:
+            part = ordered[r * len(rows) // pieces : (r + 1) * len(rows) // pieces]
+        else:
+            part = sorted(rows[r::pieces])
         path = str(tmp_path / f"run-{r}.arrow")
         table = pa.table(
             [
@@ -211,16 +219,18 @@ def _runs(tmp_path, rows: list[tuple[bytes, bytes]], pieces: int, batch: int) ->
     keys=st.sets(st.binary(max_size=12), max_size=300),
     pieces=st.integers(1, 5),
     batch=st.integers(1, 50),
+    ranges=st.booleans(),
 )
-def test_merge_runs_yields_sorted_batches(tmp_path_factory, keys, pieces, batch):
+def test_merge_runs_yields_sorted_batches(tmp_path_factory, keys, pieces, batch, ranges):
     """The k-way merge of sorted runs, a batch at a time, gives every row once in bytewise
-    order (0xff sorts last: unsigned), whatever the runs' batch sizes."""
+    order (0xff sorts last: unsigned), whatever the runs' batch sizes, for interleaved runs
+    (sorted again) and runs over key ranges (only put together)."""
     tmp = tmp_path_factory.mktemp("runs")
     rows = [(k, k[::-1]) for k in keys]
     random.Random(3).shuffle(rows)
     merged = [
         (k, v)
-        for ks, vs in merge_runs(_runs(tmp, rows, pieces, batch))
+        for ks, vs in merge_runs(_runs(tmp, rows, pieces, batch, ranges))
         for k, v in zip(ks.to_pylist(), vs.to_pylist(), strict=True)
     ]
     assert merged == sorted(rows)
@@ -262,3 +272,15 @@ def test_bytewise_order_equals_python_bytes_order(keys, offset, presorted):
     order = _bytewise_order(array).to_pylist()
     assert sorted(order) == list(range(len(keys)))
     assert [keys[i] for i in order] == sorted(keys)
+
+
+@pytest.mark.parametrize("sample", [1 << 16, 64])
+def test_presorted_tells_runs_from_shuffled_keys(monkeypatch, sample):
+    """Every adjacent pair, or (a partition of millions) evenly spaced ones: keys in a few
+    sorted runs are presorted, shuffled ones are not."""
+    monkeypatch.setattr(writers, "PRESORTED_SAMPLE", sample)
+    keys = [b"key-%05d" % n for n in range(2_000)]
+    two_runs = sorted(keys[::2]) + sorted(keys[1::2])
+    shuffled = [keys[i] for i in np.random.default_rng(2).permutation(len(keys))]
+    assert writers._presorted(pa.array(two_runs, pa.large_binary()))
+    assert not writers._presorted(pa.array(shuffled, pa.large_binary()))

@@ -92,10 +92,14 @@ def _presorted(keys: pa.Array) -> bool:
     binaries costs more than the sort it chooses). Only speed depends on it: keys are unique,
     so both sorts give the same order."""
     n = len(keys)
-    at = np.unique(np.linspace(0, n - 2, min(n - 1, PRESORTED_SAMPLE)).astype(np.int64))
-    left, right = keys.take(pa.array(at)), keys.take(pa.array(at + 1))
+    if n - 1 <= PRESORTED_SAMPLE:  # every adjacent pair: two slices, no gather
+        left, right, pairs = keys.slice(0, n - 1), keys.slice(1), n - 1
+    else:
+        at = np.linspace(0, n - 2, PRESORTED_SAMPLE).astype(np.int64)
+        at = at[np.flatnonzero(np.diff(at, prepend=-1))]  # ascending: drop the repeats
+        left, right, pairs = keys.take(pa.array(at)), keys.take(pa.array(at + 1)), len(at)
     descents = pc.sum(pc.less(right, left)).as_py() or 0
-    return descents * PRESORTED_RUN < len(at)
+    return descents * PRESORTED_RUN < pairs
 
 
 def _bytewise_order(keys: pa.Array) -> pa.Array:
