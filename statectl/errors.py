@@ -68,9 +68,16 @@ def _displayed(whole: str, path: str) -> str:
 _SURFACE: contextvars.ContextVar[str] = contextvars.ContextVar("statectl_surface", default="api")
 
 
-def use_cli_wording() -> None:
-    """Messages name command-line options from now on (this context, and forked workers)."""
-    _SURFACE.set("cli")
+def use_cli_wording() -> contextvars.Token[str]:
+    """Messages name command-line options from now on (this context, and forked workers),
+    until :func:`end_cli_wording` is given the token returned."""
+    return _SURFACE.set("cli")
+
+
+def end_cli_wording(token: contextvars.Token[str]) -> None:
+    """The wording as it was before :func:`use_cli_wording`: a process that runs the CLI and
+    then calls the API (a test, a warm-up) gets the API's wording back."""
+    _SURFACE.reset(token)
 
 
 def wording(cli: str, api: str) -> str:

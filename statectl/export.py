@@ -25,6 +25,8 @@ from statectl.codecs.phases import phase
 from statectl.engine import Engine, spill_dir, task_futures
 from statectl.errors import StatectlError, wording
 from statectl.io import FileIO
+from statectl.processor.handle import StateHandle
+from statectl.processor.model import OperatorInfo
 from statectl.processor.reading import handle_of
 from statectl.reader import open_source, selection_table
 from statectl.savepoints.tables import exportable
@@ -485,22 +487,18 @@ def _write_parallel(
 _PARALLEL_MIN_BYTES = 32 << 20
 
 
-def _worth_workers(handle: Any, info: Any, table: str | None, workers: int) -> bool:
+def _worth_workers(
+    handle: StateHandle, info: OperatorInfo, table: str | None, workers: int
+) -> bool:
     """Whether the export reads its partitions in fork workers: several of each, the state on
     this machine's disks, and enough of it (bytes on disk) to pay for starting them."""
-    if workers < 2 or info.partitions < 2 or not _local_source(handle):
+    if workers < 2 or info.partitions < 2 or not handle.on_local_disk():
         return False
     try:
         on_disk = sum(handle.partition_bytes(info, info.table(table)))
     except StatectlError:  # a table the size listing does not name: the bytes are unknown
         return True
     return on_disk >= _PARALLEL_MIN_BYTES
-
-
-def _local_source(handle: Any) -> bool:
-    """Whether the state is on this machine's disks (fork workers; s3fs and fork do not mix)."""
-    source = getattr(handle, "ckpt", None) or getattr(handle, "sp", None)
-    return bool(getattr(getattr(source, "io", None), "is_local", False))
 
 
 def _empty(schema: pa.Schema, join_side: str | None) -> pa.Table:

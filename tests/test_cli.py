@@ -188,3 +188,20 @@ def test_debug_shows_traceback(tmp_path):
     # The same exit code and closing line as without --debug (it used to turn 2 into 1).
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("statectl: error: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "code"), [(["inspect", str(FIXTURES / "agg-hdfs")], 0), (["inspect", "/nowhere"], 2)]
+)
+def test_main_gives_the_caller_its_wording_back(monkeypatch, capsys, args, code):
+    """``main()`` words messages for the command line while it runs, and a Python caller in
+    the same process (a test, a warm-up) reads the API's wording after it, whether the command
+    succeeded or failed."""
+    from statectl.cli import main
+    from statectl.errors import wording
+
+    monkeypatch.setattr(sys, "argv", ["statectl", *args])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == code, capsys.readouterr()
+    assert wording("--cli", "api=") == "api="

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statectl.codecs.records import NO_BYTES
 from statectl.errors import StatectlError, UnsupportedError
 
 
@@ -107,12 +108,9 @@ def strip_prefix(arr: pa.Array, n: int) -> tuple[np.ndarray, pa.LargeBinaryArray
     return heads, rest
 
 
-_EMPTY = pa.scalar(b"", pa.large_binary())
-
-
 def prepend(arr: pa.Array, head: bytes) -> pa.LargeBinaryArray:
     """``head ‖ element`` for every element: Arrow's join, one pass over the bytes."""
-    return pc.binary_join_element_wise(pa.scalar(head, pa.large_binary()), _binary(arr), _EMPTY)
+    return pc.binary_join_element_wise(pa.scalar(head, pa.large_binary()), _binary(arr), NO_BYTES)
 
 
 def add_prefix(arr: pa.Array, heads: np.ndarray) -> pa.LargeBinaryArray:
@@ -125,7 +123,7 @@ def add_prefix(arr: pa.Array, heads: np.ndarray) -> pa.LargeBinaryArray:
         rows,
         [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(heads, np.uint8))],
     )
-    return pc.binary_join_element_wise(packed, _binary(arr), _EMPTY)
+    return pc.binary_join_element_wise(packed, _binary(arr), NO_BYTES)
 
 
 @dataclass(frozen=True)

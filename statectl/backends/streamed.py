@@ -148,8 +148,8 @@ def sorted_runs(batches: Iterable[pa.RecordBatch], scratch: str, budget: int) ->
         pending.append(batch)
         size += batch.nbytes
         if size * BUILD_FACTOR > budget:
-            runs.append(_write_run(pending, scratch))
-            pending, size = [], 0
+            runs.append(_write_run(pending, scratch))  # empties pending
+            size = 0
             release_above(budget)  # the run's sorted copy is gone here
     if pending:
         runs.append(_write_run(pending, scratch))
@@ -159,8 +159,10 @@ def sorted_runs(batches: Iterable[pa.RecordBatch], scratch: str, budget: int) ->
 def _write_run(pending: list[pa.RecordBatch], scratch: str) -> str:
     with phase("run sort"):
         table = pa.Table.from_batches(pending).combine_chunks()
+        pending.clear()  # the caller's batches: two copies of the run at most, not three
         order = _bytewise_order(table.column(0).chunk(0).cast(pa.large_binary()))
         sorted_table = table.take(order)
+        del table, order
     path = os.path.join(scratch, f"run-{uuid.uuid4()}.arrow")
     # Small batches: the merge holds one batch of every run at once.
     per_row = max(1, sorted_table.nbytes // max(1, sorted_table.num_rows))

@@ -215,12 +215,21 @@ def main() -> None:
     Typer runs in standalone mode, so it prints usage errors itself and exits with code 2
     (typer vendors its own click: importing ``click`` here would fail without it installed).
     """
-    from statectl.errors import use_cli_wording
+    from statectl.errors import end_cli_wording, use_cli_wording
     from statectl.native_memory import tune_for_bulk_work
-    from statectl.processes import exit_on_termination
 
-    use_cli_wording()
+    wording = use_cli_wording()
     tune_for_bulk_work()
+    try:
+        _main()
+    finally:
+        end_cli_wording(wording)
+
+
+def _main() -> None:
+    """The command, its failures rendered in the CLI's wording (``main`` restores the
+    caller's wording after)."""
+    from statectl.processes import exit_on_termination
 
     try:
         with _run_scratch(), exit_on_termination(), guarded_stdout():

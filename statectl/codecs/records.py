@@ -191,7 +191,8 @@ def _v1_batch(
 
 # -- writing ----------------------------------------------------------------------------------
 BinaryLike: TypeAlias = pa.Array | pa.ChunkedArray | Sequence[bytes | None]
-_EMPTY = pa.scalar(b"", pa.large_binary())
+# The empty byte string: the separator of Arrow's element-wise joins, a deleted value's bytes.
+NO_BYTES = pa.scalar(b"", pa.large_binary())
 
 
 def as_large_binary(a: BinaryLike) -> pa.LargeBinaryArray:
@@ -289,14 +290,14 @@ def record_stream(
     value_head: pa.Scalar | pa.Array = head
     if deleted.any():  # a removal is its key and length -1: no value bytes, no prefix
         gone = pa.array(deleted)
-        value_head = pc.if_else(gone, _EMPTY, head)
-        values = pc.if_else(gone, _EMPTY, values)
+        value_head = pc.if_else(gone, NO_BYTES, head)
+        values = pc.if_else(gone, NO_BYTES, values)
     parts: list[pa.Scalar | pa.Array] = [_fixed(_be32_rows(klen))]
     parts += [head, keys] if p else [keys]
     parts.append(_fixed(_be32_rows(vlen)))
     parts += [value_head, values] if p else [values]
     if end:
         parts.append(_tail(n, marker))
-    joined = pc.binary_join_element_wise(*parts, _EMPTY)
+    joined = pc.binary_join_element_wise(*parts, NO_BYTES)
     offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64)[: n + 1]
     return joined.buffers()[2][int(offsets[0]) : int(offsets[-1])]

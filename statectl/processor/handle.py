@@ -74,6 +74,11 @@ class StateHandle:
         """Bytes on disk per partition of ``table`` (``inspect --stats``; none known: [])."""
         return []
 
+    def on_local_disk(self) -> bool:
+        """Whether the state is on this machine's disks (fork workers may read it: s3fs and
+        fork do not mix)."""
+        return False
+
     def describe(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

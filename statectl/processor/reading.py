@@ -126,6 +126,9 @@ class CheckpointHandle(StateHandle):
     def operator_kind(self, op: OperatorInfo) -> OperatorKind:
         return self._ops[op.id].kind
 
+    def on_local_disk(self) -> bool:
+        return bool(self.ckpt.io.is_local)
+
     def partition_bytes(self, op: OperatorInfo, table: TableInfo) -> list[int]:
         """Bytes under each partition's store directory (every retained version: what the
         state costs on disk)."""
@@ -260,6 +263,9 @@ class SavepointHandle(StateHandle):
 
     def operator_kind(self, op: OperatorInfo) -> OperatorKind:
         return self.sp.metadata.operator(op.uid).kind
+
+    def on_local_disk(self) -> bool:
+        return bool(self.sp.io.is_local)
 
     def partition_bytes(self, op: OperatorInfo, table: TableInfo) -> list[int]:
         """The data files' sizes."""
