@@ -8,10 +8,18 @@ import sys
 import pytest
 
 
+def _in_child(code: str, env: dict[str, str] | None = None) -> str:
+    """What ``code`` prints, run in a child process: the settings are process-wide, and the
+    test process keeps glibc's defaults."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    return out.stdout.strip()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_every_setting_is_accepted_by_glibc() -> None:
-    # In a child process: the settings are process-wide, and the test process keeps glibc's
-    # defaults. mallopt returns 0 for a value it rejects (e.g. an mmap threshold over 32 MiB).
+    # mallopt returns 0 for a value it rejects (e.g. an mmap threshold over 32 MiB).
     code = (
         "from statectl.native_memory import tune_for_bulk_work as t;"
         "import numpy as np;"
@@ -20,8 +28,7 @@ def test_every_setting_is_accepted_by_glibc() -> None:
         "[np.ones(4 << 20).sum() for _ in range(3)];"
         "print(ok)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+    assert _in_child(code) == "True"
 
 
 def test_statectl_malloc_default_keeps_glibcs_settings(monkeypatch) -> None:
@@ -47,28 +54,26 @@ def test_arrow_allocates_from_the_same_malloc_unless_the_user_chose(preset, back
         "import pyarrow as pa; from statectl.native_memory import tune_for_bulk_work as t; t();"
         "print(pa.default_memory_pool().backend_name)",
     ):
-        out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-        )
-        assert out.stdout.strip() == backend
+        assert _in_child(code, env) == backend
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_free_heap_memory_goes_back_only_above_the_limit() -> None:
-    # In a child process under the CLI's settings: freed blocks stay with the process until its
-    # RSS is over the limit it is given.
-    code = (
-        "from statectl.native_memory import tune_for_bulk_work as t, release_above as r;"
-        "import numpy as np;"
-        "t();"
-        "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096;"
-        # 8 MiB blocks come from the heap under the settings (the mmap threshold is 32 MiB)
-        "blocks = [np.ones(1 << 20) for _ in range(40)];"
-        "held = rss(); del blocks;"
-        "kept = rss();"
-        "assert not r(held * 10) and rss() >= kept - (4 << 20), 'trimmed below the limit';"
-        "assert r(0) and rss() < kept - (200 << 20), (kept, rss());"
-        "print('ok')"
+    # Under the CLI's settings, freed blocks stay with the process until its RSS is over the
+    # limit it is given.
+    assert (
+        _in_child(
+            "from statectl.native_memory import tune_for_bulk_work as t, release_above as r;"
+            "import numpy as np;"
+            "t();"
+            "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096;"
+            # 8 MiB blocks come from the heap under the settings (the mmap threshold is 32 MiB)
+            "blocks = [np.ones(1 << 20) for _ in range(40)];"
+            "held = rss(); del blocks;"
+            "kept = rss();"
+            "assert not r(held * 10) and rss() >= kept - (4 << 20), 'trimmed below the limit';"
+            "assert r(0) and rss() < kept - (200 << 20), (kept, rss());"
+            "print('ok')"
+        )
+        == "ok"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ok"
