@@ -524,3 +524,17 @@ def test_partition_ids_match_spark_hash_partitioning(spark, rows: list[tuple], n
     placed = dict(df.select("id", spark_partition_id().alias("p")).collect())
     ours = partition_ids([table.column("k"), table.column("s"), table.column("l")], n).tolist()
     assert [placed[i] for i in range(len(rows))] == ours
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[b"a"], [b"ab", b"c"], [b"", b"xyz"], [b"abcd", b"efghi"], [b"abcdefg"], [b"\xff\x80\x7f"]],
+)
+def test_tail_bytes_at_the_end_of_the_data(values: list[bytes]) -> None:
+    """Tail bytes within the data's last 3 bytes, and data shorter than one word: the tails
+    are loaded zero-padded, and only each row's own bytes are mixed (signed, as Spark does)."""
+    arr = pa.array(values, pa.binary())
+    seeds = np.full(len(values), 42, dtype=np.uint32)
+    assert hash_bytes(arr, seeds).view(np.int32).tolist() == [
+        signed(ref_bytes(v, 42)) for v in values
+    ]
