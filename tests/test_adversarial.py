@@ -395,15 +395,19 @@ CASES = [
     # read back and re-run ----------------------------------------------------------------------
     *[
         _c("kill", fixture, {"cls": cls, "fraction": fraction, "file": f"at-{fraction}"})
+        # Early in the command: the baseline that times it may run under a heavier load than
+        # the kill (a full suite's other worker), so a kill at 0.5 of it can land after the
+        # command finished (three of them did once). One late kill stays (restore at 0.6: a
+        # kill after its metadata is written), and the longest delay lets the command finish.
         for fixture, cls, fraction in [
             ("agg-hdfs", "kill-savepoint", 0.05),
-            ("agg-hdfs", "kill-savepoint", 0.6),
+            ("agg-hdfs", "kill-savepoint", 0.3),
             ("agg-hdfs", "kill-restore", 0.05),
             ("agg-hdfs", "kill-restore", 0.6),
-            ("agg-hdfs", "kill-migrate", 0.4),
+            ("agg-hdfs", "kill-migrate", 0.25),
             ("agg-hdfs", "kill-migrate", 50.0),  # finishes first: a normal run
-            ("tws-rocksdb", "kill-restore", 0.5),
-            ("tws-rocksdb", "kill-migrate", 0.5),
+            ("tws-rocksdb", "kill-restore", 0.3),
+            ("tws-rocksdb", "kill-migrate", 0.3),
         ]
     ],
     # -- dispose of a savepoint around things that are not its own ----------------------------
@@ -461,8 +465,9 @@ def test_corruption_is_same_or_clean_error(
 
 def test_kills_land_mid_command_and_disposes_delete(outcomes: dict[int, Any]) -> None:
     """The kill and dispose cases test something: kills within the command's time interrupt it
-    (a loaded machine may be slower than the baseline, never much faster), the longest delay
-    lets it finish, and a plain dispose of an untouched savepoint deletes it."""
+    (all but three: the baseline that times a command and the kill may run under different
+    loads), the longest delay lets it finish, and a plain dispose of an untouched savepoint
+    deletes it."""
     kills = [c for c in outcomes.values() if c.family == "kill"]
     assert sum(1 for c in kills if c.killed) >= len(kills) - 3
     assert any(c.killed is False for c in kills)
