@@ -31,6 +31,7 @@ from statectl.checksums import spark_checksum_file, spark_crc_path
 from statectl.codecs.compression import compress_stream
 from statectl.codecs.phases import phase
 from statectl.codecs.records import record_stream
+from statectl.codecs.unaligned import loads_at
 from statectl.io import FileIO
 
 EMPTY_RECORDS = b"\xff\xff\xff\xff"
@@ -156,18 +157,11 @@ def _word_columns(
     # The 8 bytes at every offset of the data, read as one big-endian number: a word of a key
     # is one (unaligned) load, not eight byte gathers, and the data is not copied.
     data = np.frombuffer(keys.buffers()[2], dtype=np.uint8)
-    if len(data) < 8:  # a few bytes of keys in all: padded, so that one word can be read
-        data = np.concatenate([data, np.zeros(8, dtype=np.uint8)])
-    last = len(data) - 8  # the last offset a whole word can be read at
-    at_every_byte = np.ndarray((last + 1,), dtype=">u8", buffer=data, strides=(1,))
     starts = offsets[:-1]
     shortest = int(lengths.min())
     columns: list[np.ndarray] = []
     for w in range(words):
-        at = starts + 8 * w
-        word = at_every_byte[np.minimum(at, last)].astype(np.uint64)
-        for i in np.flatnonzero(at > last).tolist():  # a few keys at the end of the data
-            word[i] = int.from_bytes(bytes(data[at[i] : at[i] + 8]).ljust(8, b"\0"), "big")
+        word = loads_at(data, ">u8", starts + 8 * w)
         if 8 * (w + 1) > shortest:
             # Bytes past a key's end belong to the next key: zero them.
             word &= _LEADING_BYTES[np.clip(lengths - 8 * w, 0, 8)]

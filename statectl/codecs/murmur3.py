@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.codecs.unaligned import loads
+from statectl.codecs.unaligned import loads, loads_at
 from statectl.errors import UnsupportedError
 
 C1 = np.uint32(0xCC9E2D51)
@@ -125,7 +125,7 @@ def hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
             # are never mixed), then each byte position mixed into the rows that have it:
             # gathers of the rows that have a byte, and their scatter back, were half the
             # hash of 5M short strings.
-            tail_word = _tail_words(data, starts + 4 * words)
+            tail_word = loads_at(data, "<u4", starts + 4 * words)
             for t in range(3):
                 has = tail > t
                 if not has.any():
@@ -134,21 +134,6 @@ def hash_bytes(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
                 mixed = _mix_h1(h, _mix_k1(byte.astype(np.int32).view(np.uint32)))
                 h = np.where(has, mixed, h)
         return _fmix(h, lengths)
-
-
-def _tail_words(data: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The little-endian uint32 at each byte offset ``at`` of ``data``, zero-padded past its
-    end (the last rows' tails may end within the last 3 bytes)."""
-    words_at = loads(data, "<u4")
-    last = len(words_at) - 1
-    if last < 0:  # fewer than 4 bytes of data in all
-        padded = np.zeros(4 + len(data), dtype=np.uint8)
-        padded[: len(data)] = data
-        return _tail_words(padded, at)
-    out = words_at[np.minimum(at, last)].astype(np.uint32)
-    for i in np.flatnonzero(at > last).tolist():  # a few rows at the end of the data
-        out[i] = int.from_bytes(bytes(data[at[i] : at[i] + 4]).ljust(4, b"\0"), "little")
-    return out
 
 
 # -- column dispatch ------------------------------------------------------------------------------
