@@ -279,6 +279,7 @@ class ExportChunksTask:
                 del table
                 with phase("ipc write"):
                     _write_chunk_file(chunk_path(self.directory, self.partition, i), ready)
+                del ready  # not held while the next chunk is read
                 if self.notify >= 0:
                     with contextlib.suppress(OSError):  # the parent is gone: it reads no more
                         os.write(self.notify, b"\0")

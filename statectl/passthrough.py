@@ -210,6 +210,7 @@ class RawSpillTask:
                 with phase("spill write"):
                     split_by_partition(chunk, placed[0], out)
                 rows += len(keys)
+                del key, placed, chunk  # freed before the next chunk is read
         finally:
             out.close()
             shutil.rmtree(scratch, ignore_errors=True)

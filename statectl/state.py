@@ -39,6 +39,12 @@ from statectl.state_rows import check_schema, decode_key, decode_rows, split_lis
 
 STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 TIMER_CFS = ("$eventTimers_keyToTimestamp", "$procTimers_keyToTimestamp")
+# The largest chunk of records a partition is read in. Each chunk is decoded, checked and
+# written while the next one is read, and its arrays (several copies of the chunk, in between)
+# fault fresh pages in: at 10M keys, 16 MB chunks against a tenth of the default budget (68 MB)
+# took a savepoint's tree from 1.8 to 1.1 GB and its system CPU from 2-3 to 1.3 s, at the same
+# wall time (bench/scale.py, issue 27).
+READ_CHUNK_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -260,6 +266,7 @@ def _chunks(
                 check_placement(ckpt, op, table, placed_by, partition, batch)
         empty = False
         yield table
+        del keys, values, raw, table  # not held while the next chunk is read
     flush_phases()  # a partition read in the CLI's own process (export) has no task to flush
     if empty:  # no live entries: still one (empty) table, with the columns
         yield read_partition(ckpt, op, sel, partition, batch, enc)
@@ -282,21 +289,23 @@ def live_entries(
     whether the entries come in RocksDB's key order, one snapshot iterated, is appended to
     ``in_key_order``)."""
     directory = store_dir(ckpt, op.operator_id, partition, store)
-    # A chunk is decoded (and written) after it is read: about a tenth of the budget each.
-    chunk_bytes = max(1 << 10, budget // 10)
+    # A chunk is decoded (and written) after it is read: about a tenth of the budget each, at
+    # most READ_CHUNK_BYTES.
+    chunk_bytes = max(1 << 10, min(budget // 10, READ_CHUNK_BYTES))
     backend = enc.store_backend
     opts = enc.read_options(store_unique_id(ckpt, op, store, partition, batch, enc), ckpt.verify)
-    unique, chunks = backend.events(
+    records = backend.events(
         ckpt.io, directory, batch + 1, opts, max_bytes=chunk_bytes, metas=metas
     )
     if in_key_order is not None:
-        in_key_order.append(unique and backend.iterates_in_key_order())
-    if unique:  # one snapshot: each key once, no replay
-        for chunk in chunks:
+        in_key_order.append(records.unique and backend.iterates_in_key_order())
+    if records.unique:  # one snapshot: each key once, no replay
+        for chunk in records.chunks():
             yield chunk.keys, chunk.values
+            del chunk  # not held while the next one is read
         return
     yield from bounded_replay(
-        chunks,
+        records,
         budget=budget,
         max_bytes=chunk_bytes,
         scratch=scratch,

@@ -29,6 +29,28 @@ SNAPSHOT, CHANGELOG = "snapshot", "changelog"
 Batches = Callable[[], Iterator[pa.RecordBatch]]
 
 
+@dataclass(frozen=True)
+class VersionRecords:
+    """The records that make up a version, in replay order and a chunk at a time: the base
+    snapshot's (each key once, all puts; none without a snapshot), then the overlay's (the
+    deltas or changelogs after it). Each call reads the files again."""
+
+    base: Callable[[], Iterator[RecordBatch]] | None
+    overlay: Callable[[], Iterator[RecordBatch]] | None
+
+    @property
+    def unique(self) -> bool:
+        """One snapshot's unique keys (or nothing): no replay needed."""
+        return self.overlay is None
+
+    def chunks(self) -> Iterator[RecordBatch]:
+        """All of them, in replay order."""
+        if self.base is not None:
+            yield from self.base()
+        if self.overlay is not None:
+            yield from self.overlay()
+
+
 @dataclass
 class RawState:
     """The live entries of one store partition at one version, as the backend stores them.
@@ -168,9 +190,8 @@ class Backend(Protocol):
         *,
         max_bytes: int,
         metas: list | None = None,
-    ) -> tuple[bool, Iterator[RecordBatch]]:
-        """The records of ``version`` in replay order, about ``max_bytes`` at a time:
-        (whether they are one snapshot's unique keys, needing no replay; chunks)."""
+    ) -> VersionRecords:
+        """The records of ``version`` in replay order, about ``max_bytes`` at a time."""
         ...
 
     def iterates_in_key_order(self) -> bool:

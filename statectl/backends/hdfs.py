@@ -17,6 +17,7 @@ from statectl.backends.base import (
     Capabilities,
     RawState,
     ReadOptions,
+    VersionRecords,
     WriteOptions,
     check_layout,
     empty_raw_state,
@@ -84,15 +85,14 @@ def read_hdfs_store(
 
 def hdfs_events(
     io: FileIO, store_dir: str, version: int, codec: str, *, verify: bool = True, max_bytes: int
-) -> tuple[bool, Iterator[RecordBatch]]:
+) -> VersionRecords:
     """The records that make up ``version``, in replay order and about ``max_bytes`` at a time
     (a file larger than that is read, verified, decompressed and scanned a window at a time),
-    for a bounded read:
-    (whether they are one snapshot's unique keys, needing no replay; chunks)."""
+    for a bounded read: the snapshot's, then the deltas after it."""
     files = files_for_version(io, store_dir, version)
 
-    def chunks() -> Iterator[RecordBatch]:
-        for p in files:
+    def chunks(paths: list[str]) -> Iterator[RecordBatch]:
+        for p in paths:
             deletes = not p.endswith(".snapshot")
             if io.size(p) * EXPANSION > max_bytes:  # read, decompressed and scanned in windows
                 blocks = iter_verified(io, p, verify=verify, block=stream_block(max_bytes))
@@ -107,7 +107,12 @@ def hdfs_events(
             raw = decompress_stream(codec, data, p)
             yield from iter_state_records(raw, p, allow_deletes=deletes, max_bytes=max_bytes)
 
-    return len(files) <= 1 and all(p.endswith(".snapshot") for p in files), chunks()
+    snapshot = files[:1] if files and files[0].endswith(".snapshot") else []
+    deltas = files[len(snapshot) :]
+    return VersionRecords(
+        (lambda: chunks(snapshot)) if snapshot else None,
+        (lambda: chunks(deltas)) if deltas else None,
+    )
 
 
 class HdfsBackend:
@@ -153,7 +158,7 @@ class HdfsBackend:
         *,
         max_bytes: int,
         metas: list | None = None,
-    ) -> tuple[bool, Iterator[RecordBatch]]:
+    ) -> VersionRecords:
         del metas  # no snapshot metadata: HDFS stores have no column families
         return hdfs_events(
             io, store_dir, version, opts.codec, verify=opts.verify, max_bytes=max_bytes

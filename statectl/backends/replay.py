@@ -23,7 +23,9 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from statectl.backends.base import VersionRecords
 from statectl.backends.hashed_replay import REPLAY_FACTOR, hashed_replay, nbytes
+from statectl.backends.overlay_replay import overlay_replay
 from statectl.codecs.murmur3 import hash_bytes
 from statectl.codecs.record_replay import replay
 from statectl.codecs.records import OP_DELETE_RANGE, RecordBatch
@@ -42,29 +44,49 @@ Chunk = tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]
 
 
 def bounded_replay(
-    chunks: Iterator[RecordBatch],
+    records: VersionRecords | Iterator[RecordBatch],
     *,
     budget: int,
     max_bytes: int,
     scratch: str,
     merge_delimiter: bytes = b"",
 ) -> Iterator[Chunk]:
-    """The live (key, value) entries of ``chunks`` (records in replay order), about
-    ``max_bytes`` of them at a time, holding about ``budget`` bytes (plus one bucket).
+    """The live (key, value) entries of ``records`` (in replay order), about ``max_bytes`` of
+    them at a time, holding about ``budget`` bytes (plus one bucket).
 
-    Puts and deletes alone (HDFS deltas, most changelogs) take the hashed replay
-    (:mod:`statectl.backends.hashed_replay`); merges and delete-ranges, a collision of key
-    hashes, or more records than the budget has room for take the exact replay below. Both
-    give the same entries in the same chunks."""
-    yield from hashed_replay(
-        chunks,
-        budget=budget,
-        max_bytes=max_bytes,
-        scratch=scratch,
-        exact=lambda it: exact_replay(
-            it, budget=budget, max_bytes=max_bytes, scratch=scratch, merge_delimiter=merge_delimiter
-        ),
-    )
+    A snapshot and the records after it take the overlay replay
+    (:mod:`statectl.backends.overlay_replay`); other puts and deletes (HDFS deltas, most
+    changelogs) the hashed replay (:mod:`statectl.backends.hashed_replay`); merges and
+    delete-ranges, a collision of key hashes, or more records than the budget has room for
+    take the exact replay below. All give the same entries in the same order; the hashed and
+    the exact replay in the same chunks too."""
+
+    def general(chunks: Iterator[RecordBatch]) -> Iterator[Chunk]:
+        return hashed_replay(
+            chunks,
+            budget=budget,
+            max_bytes=max_bytes,
+            scratch=scratch,
+            exact=lambda it: exact_replay(
+                it,
+                budget=budget,
+                max_bytes=max_bytes,
+                scratch=scratch,
+                merge_delimiter=merge_delimiter,
+            ),
+        )
+
+    if not isinstance(records, VersionRecords):
+        yield from general(records)
+    elif records.base is not None and records.overlay is not None:
+        yield from overlay_replay(
+            records.base,
+            records.overlay,
+            budget=budget,
+            general=lambda: general(records.chunks()),
+        )
+    else:
+        yield from general(records.chunks())
 
 
 def exact_replay(

@@ -27,6 +27,7 @@ from statectl.backends.base import (
     Capabilities,
     RawState,
     ReadOptions,
+    VersionRecords,
     WriteOptions,
     check_layout,
     empty_raw_state,
@@ -220,22 +221,22 @@ def rocksdb_events(
     verify: bool = True,
     max_bytes: int,
     metas: list[SnapshotMetadata] | None = None,
-) -> tuple[bool, Iterator[RecordBatch]]:
+) -> VersionRecords:
     """The records that make up ``version``, in replay order and about ``max_bytes`` at a
-    time, for a bounded read: (whether they are one snapshot's unique keys, needing no replay;
-    chunks). The base snapshot's metadata (its column family ids) is appended to ``metas``
-    before its first chunk."""
+    time, for a bounded read: the base snapshot's, then the changelogs after it. The base
+    snapshot's metadata (its column family ids) is appended to ``metas`` before its first
+    chunk."""
     if version == 0:
-        return True, iter(())
+        return VersionRecords(None, None)
     base, chain, parsed = _version_chain(io, store_dir, version, codec, unique_id, verify)
 
-    def chunks() -> Iterator[RecordBatch]:
-        if base is not None:
-            found = [] if metas is None else metas
-            for k, v in iter_zip(
-                io, store_dir, base.path, verify, metas=found, max_bytes=max_bytes
-            ):
-                yield RecordBatch(np.full(len(k), OP_PUT, dtype=np.uint8), k, v, None, 1)
+    def snapshot() -> Iterator[RecordBatch]:
+        assert base is not None
+        found = [] if metas is None else metas
+        for k, v in iter_zip(io, store_dir, base.path, verify, metas=found, max_bytes=max_bytes):
+            yield RecordBatch(np.full(len(k), OP_PUT, dtype=np.uint8), k, v, None, 1)
+
+    def changelogs() -> Iterator[RecordBatch]:
         for f in chain:
             batch = parsed.pop((f.version, f.unique_id or ""), None)
             if batch is None:
@@ -260,7 +261,7 @@ def rocksdb_events(
                     batch.version,
                 )
 
-    return not chain, chunks()
+    return VersionRecords(snapshot if base is not None else None, changelogs if chain else None)
 
 
 def _changelog_chunks(
@@ -356,7 +357,7 @@ class RocksDBBackend:
         *,
         max_bytes: int,
         metas: list | None = None,
-    ) -> tuple[bool, Iterator[RecordBatch]]:
+    ) -> VersionRecords:
         return rocksdb_events(
             io,
             store_dir,

@@ -185,3 +185,44 @@ def _sort_runs(hashes: np.ndarray, order: np.ndarray, pairs: np.ndarray, split: 
     sub = order[pos]
     perm = np.lexsort((sub, hashes[sub], run[pos]))
     order[pos] = sub[perm]
+
+
+def equal_hash_pairs(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs ``(i, j)`` whose hashes ``left[i]`` and ``right[j]`` may be equal: every pair
+    of equal hashes is among them, with the few equal in their high bits only (the caller
+    compares the keys of each pair anyway).
+
+    Both sides' hashes go into one sort of packed words (high hash bits, position), as in
+    :func:`_order_by_hash`: a lookup of each hash among the others (a ``searchsorted``, or a
+    hash table's gathers) misses the cache at every step, and took 4-9x as long for 1.1M
+    hashes against 1.4M."""
+    m, n = len(left), len(right)
+    none = np.zeros(0, dtype=np.int64)
+    if not m or not n:
+        return none, none
+    bits = max(1, (m + n - 1).bit_length())
+    low = np.uint64((1 << bits) - 1)
+    packed = np.empty(m + n, dtype=np.uint64)
+    np.bitwise_and(left, ~low, out=packed[:m])
+    packed[:m] |= np.arange(m, dtype=np.uint64)
+    np.bitwise_and(right, ~low, out=packed[m:])
+    packed[m:] |= np.arange(m, m + n, dtype=np.uint64)
+    packed.sort()
+    high = packed >> np.uint64(bits)
+    mine: list[np.ndarray] = []
+    theirs: list[np.ndarray] = []
+    at = np.flatnonzero(high[1:] == high[:-1])
+    gap = 1
+    while len(at):  # the pairs ``gap`` apart in a run of equal high bits (a run is short)
+        a = (packed[at] & low).astype(np.int64)
+        b = (packed[at + gap] & low).astype(np.int64)
+        across = (a < m) != (b < m)  # one hash from each side
+        a, b = a[across], b[across]
+        mine.append(np.minimum(a, b))
+        theirs.append(np.maximum(a, b) - m)
+        gap += 1
+        at = at[at + gap < len(high)]
+        at = at[high[at + gap] == high[at]]
+    if not mine:
+        return none, none
+    return np.concatenate(mine), np.concatenate(theirs)

@@ -138,8 +138,14 @@ def iter_record_stream(
         skip = min(start, len(buf))
         start -= skip
         rs, pos, ended = scan_window_v1(buf, skip, base, path)
-        if len(rs):
-            yield _v1_batch(buf, rs, pos, base, allow_deletes, path)
+        batch = _v1_batch(buf, rs, pos, base, allow_deletes, path) if len(rs) else None
+        if not ended and not done:  # the window's unread tail only: not held while the caller works
+            buf = buf[pos:]
+            base += pos
+            pos = 0
+        if batch is not None:
+            yield batch
+            del batch
         if ended:
             extra = len(buf) - pos - 4 + sum(len(p) for p in source)
             if extra:
@@ -151,8 +157,6 @@ def iter_record_stream(
             raise_truncated(base + len(buf), base + pos, [base + int(r) for r in rs[-1:]], path)
         if not len(rs):
             window *= 2  # a record larger than the window: read more
-        buf = buf[pos:]
-        base += pos
 
 
 def _fill(

@@ -158,7 +158,7 @@ class BackendTests:
             directory, opts, _ = self.write(tmp_path / f"{i}", layout, v2, 0)
             io = LOCAL
             assert len(self.backend.load(io, directory, 3, opts)) == 0
-            chunks = self.backend.events(io, directory, 3, opts, max_bytes=1 << 10)[1]
+            chunks = self.backend.events(io, directory, 3, opts, max_bytes=1 << 10).chunks()
             assert sum(len(c) for c in chunks) == 0
         io = LOCAL
         assert len(self.backend.load(io, str(tmp_path), 0, ReadOptions())) == 0
@@ -322,14 +322,14 @@ class BackendTests:
         opts = enc.read_options(uid, True)
         assert self.backend.check(ckpt.io, directory, batch + 1, opts) == []
         whole = self.backend.load(ckpt.io, directory, batch + 1, opts)
-        unique, chunks = self.backend.events(ckpt.io, directory, batch + 1, opts, max_bytes=512)
+        records = self.backend.events(ckpt.io, directory, batch + 1, opts, max_bytes=512)
         scratch.mkdir()
-        if unique:
-            pieces = [(c.keys, c.values) for c in chunks]
+        if records.unique:
+            pieces = [(c.keys, c.values) for c in records.chunks()]
         else:  # a tiny budget: the external replay by key hash
             pieces = list(
                 bounded_replay(
-                    chunks,
+                    records,
                     budget=1 << 10,
                     max_bytes=512,
                     scratch=str(scratch),
