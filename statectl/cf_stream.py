@@ -155,6 +155,6 @@ def _key_groups(
     finally:
         writers.close()
     for b in range(buckets):
-        batches = list(read_spills([os.path.join(directory, f"{b}.arrow")], budget))
+        batches = list(read_spills([os.path.join(directory, f"{b}.arrow")]))
         if batches:
             yield pa.Table.from_batches(batches, table.schema)

@@ -376,7 +376,7 @@ class StoreFormat:
     ) -> str | None:
         """One partition larger than ``budget``, from its spill files, never all in memory."""
         return self.store_backend.write_streamed(
-            io, store_dir, self.options, lambda: read_spills(spills, budget), scratch, budget
+            io, store_dir, self.options, lambda: read_spills(spills), scratch, budget
         )
 
 
@@ -482,7 +482,7 @@ def read_whole(spills: list[str]) -> tuple[pa.Array, pa.Array]:
     """A partition's spilled keys and values as one array each. The batches read die here:
     held through the write, they were one more copy of the partition (90 MB of a 10M-key
     migrate's 450 MB per build worker)."""
-    batches = list(read_spills(spills, 0))
+    batches = list(read_spills(spills))
     if not batches:
         empty = pa.array([], pa.large_binary())
         return empty, empty

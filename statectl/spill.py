@@ -66,10 +66,10 @@ def scratch_full(e: OSError, base: str | None) -> StatectlError:
     )
 
 
-def read_spills(paths: Iterable[str], budget: int) -> Iterator[pa.RecordBatch]:
-    """The batches of spill files in order (read, not memory-mapped: pages of a mapped file
-    would count as this process's memory)."""
-    del budget  # batches are as large as the spill task wrote them, bounded by its budget
+def read_spills(paths: Iterable[str]) -> Iterator[pa.RecordBatch]:
+    """The batches of spill files in order, as large as the spill task wrote them (bounded by
+    its budget); read, not memory-mapped: pages of a mapped file would count as this
+    process's memory."""
     for path in paths:
         if not os.path.exists(path):
             continue
@@ -88,7 +88,7 @@ def spill_paths(directory: str, files: int, p: int) -> list[str]:
 
 def sorted_runs(spills: list[str], scratch: str, budget: int) -> list[str]:
     """The spill files' rows cut into runs that fit ``budget``, each sorted bytewise by key."""
-    return sorted_batch_runs(read_spills(spills, budget), scratch, budget)
+    return sorted_batch_runs(read_spills(spills), scratch, budget)
 
 
 class SpillWriters:
@@ -147,7 +147,7 @@ class SpilledTable:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The rows a batch at a time (each as large as a spill task wrote it)."""
-        return read_spills(self.paths, 0)
+        return read_spills(self.paths)
 
     def read(self) -> pa.Table:
         batches = list(self.batches())

@@ -77,7 +77,6 @@ __all__ = [
 
 ENV_TARGET = "STATECTL_SAVEPOINT_DIR"
 RETRIES = 3
-ROW_GROUP_BYTES = 8 << 20
 
 
 def resolve_target(target: str | None) -> str:
