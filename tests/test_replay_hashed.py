@@ -12,6 +12,7 @@ import statectl.backends.hashed_replay as hashed
 from statectl.backends.replay import bounded_replay, exact_replay
 from statectl.codecs.key_hash import key_hashes, last_of_each
 from statectl.codecs.records import OP_DELETE, OP_MERGE, OP_PUT, RecordBatch
+from tests.helpers.records import record_chunks
 
 RNG = np.random.default_rng(27)
 
@@ -22,14 +23,7 @@ def _batches(n: int, distinct: int, per: int, deletes: bool = True) -> list[Reco
     keys = [(b"k%d-" % i) * (1 + i % 9) for i in ids.tolist()]
     ops = np.where(RNG.random(n) < (0.2 if deletes else 0), OP_DELETE, OP_PUT).astype(np.uint8)
     values = [None if o == OP_DELETE else b"v%d" % j for j, o in enumerate(ops.tolist())]
-    return [
-        RecordBatch(
-            ops[i : i + per],
-            pa.array(keys[i : i + per], pa.large_binary()),
-            pa.array(values[i : i + per], pa.large_binary()),
-        )
-        for i in range(0, n, per)
-    ]
+    return record_chunks(ops, keys, values, per)
 
 
 def _run(replay, batches, tmp_path, budget):  # type: ignore[no-untyped-def]

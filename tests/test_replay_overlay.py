@@ -18,6 +18,7 @@ from statectl.backends.replay import bounded_replay, exact_replay
 from statectl.checkpoint.model import store_dir
 from statectl.codecs.key_hash import equal_hash_pairs
 from statectl.codecs.records import OP_DELETE, OP_MERGE, OP_PUT, RecordBatch
+from tests.helpers.records import record_chunks
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoints"
 RNG = np.random.default_rng(2027)
@@ -46,14 +47,7 @@ def _overlay(n: int, space: int, per: int, deletes: float = 0.2) -> list[RecordB
     ops = np.where(RNG.random(n) < deletes, OP_DELETE, OP_PUT).astype(np.uint8)
     keys = [_key(i) for i in ids.tolist()]
     values = [None if o == OP_DELETE else b"o%d" % j for j, o in enumerate(ops.tolist())]
-    return [
-        RecordBatch(
-            ops[i : i + per],
-            pa.array(keys[i : i + per], pa.large_binary()),
-            pa.array(values[i : i + per], pa.large_binary()),
-        )
-        for i in range(0, n, per)
-    ]
+    return record_chunks(ops, keys, values, per)
 
 
 def _records(base: list[RecordBatch], over: list[RecordBatch]) -> VersionRecords:
