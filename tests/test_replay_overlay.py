@@ -98,6 +98,18 @@ def test_the_overlay_replay_decides_and_holds_nothing_on_disk(tmp_path, monkeypa
     assert not list((tmp_path / "bounded").iterdir())
 
 
+def test_keys_are_compared_a_slice_of_pairs_at_a_time(tmp_path, monkeypatch):
+    # 2000 records over 60 keys: nearly every record pairs with another of its key.
+    monkeypatch.setattr(overlay, "_PAIRS", 7)
+    built: list[bool] = []
+    monkeypatch.setattr(overlay, "_Overlay", _spy_overlay(built))
+    base = _snapshot(RNG.permutation(60)[:50], 16)
+    over = _overlay(2000, 60, 300)
+    got = _entries(iter(_bounded(_records(base, over), tmp_path)))
+    assert got == _exact(base, over, tmp_path)
+    assert built == [True]
+
+
 def _spy_overlay(seen: list[bool]):  # type: ignore[no-untyped-def]
     original = overlay._Overlay
 

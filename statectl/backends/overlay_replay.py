@@ -33,6 +33,7 @@ from statectl.codecs.records import OP_DELETE, OP_PUT, RecordBatch
 
 Records = Callable[[], Iterator[RecordBatch]]
 Binary: TypeAlias = pa.Array | pa.ChunkedArray
+_PAIRS = 1 << 18
 
 
 class _Overlay:
@@ -58,13 +59,17 @@ class _Overlay:
 
 
 def _equal(a: Binary, i: np.ndarray, b: Binary, j: np.ndarray) -> np.ndarray:
-    """Per pair, whether ``a[i[k]]`` and ``b[j[k]]`` are equal bytes."""
-    if not len(i):
-        return np.zeros(0, dtype=bool)
-    equal = pc.equal(a.take(pa.array(i)), b.take(pa.array(j)))
-    if isinstance(equal, pa.ChunkedArray):
-        equal = equal.combine_chunks()
-    return np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
+    """Per pair, whether ``a[i[k]]`` and ``b[j[k]]`` are equal bytes: ``_PAIRS`` pairs' keys
+    gathered at a time (an overlay that updates every key many times pairs nearly every
+    record with another)."""
+    out = np.zeros(len(i), dtype=bool)
+    for at in range(0, len(i), _PAIRS):
+        mine, theirs = pa.array(i[at : at + _PAIRS]), pa.array(j[at : at + _PAIRS])
+        equal = pc.equal(a.take(mine), b.take(theirs))
+        if isinstance(equal, pa.ChunkedArray):
+            equal = equal.combine_chunks()
+        out[at : at + len(mine)] = equal.to_numpy(zero_copy_only=False)
+    return out
 
 
 def _live(chunk: RecordBatch, live: np.ndarray) -> Chunk:
