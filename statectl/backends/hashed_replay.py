@@ -113,7 +113,7 @@ def _compact(arr: pa.Array) -> pa.Array:
     return pa.concat_arrays([arr])
 
 
-def _plain(chunk: RecordBatch) -> bool:
+def puts_and_deletes(chunk: RecordBatch) -> bool:
     """Only puts and deletes (no merges, no delete-ranges)."""
     return bool((chunk.ops <= max(OP_PUT, OP_DELETE)).all())
 
@@ -130,7 +130,7 @@ def hashed_replay(
     it = iter(chunks)
     try:
         for chunk in it:
-            if not _plain(chunk) or (events + len(chunk)) * HASH_BYTES > budget:
+            if not puts_and_deletes(chunk) or (events + len(chunk)) * HASH_BYTES > budget:
                 held.finish()
                 yield from exact(itertools.chain(held.chunks(release=True), [chunk], it))
                 return

@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statectl.backends.hashed_replay import HASH_BYTES, Chunk, nbytes
+from statectl.backends.hashed_replay import HASH_BYTES, Chunk, nbytes, puts_and_deletes
 from statectl.codecs.key_hash import equal_hash_pairs, key_hashes, last_of_each
-from statectl.codecs.records import OP_DELETE, OP_PUT, RecordBatch
+from statectl.codecs.records import OP_PUT, RecordBatch
 
 Records = Callable[[], Iterator[RecordBatch]]
 Binary: TypeAlias = pa.Array | pa.ChunkedArray
@@ -90,7 +90,7 @@ def overlay_replay(
     size = 0
     for chunk in overlay():
         size += nbytes(chunk) + HASH_BYTES * len(chunk)  # the records, and their hash arrays
-        if size > budget * 3 // 4 or not (chunk.ops <= max(OP_PUT, OP_DELETE)).all():
+        if size > budget * 3 // 4 or not puts_and_deletes(chunk):
             held.clear()
             yield from general()
             return
