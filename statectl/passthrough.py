@@ -56,10 +56,11 @@ from statectl.state import (
 from statectl.tws_encode import VERSION
 
 _SPILL_SCHEMA = pa.schema([("key", pa.large_binary()), ("value", pa.large_binary())])
-# The budget a source partition is read with: its chunks are a tenth of it. Larger chunks save
-# nothing (the work per entry is vectorized) but cost fresh pages for every chunk's arrays,
-# which the kernel faults in one by one (measured: 3x the system time at 290 MB chunks).
-READ_BUDGET = 256 << 20
+# The most a source partition's replay holds (the overlay up to three quarters of it; the
+# hashed replay an eighth in memory, the rest spilled): the pass-through writes each chunk as
+# it is read, so its tree stays near the workers' chunks (916-985 MB at 10M keys, issue 27).
+# The chunks themselves are capped by state.READ_CHUNK_BYTES.
+REPLAY_BUDGET = 256 << 20
 NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
 
 
@@ -188,7 +189,7 @@ class RawSpillTask:
                 self.partition,
                 self.batch,
                 enc,
-                min(self.budget, READ_BUDGET),
+                min(self.budget, REPLAY_BUDGET),
                 scratch,
             )
             for keys, values in timed(entries, "read+replay"):

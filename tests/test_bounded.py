@@ -34,6 +34,7 @@ from statectl.restoration import restore
 from statectl.savepoints.create import take_savepoint
 from tests.helpers.cli import peak_rss_of_cli
 from tests.helpers.fixtures import FIXTURES
+from tests.helpers.records import after_no_snapshot
 from tests.helpers.restore import synthetic_savepoint
 
 RNG = np.random.default_rng(11)
@@ -147,7 +148,11 @@ def test_bounded_replay_equals_last_writer_wins(tmp_path, budget):
     keys, values = last_writer_wins(batches, merge_delimiter=b",")
     chunks = list(
         bounded_replay(
-            iter(batches), budget=budget, max_bytes=500, scratch=str(tmp_path), merge_delimiter=b","
+            after_no_snapshot(batches),
+            budget=budget,
+            max_bytes=500,
+            scratch=str(tmp_path),
+            merge_delimiter=b",",
         )
     )
     assert len(chunks) > 10 and all(len(k) <= 100 for k, _ in chunks)

@@ -12,7 +12,7 @@ import statectl.backends.hashed_replay as hashed
 from statectl.backends.replay import bounded_replay, exact_replay
 from statectl.codecs.key_hash import key_hashes, last_of_each
 from statectl.codecs.records import OP_DELETE, OP_MERGE, OP_PUT, RecordBatch
-from tests.helpers.records import record_chunks
+from tests.helpers.records import after_no_snapshot, record_chunks
 
 RNG = np.random.default_rng(27)
 
@@ -29,9 +29,10 @@ def _batches(n: int, distinct: int, per: int, deletes: bool = True) -> list[Reco
 def _run(replay, batches, tmp_path, budget):  # type: ignore[no-untyped-def]
     scratch = tmp_path / replay.__name__
     scratch.mkdir()
+    records = after_no_snapshot(batches) if replay is bounded_replay else iter(batches)
     return [
         (k.to_pylist(), v.to_pylist())
-        for k, v in replay(iter(batches), budget=budget, max_bytes=700, scratch=str(scratch))
+        for k, v in replay(records, budget=budget, max_bytes=700, scratch=str(scratch))
     ]
 
 

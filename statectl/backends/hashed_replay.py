@@ -12,7 +12,9 @@ The records are held meanwhile: in memory up to an eighth of the budget, the res
 file in the caller's scratch directory (one sequential write and read, no buckets). The output
 is :func:`statectl.backends.replay.exact_replay`'s exactly: the live entries ordered by their
 last record, cut into the same chunks (``rows`` entries each, or by sequence range where the
-exact replay would have gone to disk), so every file written from them keeps its bytes.
+exact replay would have gone to disk). A snapshot with records after it takes the overlay
+replay instead (:mod:`statectl.backends.overlay_replay`): the same entries in the same order,
+in the chunks it read.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ Chunk = tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]
 
 
 def bounded_replay(
-    records: VersionRecords | Iterator[RecordBatch],
+    records: VersionRecords,
     *,
     budget: int,
     max_bytes: int,
@@ -76,9 +76,7 @@ def bounded_replay(
             ),
         )
 
-    if not isinstance(records, VersionRecords):
-        yield from general(records)
-    elif records.base is not None and records.overlay is not None:
+    if records.base is not None and records.overlay is not None:
         yield from overlay_replay(
             records.base,
             records.overlay,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from statectl.backends.base import VersionRecords
 from statectl.codecs.records import RecordBatch
 
 
@@ -21,3 +22,9 @@ def record_chunks(
         )
         for i in range(0, len(keys), per)
     ]
+
+
+def after_no_snapshot(batches: list[RecordBatch]) -> VersionRecords:
+    """``batches`` as the records of a version with no snapshot under them (deltas or
+    changelogs only)."""
+    return VersionRecords(None, lambda: iter(batches))
