@@ -213,7 +213,14 @@ def test_equal_hash_pairs_of_nothing():
         assert len(i) == len(j) == 0
 
 
-@pytest.mark.parametrize("name", ["agg-snapshots-hdfs", "agg-snapshots-rocksdb-changelog"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        f"{case}-snapshots-{backend}"
+        for case in ("agg", "join", "dedup")
+        for backend in ("hdfs", "rocksdb-changelog")
+    ],
+)
 def test_spark_written_snapshots_and_later_files_at_every_batch(tmp_path, monkeypatch, name):
     """Spark's own files, at every batch: between two snapshots (most batches of a long-running
     query) a partition takes the overlay replay, and its live entries are the exact replay's,
