@@ -16,7 +16,7 @@ import statectl.backends.overlay_replay as overlay
 from statectl.backends.base import VersionRecords
 from statectl.backends.replay import bounded_replay, exact_replay
 from statectl.checkpoint.model import store_dir
-from statectl.codecs.key_hash import equal_hash_pairs
+from statectl.codecs.key_hash import HashIndex, equal_hash_pairs
 from statectl.codecs.records import OP_DELETE, OP_MERGE, OP_PUT, RecordBatch
 from tests.helpers.records import record_chunks
 
@@ -204,6 +204,23 @@ def test_equal_hash_pairs_finds_every_equal_pair(groups):
     found = {(a, b) for a, b in zip(i.tolist(), j.tolist(), strict=True) if left[a] == right[b]}
     assert found == _brute_pairs(left, right)
     assert len(found) >= 900
+
+
+def test_one_index_looked_up_by_chunks_of_every_size():
+    """An overlay's index serves every chunk of the snapshot: small lookups after its words
+    were sorted for a large one (spare low bits), and a larger one that needs more bits (its
+    words sorted again), each finding exactly the equal pairs."""
+    right = np.unique(RNG.integers(0, 1 << 63, 3000, dtype=np.uint64))
+    index = HashIndex(right)
+    for size in (500, 3, 2000, 40, 70_000, 1):
+        left = np.unique(
+            np.concatenate([RNG.integers(0, 1 << 63, size, dtype=np.uint64), right[:: 1 + size]])
+        )
+        RNG.shuffle(left)
+        i, j = index.pairs(left)
+        found = {(a, b) for a, b in zip(i.tolist(), j.tolist(), strict=True) if left[a] == right[b]}
+        assert found == _brute_pairs(left, right), size
+        assert len(found) == len(right[:: 1 + size])
 
 
 def test_equal_hash_pairs_of_nothing():

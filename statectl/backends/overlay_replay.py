@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statectl.backends.hashed_replay import HASH_BYTES, Chunk, nbytes, puts_and_deletes
-from statectl.codecs.key_hash import equal_hash_pairs, key_hashes, last_of_each
+from statectl.codecs.key_hash import HashIndex, key_hashes, last_of_each
 from statectl.codecs.records import OP_PUT, RecordBatch
 
 Records = Callable[[], Iterator[RecordBatch]]
@@ -47,12 +47,12 @@ class _Overlay:
         last, order, same = last_of_each(h)
         self.distinct = bool(_equal(self.keys, order[same], self.keys, order[same + 1]).all())
         self.record = np.flatnonzero(last)  # each touched key's last record, in record order
-        self.hashes = h[self.record]
+        self.index = HashIndex(h[self.record])
         self.live = last & (ops == OP_PUT)  # per record: its key's live entry
 
     def touched(self, keys: pa.Array) -> np.ndarray:
         """Per key (distinct keys), whether a record of the overlay has its bytes."""
-        mine, theirs = equal_hash_pairs(key_hashes(keys), self.hashes)
+        mine, theirs = self.index.pairs(key_hashes(keys))
         mask = np.zeros(len(keys), dtype=bool)
         mask[mine[_equal(keys, mine, self.keys, self.record[theirs])]] = True
         return mask
