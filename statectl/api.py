@@ -12,6 +12,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from statectl.diagnosis import Diagnosis, diagnose
+from statectl.diffing import diff as do_diff
+from statectl.editing import edit as do_edit
 from statectl.errors import StatectlError
 from statectl.export import export_state
 from statectl.inspection import inspect_path
@@ -463,8 +465,6 @@ def edit(
     dropped. Expressions are the SQL ``WHERE`` subset of docs/guide.md. ``dry_run`` writes
     nothing and reports the rows each table would keep."""
 
-    from statectl.editing import edit as do_edit  # here: sqlglot is 0.07 s of every start
-
     doc = do_edit(
         as_url(source),
         None if target is None else as_url(target),
@@ -494,8 +494,6 @@ def diff(
 
     if samples < 0:
         raise StatectlError("--samples must be 0 or more")
-    from statectl.diffing import diff as do_diff  # here: only diff needs it
-
     doc = do_diff(
         open_handle(as_url(a), batch=batch_a),
         open_handle(as_url(b), batch=batch_b),

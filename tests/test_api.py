@@ -167,16 +167,3 @@ def test_cli_error_under_json_is_json(tmp_path):
     doc = json.loads(proc.stdout)
     assert doc["exit_code"] == 2 and doc["kind"] == "NotACheckpointError"
     assert doc["path"].endswith("nope") and "no such directory" in doc["error"]
-
-
-def test_the_api_imports_edit_and_diff_modules_only_when_called():
-    """Every command imports statectl.api; sqlglot (edit's expressions) and the diff module
-    cost about 0.1 s of each start (issue 27: a migrate's serial start-up), so only ``edit``
-    and ``diff`` import them."""
-    code = (
-        "import sys, statectl.api; "
-        "print(sorted(m for m in ('sqlglot', 'statectl.editing', 'statectl.diffing') "
-        "if m in sys.modules))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
