@@ -18,7 +18,7 @@ from statectl.backends.replay import bounded_replay, exact_replay
 from statectl.checkpoint.model import store_dir
 from statectl.codecs.key_hash import HashIndex, equal_hash_pairs
 from statectl.codecs.records import OP_DELETE, OP_MERGE, OP_PUT, RecordBatch
-from tests.helpers.records import record_chunks
+from tests.helpers.records import after_no_snapshot, record_chunks
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoints"
 RNG = np.random.default_rng(2027)
@@ -173,7 +173,7 @@ def test_merges_and_overlays_over_budget_take_the_general_replay(tmp_path, monke
 
 
 def test_an_overlay_alone_or_a_snapshot_alone():
-    only = VersionRecords(None, lambda: iter(_overlay(10, 5, 4)))
+    only = after_no_snapshot(_overlay(10, 5, 4))
     assert not only.unique and sum(len(c) for c in only.chunks()) == 10
     snap = VersionRecords(lambda: iter(_snapshot(np.arange(7), 3)), None)
     assert snap.unique and sum(len(c) for c in snap.chunks()) == 7

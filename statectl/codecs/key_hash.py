@@ -222,15 +222,14 @@ class HashIndex:
         # Positions: the indexed hashes 0..n-1, then left's. Spare low bits only cost a few
         # more pairs equal in their high bits; the indexed side is sorted again only when a
         # larger lookup needs more of them.
-        if (n + m - 1).bit_length() > self._bits:
-            self._bits = max(1, (n + m - 1).bit_length())
-            low = np.uint64((1 << self._bits) - 1)
-            indexed = self.hashes & ~low
-            indexed |= np.arange(n, dtype=np.uint64)
-            indexed.sort()
-            self._sorted = indexed
+        resort = (n + m - 1).bit_length() > self._bits
+        self._bits = max(1, self._bits, (n + m - 1).bit_length())
         bits = np.uint64(self._bits)
         low = np.uint64((1 << self._bits) - 1)
+        if resort:
+            self._sorted = self.hashes & ~low
+            self._sorted |= np.arange(n, dtype=np.uint64)
+            self._sorted.sort()
         mine = left & ~low
         mine |= np.arange(n, n + m, dtype=np.uint64)
         mine.sort()
